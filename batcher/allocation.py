@@ -1,0 +1,151 @@
+"""Allocation: turn one frame's records into one delta per (counter, period), apply them in one
+transaction, and split the returned ranges among the records in the order they arrived."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date, datetime
+
+from infra.counters import Counter
+from infra.ports import Claim, DeadLetter, Entry, Lease, Store
+from infra.wire import Record, Reply, encode
+
+
+@dataclass
+class Outcome:
+    replies: list[Reply] = field(default_factory=list)
+    allocated: int = 0
+    dead_letters: int = 0
+    expired: int = 0
+
+
+def split(start: int, total: int, counts: Sequence[int]) -> list[tuple[int, int]]:
+    """Ranges for `counts` taken in order from the last sum(counts) of `total` allocated values
+    of a period whose first value is `start`."""
+    cursor = start + total - sum(counts)
+    ranges = []
+    for count in counts:
+        ranges.append((cursor, cursor + count - 1))
+        cursor += count
+    return ranges
+
+
+def error(record_key: str, counter: str, kind: str, detail: str) -> Reply:
+    return Reply(key=record_key, counter=counter, error=kind, detail=detail)
+
+
+async def apply(
+    entries: Sequence[Entry],
+    counters: dict[str, Counter],
+    store: Store,
+    lease: Lease,
+    now: datetime,
+    wall: float,
+    retention: float,
+) -> Outcome:
+    """Apply one frame. `counters` holds the definitions of every counter the frame names that
+    exists; `now` decides periods, `wall` (Unix seconds) decides which records have expired."""
+    out = Outcome()
+    letters: list[DeadLetter] = []
+    live: list[tuple[Record, Counter, str, date]] = []
+    for entry in entries:
+        record = entry.record
+        if record is None:
+            letters.append(
+                DeadLetter(lease.stream, entry.shard, entry.sequence, entry.problem, entry.raw)
+            )
+            if entry.key:
+                out.replies.append(error(entry.key, "", "bad-record", entry.problem))
+            continue
+        if record.deadline and record.deadline < wall:
+            out.expired += 1
+            out.replies.append(
+                error(
+                    record.key,
+                    record.counter,
+                    "expired",
+                    "the request's deadline passed before its frame",
+                )
+            )
+            continue
+        counter = counters.get(record.counter)
+        if counter is None:
+            problem = f"no counter named {record.counter!r}"
+            letters.append(
+                DeadLetter(lease.stream, entry.shard, entry.sequence, problem, _raw(entry))
+            )
+            out.replies.append(error(record.key, record.counter, "counter-not-found", problem))
+            continue
+        day = counter.today(now)
+        live.append((record, counter, counter.reset.period(day), day))
+
+    async with store.frame() as tx:
+        keyed = {(r.counter, r.idempotency_key) for r, *_ in live if r.idempotency_key is not None}
+        found = await tx.claims(sorted(keyed)) if keyed else {}
+        demand: dict[tuple[str, str], list[int]] = {}
+        takers: list[tuple[Record, Counter, str, date]] = []
+        sharers: list[tuple[Record, Counter]] = []
+        first_taker: set[tuple[str, str]] = set()
+        for record, counter, period, day in live:
+            if record.idempotency_key:
+                key = (record.counter, record.idempotency_key)
+                if key in found or key in first_taker:
+                    sharers.append((record, counter))
+                    continue
+                first_taker.add(key)
+            demand.setdefault((counter.name, period), []).append(record.count)
+            takers.append((record, counter, period, day))
+
+        totals = await tx.allocate({k: sum(v) for k, v in demand.items()}) if demand else {}
+        ranges: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        for (name, period), counts in demand.items():
+            ranges[(name, period)] = split(counters[name].start, totals[(name, period)], counts)
+        audit = [(n, p, r[0][0], r[-1][1]) for (n, p), r in ranges.items()]
+        cursors = {k: iter(r) for k, r in ranges.items()}
+        claims: list[Claim] = []
+        for record, counter, period, day in takers:
+            first, last = next(cursors[(counter.name, period)])
+            out.allocated += record.count
+            out.replies.append(
+                Reply(record.key, record.counter, first, last, counter.template, day)
+            )
+            if record.idempotency_key:
+                claim = Claim(counter.name, record.idempotency_key, record.count, first, last, day)
+                claims.append(claim)
+                found[(counter.name, record.idempotency_key)] = claim
+        for record, counter in sharers:
+            assert record.idempotency_key is not None
+            claim = found[(record.counter, record.idempotency_key)]
+            if claim.count != record.count:
+                out.replies.append(
+                    error(
+                        record.key,
+                        record.counter,
+                        "idempotency-key-reused",
+                        f"this Idempotency-Key was first used with count={claim.count}",
+                    )
+                )
+            else:
+                out.replies.append(
+                    Reply(
+                        record.key,
+                        record.counter,
+                        claim.first,
+                        claim.last,
+                        counter.template,
+                        claim.day,
+                    )
+                )
+        await tx.remember(claims, retention)
+        await tx.dead_letter(letters)
+        await tx.checkpoint(lease, entries[-1].sequence, audit)
+    out.dead_letters = len(letters)
+    return out
+
+
+def _raw(entry: Entry) -> bytes:
+    if entry.raw:
+        return entry.raw
+    assert entry.record is not None
+    return encode(entry.record)

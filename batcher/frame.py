@@ -1,0 +1,65 @@
+"""A frame: the records one batcher collected in one time window, applied in one transaction."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from infra.ports import Entry
+from infra.wire import Record, Reply
+
+
+class State(Enum):
+    OPEN = "open"
+    """Collecting records; nothing has touched Postgres."""
+    APPLIED = "applied"
+    """Its transaction committed: values allocated, checkpoint advanced. Replies not yet out."""
+    PUBLISHED = "published"
+    """Every record has its reply in the Replies port. The frame is done."""
+
+
+class IllegalStep(RuntimeError):
+    pass
+
+
+class Frame:
+    def __init__(self, entries: list[Entry] | None = None) -> None:
+        self.entries: list[Entry] = entries or []
+        self.state = State.OPEN
+        self.replies: list[Reply] = []
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def add(self, entries: list[Entry]) -> None:
+        self._require(State.OPEN, "add records to")
+        self.entries.extend(entries)
+
+    def drop(self, cutoff: float) -> list[Record]:
+        """Take out the records whose deadline falls before `cutoff`; return them."""
+        self._require(State.OPEN, "drop records from")
+        kept, dropped = [], []
+        for entry in self.entries:
+            record = entry.record
+            if record is not None and record.deadline and record.deadline < cutoff:
+                dropped.append(record)
+            else:
+                kept.append(entry)
+        self.entries = kept
+        return dropped
+
+    def applied(self, replies: list[Reply]) -> None:
+        self._require(State.OPEN, "apply")
+        self.replies = replies
+        self.state = State.APPLIED
+
+    def published(self) -> None:
+        self._require(State.APPLIED, "publish")
+        self.state = State.PUBLISHED
+
+    @property
+    def last_sequence(self) -> str:
+        return self.entries[-1].sequence
+
+    def _require(self, state: State, action: str) -> None:
+        if self.state is not state:
+            raise IllegalStep(f"cannot {action} a frame that is {self.state.value}")

@@ -1,0 +1,204 @@
+"""The batcher: one loop per shard it holds a lease on. Each loop collects a frame for
+BACK_FRAME_MS, applies it in one transaction, then publishes its replies."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from batcher.allocation import Outcome, apply
+from batcher.backoff import Backoff
+from batcher.frame import Frame
+from infra.counters import Counter
+from infra.errors import LeaseLost, NumeratorError, StoreError, Unavailable
+from infra.metrics import Metrics
+from infra.ports import Lease, Replies, Store, Stream
+from infra.settings import Settings
+from infra.wire import Reply
+
+log = logging.getLogger("numerator.batcher")
+
+PRUNE_EVERY_S = 60.0
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Batcher:
+    def __init__(
+        self,
+        stream: Stream,
+        replies: Replies,
+        store: Store,
+        settings: Settings,
+        metrics: Metrics,
+        clock: Callable[[], datetime] = utc_now,
+        owner: str | None = None,
+    ) -> None:
+        self.stream, self.replies, self.store = stream, replies, store
+        self.settings, self.metrics, self.clock = settings, metrics, clock
+        self.owner = owner or uuid.uuid4().hex
+        self.counters: dict[str, Counter] = {}
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.healthy = True
+
+    async def start(self) -> None:
+        for shard in await self.stream.shards():
+            self._tasks.append(asyncio.create_task(self._run(shard), name=f"shard-{shard}"))
+        self._tasks.append(asyncio.create_task(self._prune(), name="prune"))
+
+    async def stop(self) -> None:
+        """Apply what is already on the stream, release the leases, and return."""
+        self._stopping.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    async def _run(self, shard: str) -> None:
+        lease = await self._acquire(shard)
+        renewed = time.monotonic()
+        frame_s = self.settings.back_frame_ms / 1000
+        limit = self.settings.frame_max_records
+        while lease is not None:
+            stopping = self._stopping.is_set()
+            entries = await self.stream.read(shard, lease.sequence, limit, 0 if stopping else 0.1)
+            if time.monotonic() - renewed > self.settings.lease_ttl_s / 3:
+                lease = await self._acquire(shard) or lease
+                renewed = time.monotonic()
+            if not entries:
+                if stopping:
+                    break
+                continue
+            frame = Frame(entries)
+            opened = time.monotonic()
+            if len(frame) < limit and not stopping:
+                await asyncio.sleep(max(0.0, frame_s - (time.monotonic() - opened)))
+                frame.add(await self.stream.read(shard, lease.sequence, limit - len(frame), 0))
+            lease = await self._apply(frame, lease)
+        if lease is not None and not self.stream_durable:
+            await self._release(lease)
+
+    @property
+    def stream_durable(self) -> bool:
+        return self.stream.name != "memory"
+
+    async def _acquire(self, shard: str) -> Lease | None:
+        backoff = Backoff(cap=1.0)
+        while True:
+            try:
+                lease = await self.store.acquire(
+                    self.stream.name, shard, self.owner, self.settings.lease_ttl_s
+                )
+                if lease is not None:
+                    return lease
+                log.info("shard %s is held by another batcher; waiting", shard)
+            except Unavailable as exc:
+                log.warning("cannot take the lease of shard %s: %s", shard, exc)
+            if self._stopping.is_set():
+                return None
+            await asyncio.sleep(backoff.next())
+
+    async def _release(self, lease: Lease) -> None:
+        try:
+            await self.store.release(lease, forget=True)
+        except NumeratorError as exc:
+            log.warning("cannot release shard %s: %s", lease.shard, exc)
+
+    async def _apply(self, frame: Frame, lease: Lease) -> Lease | None:
+        """Apply the frame until it commits, then publish. Retries only what is retryable."""
+        metrics = self.metrics
+        metrics.records_in.inc(len(frame))
+        metrics.frame_size.observe(len(frame))
+        sent = [e.record.sent for e in frame.entries if e.record is not None and e.record.sent]
+        if sent:
+            metrics.lag.set(max(0.0, time.time() - min(sent)))
+        backoff = Backoff()
+        while True:
+            began = time.monotonic()
+            try:
+                outcome = await self._commit(frame, lease)
+                break
+            except LeaseLost as exc:
+                log.error("%s; dropping the frame to its new owner", exc)
+                return await self._acquire(lease.shard)
+            except (Unavailable, StoreError) as exc:
+                self.healthy = False
+                metrics.frame_retries.inc()
+                delay = backoff.next()
+                log.warning(
+                    "frame of %d records not applied (%s); retry in %.2fs", len(frame), exc, delay
+                )
+                await self._give_up_on(frame, time.time() + delay + 0.25, str(exc))
+                if not len(frame):
+                    return lease
+                await asyncio.sleep(delay)
+        self.healthy = True
+        metrics.frame_seconds.observe(time.monotonic() - began)
+        if outcome.allocated:
+            metrics.frames_committed.inc()
+            metrics.values_allocated.inc(outcome.allocated)
+        metrics.dead_letters.inc(outcome.dead_letters)
+        metrics.expired.inc(outcome.expired)
+        frame.applied(outcome.replies)
+        lease = Lease(lease.stream, lease.shard, lease.owner, lease.epoch, frame.last_sequence)
+        await self._publish(frame)
+        return lease
+
+    async def _give_up_on(self, frame: Frame, cutoff: float, problem: str) -> None:
+        """Answer 'unavailable' now to the records whose clients will have stopped waiting before
+        the next try, and take them out of the frame: they allocate nothing. On a durable stream
+        a replay finds them expired, so they never allocate later either."""
+        doomed = frame.drop(cutoff)
+        if doomed:
+            await self.replies.publish(
+                [
+                    Reply(key=r.key, counter=r.counter, error="unavailable", detail=problem)
+                    for r in doomed
+                ]
+            )
+            self.metrics.records_out.inc(len(doomed))
+
+    async def _commit(self, frame: Frame, lease: Lease) -> Outcome:
+        names = {e.record.counter for e in frame.entries if e.record is not None}
+        missing = [n for n in names if n not in self.counters]
+        if missing:
+            # Counters never change once created, so a definition read once is good for ever.
+            self.counters.update(await self.store.get_many(missing))
+        return await apply(
+            frame.entries,
+            self.counters,
+            self.store,
+            lease,
+            self.clock(),
+            time.time(),
+            self.settings.idempotency_retention_s,
+        )
+
+    async def _publish(self, frame: Frame) -> None:
+        backoff = Backoff()
+        for _ in range(5):
+            try:
+                await self.replies.publish(frame.replies)
+                break
+            except Unavailable as exc:
+                log.warning("replies not published (%s); retrying", exc)
+                await asyncio.sleep(backoff.next())
+        else:
+            log.error("dropped %d replies after 5 tries", len(frame.replies))
+        self.metrics.records_out.inc(len(frame.replies))
+        frame.published()
+
+    async def _prune(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                await asyncio.wait_for(self._stopping.wait(), PRUNE_EVERY_S)
+            except TimeoutError:
+                try:
+                    await self.store.prune(utc_now())
+                except NumeratorError as exc:
+                    log.warning("cannot prune idempotency keys: %s", exc)

@@ -1,0 +1,1 @@
+"""The edge: app factory, routes, validation, problem responses, the Lambda handler."""

@@ -1,0 +1,64 @@
+"""The app factory: routes, problem handlers, and the lifespan of whatever the caller wires in."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from functions import routes
+from functions.edge import Edge
+from functions.problems import Problem, handle_problem
+
+Lifespan = Callable[[Starlette], AbstractAsyncContextManager[None]]
+
+
+async def handle_http(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        return Problem(404, "not-found", f"no route for {request.url.path}").response()
+    if exc.status_code == 405:
+        problem = Problem(405, "method-not-allowed", f"{request.method} is not allowed here")
+        problem.headers.update(exc.headers or {})
+        return problem.response()
+    return Problem(exc.status_code, "invalid-request", str(exc.detail)).response()
+
+
+async def handle_crash(request: Request, exc: Exception) -> Response:
+    return Problem(500, "internal", "an unexpected error; it has been logged").response()
+
+
+def create_app(edge: Edge | None = None, lifespan: Lifespan | None = None) -> Starlette:
+    """The numerator app. Pass `edge` for a wired app, or a `lifespan` that sets
+    `app.state.edge` on startup (how server workers build their own stack)."""
+
+    @asynccontextmanager
+    async def nothing(app: Starlette) -> AsyncIterator[None]:
+        yield
+
+    app = Starlette(
+        routes=[
+            Route("/counters", routes.create_counter, methods=["POST"]),
+            Route("/counters", routes.list_counters, methods=["GET"]),
+            Route("/counters/{name}", routes.get_counter, methods=["GET"]),
+            Route("/counters/{name}/next", routes.next_values, methods=["POST"]),
+            Route("/healthz", routes.healthz, methods=["GET"]),
+            Route("/metrics", routes.metrics, methods=["GET"]),
+            Route("/openapi.json", routes.openapi, methods=["GET"]),
+            Route("/ping", routes.ping, methods=["GET", "POST"]),
+        ],
+        exception_handlers={
+            Problem: handle_problem,
+            HTTPException: handle_http,
+            Exception: handle_crash,
+        },
+        lifespan=lifespan or nothing,
+    )
+    if edge is not None:
+        app.state.edge = edge
+    return app

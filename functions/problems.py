@@ -1,0 +1,67 @@
+"""Errors as application/problem+json (RFC 9457), each with a stable `type`.
+
+The types are listed, with their status codes, in docs/problems.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+PREFIX = "urn:numerator:problem:"
+
+TITLES = {
+    "not-found": "No such resource",
+    "counter-not-found": "No such counter",
+    "counter-exists": "A counter with this name exists",
+    "method-not-allowed": "Method not allowed",
+    "invalid-request": "The request is malformed",
+    "idempotency-key-reused": "The Idempotency-Key was used for a different request",
+    "body-too-large": "The request body is too large",
+    "unavailable": "The service cannot take this request now",
+    "reply-timeout": "No reply in time",
+    "internal": "Internal error",
+}
+
+
+class Problem(Exception):
+    def __init__(self, status: int, kind: str, detail: str = "", **extra: Any) -> None:
+        super().__init__(detail)
+        self.status, self.kind, self.detail, self.extra = status, kind, detail, extra
+        self.headers: dict[str, str] = {}
+
+    def response(self, instance: str = "") -> Response:
+        body: dict[str, Any] = {
+            "type": PREFIX + self.kind,
+            "title": TITLES.get(self.kind, self.kind),
+            "status": self.status,
+        }
+        if self.detail:
+            body["detail"] = self.detail
+        if instance:
+            body["instance"] = instance
+        body.update(self.extra)
+        return Response(
+            orjson.dumps(body),
+            status_code=self.status,
+            headers=self.headers,
+            media_type="application/problem+json",
+        )
+
+
+def unavailable(detail: str, retry_after: int) -> Problem:
+    problem = Problem(503, "unavailable", detail)
+    problem.headers["Retry-After"] = str(retry_after)
+    return problem
+
+
+def invalid(field: str, detail: str) -> Problem:
+    return Problem(422, "invalid-request", detail, field=field)
+
+
+async def handle_problem(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, Problem)
+    return exc.response(request.url.path)

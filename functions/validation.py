@@ -1,0 +1,69 @@
+"""Reading and checking what a client sent: body, names, counts, paging, idempotency keys."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+
+from functions.problems import Problem, invalid
+from infra.counters import NAME
+from infra.wire import MAX_COUNT
+
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+MAX_PAGE = 1000
+
+
+async def json_body(request: Request, limit: int) -> Any:
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise invalid("Content-Length", "must be a number of bytes")
+        if int(length) > limit:
+            raise Problem(413, "body-too-large", f"the body may be at most {limit} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise Problem(413, "body-too-large", f"the body may be at most {limit} bytes")
+    if not body:
+        raise invalid("body", "a JSON object is required")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise invalid("body", f"not valid JSON: {exc}") from None
+
+
+def name(value: str) -> str:
+    if not NAME.match(value):
+        raise invalid("name", "must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    return value
+
+
+def integer(params: Any, field: str, default: int, low: int, high: int) -> int:
+    raw = params.get(field)
+    if raw is None:
+        return default
+    if not raw.isdigit() or len(raw) > 12:
+        raise invalid(field, f"must be an integer from {low} to {high}")
+    value = int(raw)
+    if not low <= value <= high:
+        raise invalid(field, f"must be an integer from {low} to {high}")
+    return value
+
+
+def count(params: Any) -> int:
+    return integer(params, "count", 1, 1, MAX_COUNT)
+
+
+def page_size(params: Any) -> int:
+    return integer(params, "limit", 100, 1, MAX_PAGE)
+
+
+def idempotency_key(headers: Any) -> str | None:
+    key: str | None = headers.get("idempotency-key")
+    if key is not None and not IDEMPOTENCY_KEY.match(key):
+        raise invalid("Idempotency-Key", "must be 1 to 200 printable ASCII characters, no spaces")
+    return key

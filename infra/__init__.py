@@ -1,0 +1,1 @@
+"""The ground floor: wire format, counter model, ports and their adapters, settings."""

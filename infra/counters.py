@@ -1,0 +1,161 @@
+"""The counter model: name, start, template, reset period and time zone."""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass
+from datetime import date, datetime
+from enum import StrEnum
+from functools import lru_cache
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from infra.errors import InvalidCounter
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MAX_START = 2**62
+MAX_TEMPLATE = 200
+
+
+class Reset(StrEnum):
+    """When a counter starts again at `start`: the period its values belong to."""
+
+    NEVER = "never"
+    YEARLY = "yearly"
+    MONTHLY = "monthly"
+    DAILY = "daily"
+
+    def period(self, day: date) -> str:
+        """The key of the period `day` falls in: '', '2026', '2026-11' or '2026-11-29'."""
+        if self is Reset.NEVER:
+            return ""
+        if self is Reset.YEARLY:
+            return f"{day.year:04d}"
+        if self is Reset.MONTHLY:
+            return f"{day.year:04d}-{day.month:02d}"
+        return day.isoformat()
+
+
+class Template:
+    """A format string over {value}, {yyyy}, {yy}, {mm} and {dd}, e.g. 'INV-{yyyy}-{value:06d}'."""
+
+    FIELDS = frozenset({"value", "yyyy", "yy", "mm", "dd"})
+
+    def __init__(self, text: str) -> None:
+        if not isinstance(text, str) or not text:
+            raise InvalidCounter("template", "must be a non-empty string")
+        if len(text) > MAX_TEMPLATE:
+            raise InvalidCounter("template", f"longer than {MAX_TEMPLATE} characters")
+        try:
+            parts = list(string.Formatter().parse(text))
+        except ValueError as exc:
+            raise InvalidCounter("template", str(exc)) from exc
+        fields = [field for _, field, _, _ in parts if field is not None]
+        unknown = sorted({f for f in fields if f not in self.FIELDS})
+        if unknown:
+            raise InvalidCounter(
+                "template", f"unknown field {{{unknown[0]}}}; use {sorted(self.FIELDS)}"
+            )
+        if "value" not in fields:
+            raise InvalidCounter("template", "must contain {value}")
+        for _, _, spec, conversion in parts:
+            if conversion is not None:
+                raise InvalidCounter("template", "conversions such as !r are not allowed")
+            if spec and "{" in spec:
+                raise InvalidCounter("template", "nested fields are not allowed")
+        self.text = text
+        try:
+            self.render(1, date(2026, 1, 1))
+        except (ValueError, TypeError) as exc:
+            raise InvalidCounter("template", f"bad format spec: {exc}") from exc
+
+    def render(self, value: int, day: date) -> str:
+        return self.text.format(
+            value=value,
+            yyyy=f"{day.year:04d}",
+            yy=f"{day.year % 100:02d}",
+            mm=f"{day.month:02d}",
+            dd=f"{day.day:02d}",
+        )
+
+
+@lru_cache(maxsize=4096)
+def template(text: str) -> Template:
+    """A parsed template, cached: templates are immutable and few."""
+    return Template(text)
+
+
+@lru_cache(maxsize=1024)
+def zone(name: str) -> ZoneInfo:
+    if not isinstance(name, str) or not name or len(name) > 64:
+        raise InvalidCounter("timezone", "must be an IANA time zone name such as 'Europe/Berlin'")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise InvalidCounter("timezone", f"unknown time zone {name!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class Counter:
+    name: str
+    start: int = 1
+    template: str = "{value}"
+    reset: Reset = Reset.NEVER
+    timezone: str = "UTC"
+
+    def today(self, now: datetime) -> date:
+        """The calendar day of the instant `now` in the counter's time zone."""
+        return now.astimezone(zone(self.timezone)).date()
+
+    def period(self, now: datetime) -> str:
+        return self.reset.period(self.today(now))
+
+    def render(self, value: int, day: date) -> str:
+        return template(self.template).render(value, day)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "start": self.start,
+            "template": self.template,
+            "reset": self.reset.value,
+            "timezone": self.timezone,
+        }
+
+    @classmethod
+    def parse(cls, body: object) -> Counter:
+        """Validate a create request's body; raise InvalidCounter naming the bad field."""
+        if not isinstance(body, dict):
+            raise InvalidCounter("body", "must be a JSON object")
+        unknown = sorted(set(body) - {"name", "start", "template", "reset", "timezone"})
+        if unknown:
+            raise InvalidCounter(unknown[0], "unknown field")
+        name = body.get("name")
+        check_name(name)
+        start = body.get("start", 1)
+        if not isinstance(start, int) or isinstance(start, bool):
+            raise InvalidCounter("start", "must be an integer")
+        if not 0 <= start <= MAX_START:
+            raise InvalidCounter("start", f"must be between 0 and {MAX_START}")
+        text = body.get("template", "{value}")
+        if not isinstance(text, str):
+            raise InvalidCounter("template", "must be a non-empty string")
+        template(text)
+        reset = body.get("reset", "never")
+        try:
+            period = Reset(reset)
+        except ValueError as exc:
+            choices = ", ".join(r.value for r in Reset)
+            raise InvalidCounter("reset", f"must be one of {choices}") from exc
+        tz = body.get("timezone", "UTC")
+        zone(tz)
+        assert isinstance(name, str) and isinstance(text, str) and isinstance(tz, str)
+        return cls(name=name, start=start, template=text, reset=period, timezone=tz)
+
+
+def check_name(name: object) -> None:
+    if not isinstance(name, str) or not NAME.match(name):
+        raise InvalidCounter(
+            "name", "must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ (letters, digits, . _ -)"
+        )

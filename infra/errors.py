@@ -1,0 +1,63 @@
+"""One exception tree for numerator; adapters wrap their backends' errors in it.
+
+NumeratorError
+├── SettingsError          a variable in the environment is missing or malformed
+├── InvalidCounter         a counter definition (name, template, reset, time zone) is malformed
+├── CounterExists          create: the name is taken
+├── CounterNotFound        no counter by that name
+├── StoreError             Postgres refused the work for a reason other than availability
+├── Unavailable            a backend cannot serve now; retry later (503)
+│   ├── StoreUnavailable   Postgres is down or refused the transaction
+│   ├── StreamFull         the stream will not take more records now (back-pressure)
+│   └── LeaseLost          another batcher owns the shard (fencing)
+└── ReplyTimeout           no reply came within the reply timeout (504)
+"""
+
+
+class NumeratorError(Exception):
+    """Root of every error numerator raises on purpose."""
+
+
+class SettingsError(NumeratorError):
+    def __init__(self, variable: str, problem: str) -> None:
+        super().__init__(f"{variable}: {problem}")
+        self.variable = variable
+
+
+class InvalidCounter(NumeratorError, ValueError):
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class CounterExists(NumeratorError):
+    pass
+
+
+class CounterNotFound(NumeratorError):
+    pass
+
+
+class StoreError(NumeratorError):
+    pass
+
+
+class Unavailable(NumeratorError):
+    pass
+
+
+class StoreUnavailable(Unavailable):
+    pass
+
+
+class StreamFull(Unavailable):
+    pass
+
+
+class LeaseLost(Unavailable):
+    pass
+
+
+class ReplyTimeout(NumeratorError):
+    pass

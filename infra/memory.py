@@ -1,0 +1,94 @@
+"""In-process adapters for the Stream and Replies ports: the embedded mode's stream and replies."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections import deque
+from collections.abc import Sequence
+
+from infra.errors import ReplyTimeout, StreamFull
+from infra.metrics import Metrics
+from infra.ports import Entry
+from infra.wire import Record, Reply
+
+
+class MemoryStream:
+    """One shard, held in this process. Records are delivered once: the batcher keeps a frame until
+    it has committed, so nothing read is lost while this process lives. The shard's name is unique
+    per process, so its checkpoint row never mixes with another process's."""
+
+    name = "memory"
+
+    def __init__(self, capacity: int = 50_000) -> None:
+        self.capacity = capacity
+        self.shard = f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._entries: deque[Entry] = deque()
+        self._sequence = 0
+        self._ready = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def put(self, records: Sequence[Record]) -> None:
+        if len(self._entries) + len(records) > self.capacity:
+            raise StreamFull(f"{len(self._entries)} records are waiting for the batcher")
+        for record in records:
+            self._sequence += 1
+            self._entries.append(Entry(self.shard, str(self._sequence), record, key=record.key))
+        self._ready.set()
+
+    async def shards(self) -> list[str]:
+        return [self.shard]
+
+    async def read(self, shard: str, after: str | None, limit: int, wait: float) -> list[Entry]:
+        if not self._entries and wait > 0:
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), wait)
+            except TimeoutError:
+                return []
+        entries = self._entries
+        taken = [entries.popleft() for _ in range(min(limit, len(entries)))]
+        return taken
+
+
+class MemoryReplies:
+    """Futures keyed by reply key. A reply published for a key nobody waits on any more (its client
+    timed out) is dropped and counted as abandoned: those values are the gaps of guarantee 5."""
+
+    def __init__(self, metrics: Metrics | None = None) -> None:
+        self._waiting: dict[str, asyncio.Future[Reply]] = {}
+        self.metrics = metrics or Metrics()
+
+    def expect(self, key: str) -> None:
+        """Register interest before the record is put, so a fast reply is never missed."""
+        self._waiting[key] = asyncio.get_running_loop().create_future()
+
+    async def publish(self, replies: Sequence[Reply]) -> None:
+        waiting = self._waiting
+        for reply in replies:
+            future = waiting.pop(reply.key, None)
+            if future is None:
+                self.metrics.abandoned.inc()
+            elif not future.done():
+                future.set_result(reply)
+
+    async def wait(self, key: str, timeout: float) -> Reply:
+        loop = asyncio.get_running_loop()
+        future = self._waiting.get(key)
+        if future is None:
+            future = self._waiting[key] = loop.create_future()
+        # call_later instead of wait_for: no extra task per request on the hot path
+        timer = loop.call_later(timeout, _expire, future, timeout)
+        try:
+            return await future
+        finally:
+            timer.cancel()
+            self._waiting.pop(key, None)
+
+
+def _expire(future: asyncio.Future[Reply], timeout: float) -> None:
+    if not future.done():
+        future.set_exception(ReplyTimeout(f"no reply within {timeout:g}s"))

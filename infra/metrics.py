@@ -1,0 +1,145 @@
+"""A small Prometheus registry: counters and histograms, rendered in the text exposition format.
+
+One registry per process; the edge and the batcher record into it, `/metrics` renders it.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+
+class Counter:
+    def __init__(self, name: str, help: str) -> None:
+        self.name, self.help, self.value = name, help, 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+    def render(self) -> list[str]:
+        return [
+            f"# HELP {self.name} {self.help}",
+            f"# TYPE {self.name} counter",
+            f"{self.name} {_number(self.value)}",
+        ]
+
+
+class LabeledCounter:
+    """A counter family with one label, e.g. responses by status."""
+
+    def __init__(self, name: str, help: str, label: str) -> None:
+        self.name, self.help, self.label = name, help, label
+        self.values: dict[str, float] = {}
+
+    def inc(self, value: str, amount: float = 1.0) -> None:
+        self.values[value] = self.values.get(value, 0.0) + amount
+
+    def render(self) -> list[str]:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter"]
+        for value, count in sorted(self.values.items()):
+            lines.append(f'{self.name}{{{self.label}="{value}"}} {_number(count)}')
+        return lines
+
+
+class Gauge(Counter):
+    def set(self, value: float) -> None:
+        self.value = value
+
+    def render(self) -> list[str]:
+        return [
+            f"# HELP {self.name} {self.help}",
+            f"# TYPE {self.name} gauge",
+            f"{self.name} {_number(self.value)}",
+        ]
+
+
+class Histogram:
+    def __init__(self, name: str, help: str, buckets: Sequence[float]) -> None:
+        self.name, self.help = name, help
+        self.bounds = list(buckets)
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1
+        self.sum += value
+        self.count += 1
+
+    def render(self) -> list[str]:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
+        running = 0
+        for bound, count in zip(self.bounds, self.counts, strict=False):
+            running += count
+            lines.append(f'{self.name}_bucket{{le="{_number(bound)}"}} {running}')
+        lines.append(f'{self.name}_bucket{{le="+Inf"}} {self.count}')
+        lines.append(f"{self.name}_sum {_number(self.sum)}")
+        lines.append(f"{self.name}_count {self.count}")
+        return lines
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(value)
+
+
+SIZES = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    """Every signal numerator exposes. Names follow Prometheus conventions; one word per idea."""
+
+    def __init__(self) -> None:
+        self.next_requests = Counter(
+            "numerator_next_requests_total", "Requests to POST /counters/{name}/next."
+        )
+        self.responses = LabeledCounter(
+            "numerator_responses_total", "HTTP responses to /next by status code.", "status"
+        )
+        self.values_allocated = Counter(
+            "numerator_values_allocated_total", "Values handed out by committed frames."
+        )
+        self.frames_committed = Counter(
+            "numerator_frames_committed_total",
+            "Postgres transactions that allocated values (one per frame).",
+        )
+        self.frame_retries = Counter(
+            "numerator_frame_retries_total", "Frames retried after a retryable Postgres error."
+        )
+        self.records_in = Counter(
+            "numerator_records_in_total", "Records the batcher read from the stream."
+        )
+        self.records_out = Counter("numerator_records_out_total", "Replies the batcher published.")
+        self.records_put = Counter(
+            "numerator_records_put_total", "Records the edge put on the stream."
+        )
+        self.dead_letters = Counter(
+            "numerator_dead_letters_total", "Records kept in the dead-letter table."
+        )
+        self.expired = Counter(
+            "numerator_records_expired_total",
+            "Records read after their client stopped waiting; answered without allocating.",
+        )
+        self.abandoned = Counter(
+            "numerator_replies_abandoned_total",
+            "Replies nobody read (client timed out): the only source of gaps.",
+        )
+        self.frame_size = Histogram("numerator_frame_size_records", "Records per frame.", SIZES)
+        self.frame_seconds = Histogram(
+            "numerator_frame_commit_seconds", "Time to commit one frame's transaction.", SECONDS
+        )
+        self.reply_wait = Histogram(
+            "numerator_reply_wait_seconds", "Time a request waited for its reply.", SECONDS
+        )
+        self.lag = Gauge(
+            "numerator_batcher_lag_seconds", "Age of the oldest record in the last frame."
+        )
+        self.stream_depth = Gauge(
+            "numerator_stream_depth_records", "Records waiting on the in-process stream."
+        )
+
+    def render(self) -> str:
+        lines: list[str] = []
+        for item in vars(self).values():
+            lines.extend(item.render())
+        return "\n".join(lines) + "\n"

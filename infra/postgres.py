@@ -1,0 +1,286 @@
+"""The Store port on Postgres (psycopg 3, async pool). psycopg errors never leave this module."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from importlib import resources
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg import errors as pgerrors
+from psycopg.rows import tuple_row
+
+from infra.counters import Counter, Reset
+from infra.errors import CounterExists, LeaseLost, StoreError, StoreUnavailable
+from infra.ports import Claim, DeadLetter, Lease
+
+# Errors after which the same work may succeed if tried again: the connection went away, the
+# server is starting or shutting down, or the transaction lost a race it can win next time.
+RETRYABLE = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg_pool.PoolTimeout,
+    pgerrors.SerializationFailure,
+    pgerrors.DeadlockDetected,
+    pgerrors.AdminShutdown,
+    pgerrors.CannotConnectNow,
+)
+
+COUNTER_COLUMNS = "name, start, template, reset, timezone"
+
+
+def _counter(row: tuple[Any, ...]) -> Counter:
+    name, start, template, reset, timezone = row
+    return Counter(name=name, start=start, template=template, reset=Reset(reset), timezone=timezone)
+
+
+def migrations() -> list[tuple[int, str]]:
+    """The versioned SQL migrations shipped with the package, in order."""
+    folder = resources.files("infra") / "migrations"
+    found = []
+    for item in folder.iterdir():
+        if item.name.endswith(".sql"):
+            found.append((int(item.name.split("_", 1)[0]), item.read_text()))
+    return sorted(found)
+
+
+async def migrate(url: str) -> list[int]:
+    """Apply the migrations not yet applied; safe to run from several processes at once."""
+    try:
+        connect = psycopg.AsyncConnection.connect(url, connect_timeout=10)
+        async with await connect as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(724_1001)")
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            cur = await conn.execute("SELECT version FROM schema_migrations")
+            done = {row[0] for row in await cur.fetchall()}
+            applied = []
+            for version, sql in migrations():
+                if version in done:
+                    continue
+                await conn.execute(sql.encode())
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version) VALUES (%s)", (version,)
+                )
+                applied.append(version)
+            return applied
+    except RETRYABLE as exc:
+        raise StoreUnavailable(f"cannot reach Postgres to migrate: {exc}") from exc
+
+
+class PostgresFrame:
+    """One frame's transaction on one connection (see FrameTransaction in ports)."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> None:
+        self.conn = conn
+
+    async def claims(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Claim]:
+        cur = await self.conn.execute(
+            "SELECT i.counter, i.key, i.count, i.first, i.last, i.day"
+            " FROM idempotency_keys i"
+            " JOIN unnest(%s::text[], %s::text[]) AS k(counter, key)"
+            "   ON i.counter = k.counter AND i.key = k.key"
+            " WHERE i.expires_at > now()",
+            ([c for c, _ in keys], [k for _, k in keys]),
+        )
+        return {(row[0], row[1]): Claim(*row) for row in await cur.fetchall()}
+
+    async def allocate(self, deltas: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+        # One statement for every counter of the frame; ORDER BY fixes the order rows are locked
+        # in, so two batchers touching the same counters cannot deadlock.
+        keys = sorted(deltas)
+        cur = await self.conn.execute(
+            "INSERT INTO counter_values AS cv (counter, period, allocated)"
+            " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[]) ORDER BY 1, 2"
+            " ON CONFLICT (counter, period)"
+            " DO UPDATE SET allocated = cv.allocated + excluded.allocated"
+            " RETURNING counter, period, allocated",
+            ([c for c, _ in keys], [p for _, p in keys], [deltas[k] for k in keys]),
+        )
+        return {(row[0], row[1]): row[2] for row in await cur.fetchall()}
+
+    async def remember(self, claims: Sequence[Claim], retention: float) -> None:
+        if not claims:
+            return
+        await self.conn.execute(
+            "INSERT INTO idempotency_keys (counter, key, count, first, last, day, expires_at)"
+            " SELECT c, k, n, f, l, d, now() + make_interval(secs => %s)"
+            " FROM unnest(%s::text[], %s::text[], %s::int[], %s::bigint[], %s::bigint[],"
+            "             %s::date[]) AS t(c, k, n, f, l, d)"
+            " ON CONFLICT (counter, key) DO UPDATE SET count = excluded.count,"
+            " first = excluded.first, last = excluded.last, day = excluded.day,"
+            " expires_at = excluded.expires_at",
+            (
+                retention,
+                [c.counter for c in claims],
+                [c.key for c in claims],
+                [c.count for c in claims],
+                [c.first for c in claims],
+                [c.last for c in claims],
+                [c.day for c in claims],
+            ),
+        )
+
+    async def dead_letter(self, letters: Sequence[DeadLetter]) -> None:
+        if not letters:
+            return
+        async with self.conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO dead_letters (stream, shard, sequence, problem, raw)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                [(x.stream, x.shard, x.sequence, x.problem, x.raw) for x in letters],
+            )
+
+    async def checkpoint(
+        self, lease: Lease, sequence: str, ranges: Sequence[tuple[str, str, int, int]]
+    ) -> None:
+        cur = await self.conn.execute(
+            "UPDATE leases SET sequence = %s"
+            " WHERE stream = %s AND shard = %s AND owner = %s AND epoch = %s",
+            (sequence, lease.stream, lease.shard, lease.owner, lease.epoch),
+        )
+        if cur.rowcount != 1:
+            raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
+        if ranges:
+            await self.conn.execute(
+                "INSERT INTO allocations (counter, period, first, last, stream, shard, sequence)"
+                " SELECT c, p, f, l, %s, %s, %s"
+                " FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[]) AS t(c, p, f, l)",
+                (
+                    lease.stream,
+                    lease.shard,
+                    sequence,
+                    [r[0] for r in ranges],
+                    [r[1] for r in ranges],
+                    [r[2] for r in ranges],
+                    [r[3] for r in ranges],
+                ),
+            )
+
+
+class PostgresStore:
+    """Counter definitions and state in Postgres, through a small connection pool."""
+
+    def __init__(self, url: str, max_size: int = 4, timeout: float = 2.0) -> None:
+        self.url = url
+        self.pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]] = (
+            psycopg_pool.AsyncConnectionPool(
+                url,
+                min_size=1,
+                max_size=max_size,
+                timeout=timeout,
+                open=False,
+                check=psycopg_pool.AsyncConnectionPool.check_connection,
+                kwargs={"autocommit": True, "connect_timeout": 2, "row_factory": tuple_row},
+                reconnect_timeout=0,  # keep trying forever: Postgres will come back
+            )
+        )
+
+    async def open(self) -> None:
+        await self.pool.open(wait=False)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+        try:
+            async with self.pool.connection() as conn:
+                yield conn
+        except RETRYABLE as exc:
+            raise StoreUnavailable(f"Postgres is unavailable: {exc}") from exc
+        except pgerrors.UniqueViolation:
+            raise
+        except psycopg.Error as exc:
+            raise StoreError(f"Postgres refused: {exc}") from exc
+
+    async def _fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        async with self._connection() as conn:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchall()
+
+    async def create(self, counter: Counter) -> None:
+        try:
+            async with self._connection() as conn:
+                await conn.execute(
+                    f"INSERT INTO counters ({COUNTER_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",
+                    (
+                        counter.name,
+                        counter.start,
+                        counter.template,
+                        counter.reset.value,
+                        counter.timezone,
+                    ),
+                )
+        except pgerrors.UniqueViolation as exc:
+            raise CounterExists(counter.name) from exc
+
+    async def get(self, name: str) -> Counter | None:
+        rows = await self._fetch(f"SELECT {COUNTER_COLUMNS} FROM counters WHERE name = %s", (name,))
+        return _counter(rows[0]) if rows else None
+
+    async def get_many(self, names: Sequence[str]) -> dict[str, Counter]:
+        rows = await self._fetch(
+            f"SELECT {COUNTER_COLUMNS} FROM counters WHERE name = ANY(%s)", (list(names),)
+        )
+        return {row[0]: _counter(row) for row in rows}
+
+    async def page(self, after: str | None, limit: int) -> list[Counter]:
+        rows = await self._fetch(
+            f"SELECT {COUNTER_COLUMNS} FROM counters WHERE name > %s ORDER BY name LIMIT %s",
+            (after or "", limit),
+        )
+        return [_counter(row) for row in rows]
+
+    async def allocated(self, name: str, period: str) -> int:
+        rows = await self._fetch(
+            "SELECT allocated FROM counter_values WHERE counter = %s AND period = %s",
+            (name, period),
+        )
+        return int(rows[0][0]) if rows else 0
+
+    async def acquire(self, stream: str, shard: str, owner: str, ttl: float) -> Lease | None:
+        rows = await self._fetch(
+            "INSERT INTO leases AS l (stream, shard, owner, epoch, sequence, expires_at)"
+            " VALUES (%s, %s, %s, 1, NULL, now() + make_interval(secs => %s))"
+            " ON CONFLICT (stream, shard) DO UPDATE"
+            " SET owner = excluded.owner, expires_at = excluded.expires_at,"
+            "     epoch = CASE WHEN l.owner = excluded.owner THEN l.epoch ELSE l.epoch + 1 END"
+            " WHERE l.owner = excluded.owner OR l.expires_at < now()"
+            " RETURNING epoch, sequence",
+            (stream, shard, owner, ttl),
+        )
+        if not rows:
+            return None
+        return Lease(stream, shard, owner, rows[0][0], rows[0][1])
+
+    async def release(self, lease: Lease, forget: bool) -> None:
+        where = " WHERE stream = %s AND shard = %s AND owner = %s AND epoch = %s"
+        params = (lease.stream, lease.shard, lease.owner, lease.epoch)
+        if forget:
+            await self._fetch("DELETE FROM leases" + where + " RETURNING 1", params)
+        else:
+            await self._fetch(
+                "UPDATE leases SET expires_at = now()" + where + " RETURNING 1", params
+            )
+
+    @asynccontextmanager
+    async def frame(self) -> AsyncIterator[PostgresFrame]:
+        async with self._connection() as conn, conn.transaction():
+            yield PostgresFrame(conn)
+
+    async def prune(self, now: datetime) -> int:
+        rows = await self._fetch(
+            "WITH gone AS (DELETE FROM idempotency_keys WHERE expires_at < %s RETURNING 1)"
+            " SELECT count(*) FROM gone",
+            (now,),
+        )
+        return int(rows[0][0])
+
+    async def ping(self) -> None:
+        await self._fetch("SELECT 1", ())

@@ -1,0 +1,81 @@
+"""Settings, read once from the environment into a frozen object and validated eagerly."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import TypeVar
+
+from infra.errors import SettingsError
+
+T = TypeVar("T", int, float)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every knob, with its environment variable (the field name in upper case)."""
+
+    database_url: str = ""
+    back_frame_ms: float = (
+        10.0  # BACK_FRAME_MS: how long the batcher collects before one transaction
+    )
+    frame_max_records: int = 10_000  # FRAME_MAX_RECORDS: a frame closes early at this size
+    reply_timeout_s: float = 5.0  # REPLY_TIMEOUT_S: how long a request waits for its reply (504)
+    idempotency_retention_s: float = 86_400.0  # IDEMPOTENCY_RETENTION_S: how long a key is kept
+    stream_capacity: int = 50_000  # STREAM_CAPACITY: records waiting beyond this get 503
+    max_body_bytes: int = 16_384  # MAX_BODY_BYTES: larger request bodies get 413
+    retry_after_s: int = 1  # RETRY_AFTER_S: the Retry-After of a 503
+    pool_max: int = 4  # POOL_MAX: Postgres connections per process
+    lease_ttl_s: float = 30.0  # LEASE_TTL_S: a silent batcher's shards are taken over after this
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+        for field in fields(cls):
+            variable = field.name.upper()
+            raw = env.get(variable)
+            if raw is None or raw == "":
+                continue
+            if field.type == "str":
+                values[field.name] = raw
+            elif field.type == "int":
+                values[field.name] = _number(variable, raw, int)
+            else:
+                values[field.name] = _number(variable, raw, float)
+        settings = cls(**values)  # type: ignore[arg-type]
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        positive: list[tuple[str, float]] = [
+            ("BACK_FRAME_MS", self.back_frame_ms),
+            ("FRAME_MAX_RECORDS", self.frame_max_records),
+            ("REPLY_TIMEOUT_S", self.reply_timeout_s),
+            ("IDEMPOTENCY_RETENTION_S", self.idempotency_retention_s),
+            ("STREAM_CAPACITY", self.stream_capacity),
+            ("MAX_BODY_BYTES", self.max_body_bytes),
+            ("RETRY_AFTER_S", self.retry_after_s),
+            ("POOL_MAX", self.pool_max),
+            ("LEASE_TTL_S", self.lease_ttl_s),
+        ]
+        for variable, value in positive:
+            if value <= 0:
+                raise SettingsError(variable, f"must be greater than 0, not {value}")
+        if self.back_frame_ms > 10_000:
+            raise SettingsError("BACK_FRAME_MS", "must be at most 10000 (10 s)")
+        if self.database_url and not self.database_url.startswith(("postgres://", "postgresql://")):
+            raise SettingsError("DATABASE_URL", "must start with postgresql://")
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that reproduces these settings in a worker process."""
+        return {f.name.upper(): str(getattr(self, f.name)) for f in fields(self)}
+
+
+def _number(variable: str, raw: str, kind: Callable[[str], T]) -> T:
+    try:
+        return kind(raw)
+    except ValueError:
+        name = "an integer" if kind is int else "a number"
+        raise SettingsError(variable, f"must be {name}, not {raw!r}") from None

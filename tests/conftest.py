@@ -1,0 +1,87 @@
+"""Shared fixtures: a real Postgres (embedded unless DATABASE_URL is set), a stack wired to it,
+an HTTP client over ASGI, a clock the tests can move, and unique counter names."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from infra.postgres import migrate
+from infra.settings import Settings
+from numerator.stack import Stack
+
+
+class Clock:
+    """A clock the tests move by hand; the batcher's periods follow it."""
+
+    def __init__(self, now: datetime | None = None) -> None:
+        self.now = now or datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[object | None]:
+    """The embedded server when DATABASE_URL is not set (None otherwise)."""
+    if os.environ.get("DATABASE_URL"):
+        yield None
+        return
+    import pgserver
+
+    folder = Path(tempfile.mkdtemp(prefix="numerator-test-"))
+    server = pgserver.get_server(folder / "pgdata", cleanup_mode="stop")
+    try:
+        yield server
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def database_url(pg_server: object | None) -> str:
+    url = os.environ.get("DATABASE_URL") or pg_server.get_uri()  # type: ignore[union-attr]
+    asyncio.run(migrate(url))
+    return str(url)
+
+
+@pytest.fixture
+def settings(database_url: str) -> Settings:
+    return replace(Settings(), database_url=database_url, back_frame_ms=2.0, reply_timeout_s=5.0)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+async def stack(settings: Settings, clock: Clock) -> AsyncIterator[Stack]:
+    async with Stack(settings, clock) as running:
+        yield running
+
+
+@pytest.fixture
+async def client(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=stack.app())
+    async with httpx.AsyncClient(transport=transport, base_url="http://numerator") as http:
+        yield http
+
+
+@pytest.fixture
+def name() -> str:
+    """A counter name no other test uses: tests share one database."""
+    return f"t-{uuid.uuid4().hex[:12]}"

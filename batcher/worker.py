@@ -78,7 +78,8 @@ class Batcher:
             opened = time.monotonic()
             if len(frame) < limit and not stopping:
                 await asyncio.sleep(max(0.0, frame_s - (time.monotonic() - opened)))
-                frame.add(await self.stream.read(shard, lease.sequence, limit - len(frame), 0))
+                more = await self.stream.read(shard, frame.last_sequence, limit - len(frame), 0)
+                frame.add(more)
             lease = await self._apply(frame, lease)
         if lease is not None and not self.stream_durable:
             await self._release(lease)

@@ -16,6 +16,7 @@ from infra.errors import InvalidCounter
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_START = 2**62
 MAX_TEMPLATE = 200
+MAX_WIDTH = 64
 
 
 class Reset(StrEnum):
@@ -64,6 +65,8 @@ class Template:
                 raise InvalidCounter("template", "conversions such as !r are not allowed")
             if spec and "{" in spec:
                 raise InvalidCounter("template", "nested fields are not allowed")
+            if spec and any(int(n) > MAX_WIDTH for n in re.findall(r"\d+", spec)):
+                raise InvalidCounter("template", f"widths above {MAX_WIDTH} are not allowed")
         self.text = text
         try:
             self.render(1, date(2026, 1, 1))

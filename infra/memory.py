@@ -69,7 +69,7 @@ class MemoryReplies:
     async def publish(self, replies: Sequence[Reply]) -> None:
         waiting = self._waiting
         for reply in replies:
-            future = waiting.pop(reply.key, None)
+            future = waiting.get(reply.key)
             if future is None:
                 self.metrics.abandoned.inc()
             elif not future.done():

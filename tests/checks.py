@@ -1,0 +1,44 @@
+"""Checks shared by the concurrency tests: uniqueness, no holes, and the order guarantee."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Answer:
+    counter: str
+    first: int
+    last: int
+    sent: float  # monotonic time the request was sent
+    received: float  # monotonic time its reply was read
+
+
+def assert_unique_without_holes(answers: list[Answer], start: int = 1) -> None:
+    by_counter: dict[str, list[int]] = {}
+    for a in answers:
+        by_counter.setdefault(a.counter, []).extend(range(a.first, a.last + 1))
+    for counter, values in by_counter.items():
+        assert len(values) == len(set(values)), f"{counter}: a value was handed out twice"
+        assert sorted(values) == list(range(start, start + len(values))), f"{counter}: holes"
+
+
+def assert_ordered(answers: list[Answer]) -> None:
+    """If A's reply was read before B was sent, A's values are smaller than B's."""
+    by_counter: dict[str, list[Answer]] = {}
+    for a in answers:
+        by_counter.setdefault(a.counter, []).append(a)
+    pairs = 0
+    for counter, items in by_counter.items():
+        done = sorted(items, key=lambda a: a.received)
+        received = [a.received for a in done]
+        highest: list[int] = []  # highest last value among replies read so far
+        for a in done:
+            highest.append(max(highest[-1], a.last) if highest else a.last)
+        for b in items:
+            i = bisect.bisect_left(received, b.sent)  # replies read strictly before b was sent
+            if i:
+                pairs += i
+                assert highest[i - 1] < b.first, f"{counter}: order broken for {b}"
+    assert pairs > 0, "no request was sent after another's reply: the check saw nothing"

@@ -1,0 +1,184 @@
+"""The batcher against a real Postgres: poison records, dead letters, expiry, leases, checkpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
+
+import psycopg
+import pytest
+
+from batcher.worker import Batcher
+from infra.counters import Counter
+from infra.errors import LeaseLost
+from infra.memory import MemoryReplies
+from infra.metrics import Metrics
+from infra.ports import Entry
+from infra.postgres import PostgresStore
+from infra.settings import Settings
+from infra.wire import BadRecord, Record, Reply, decode_record
+
+
+class ListStream:
+    """A durable-looking stream with one shard holding fixed raw records (a Kinesis stand-in)."""
+
+    def __init__(self, raws: list[bytes]) -> None:
+        self.name = f"test-{uuid.uuid4().hex[:8]}"
+        self.entries = []
+        for n, raw in enumerate(raws, start=1):
+            try:
+                record = decode_record(raw)
+                self.entries.append(Entry("shard-0", str(n), record, raw, key=record.key))
+            except BadRecord as exc:
+                self.entries.append(Entry("shard-0", str(n), None, raw, str(exc), exc.key))
+
+    async def put(self, records: Sequence[Record]) -> None:
+        raise NotImplementedError
+
+    async def shards(self) -> list[str]:
+        return ["shard-0"]
+
+    async def read(self, shard: str, after: str | None, limit: int, wait: float) -> list[Entry]:
+        start = int(after or 0)
+        found = [e for e in self.entries if int(e.sequence) > start][:limit]
+        if not found:
+            await asyncio.sleep(min(wait, 0.01))
+        return found
+
+
+class Collect(MemoryReplies):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[Reply] = []
+
+    async def publish(self, replies: Sequence[Reply]) -> None:
+        self.seen.extend(replies)
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[PostgresStore]:
+    store = PostgresStore(database_url)
+    await store.open()
+    yield store
+    await store.close()
+
+
+async def run_until(batcher: Batcher, replies: Collect, count: int) -> None:
+    await batcher.start()
+    for _ in range(500):
+        if len(replies.seen) >= count:
+            break
+        await asyncio.sleep(0.01)
+    await batcher.stop()
+
+
+def raw(key: str, counter: str, count: int = 1, deadline: float | None = None) -> bytes:
+    import orjson
+
+    return orjson.dumps({"k": key, "c": counter, "n": count,
+                         "d": time.time() + 30 if deadline is None else deadline})
+
+
+async def test_poison_records_are_dead_lettered_and_the_shard_moves_on(
+    store: PostgresStore, settings: Settings, name: str, database_url: str
+) -> None:
+    await store.create(Counter(name))
+    stream = ListStream([
+        raw("a", name),
+        b"{not json",
+        b'{"k": "b", "c": "x", "n": 0, "d": 1}',
+        raw("c", name + "-missing"),
+        raw("d", name, 2),
+    ])
+    replies = Collect()
+    batcher = Batcher(stream, replies, store, settings, Metrics())
+    await run_until(batcher, replies, 4)
+    by_key = {r.key: r for r in replies.seen}
+    assert (by_key["a"].first, by_key["d"].first, by_key["d"].last) == (1, 2, 3)
+    assert by_key["b"].error == "bad-record"
+    assert by_key["c"].error == "counter-not-found"
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute(
+            "SELECT sequence, problem FROM dead_letters WHERE stream = %s ORDER BY id",
+            (stream.name,),
+        )
+        letters = await cur.fetchall()
+        cur = await conn.execute(
+            "SELECT sequence FROM leases WHERE stream = %s", (stream.name,))
+        (checkpoint,) = await cur.fetchone()  # type: ignore[misc]
+    assert [seq for seq, _ in letters] == ["2", "3", "4"]
+    assert "not JSON" in letters[0][1]
+    assert checkpoint == "5"
+    assert batcher.metrics.dead_letters.value == 3
+
+
+async def test_a_replay_after_the_checkpoint_allocates_nothing_twice(
+    store: PostgresStore, settings: Settings, name: str
+) -> None:
+    await store.create(Counter(name))
+    stream = ListStream([raw(f"r{i}", name) for i in range(10)])
+    first = Collect()
+    owner = "batcher-a"
+    await run_until(Batcher(stream, first, store, settings, Metrics(), owner=owner), first, 10)
+    # The same owner starts again (a restart): it resumes after its checkpoint.
+    stream.entries += ListStream([raw("r10", name)]).entries
+    stream.entries[-1] = replace(stream.entries[-1], sequence="11")
+    again = Collect()
+    await run_until(Batcher(stream, again, store, settings, Metrics(), owner=owner), again, 1)
+    assert [r.key for r in again.seen] == ["r10"]
+    assert again.seen[0].first == 11
+    assert await store.allocated(name, "") == 11
+
+
+async def test_expired_records_allocate_nothing(
+    store: PostgresStore, settings: Settings, name: str
+) -> None:
+    await store.create(Counter(name))
+    stream = ListStream([raw("late", name, deadline=time.time() - 1), raw("fresh", name)])
+    replies = Collect()
+    await run_until(Batcher(stream, replies, store, settings, Metrics()), replies, 2)
+    by_key = {r.key: r for r in replies.seen}
+    assert by_key["late"].error == "expired"
+    assert by_key["fresh"].first == 1
+    assert await store.allocated(name, "") == 1
+
+
+async def test_lease_is_exclusive_and_fences_an_old_owner(
+    store: PostgresStore, name: str
+) -> None:
+    stream = f"lease-{name}"
+    mine = await store.acquire(stream, "s", "a", ttl=30)
+    assert mine is not None and mine.epoch == 1
+    assert await store.acquire(stream, "s", "b", ttl=30) is None  # held
+    assert (await store.acquire(stream, "s", "a", ttl=30)).epoch == 1  # type: ignore[union-attr]
+    await store.release(mine, forget=False)  # expires now
+    theirs = await store.acquire(stream, "s", "b", ttl=30)
+    assert theirs is not None and theirs.epoch == 2
+    with pytest.raises(LeaseLost):
+        async with store.frame() as tx:
+            await tx.checkpoint(mine, "9", [])
+    async with store.frame() as tx:
+        await tx.checkpoint(theirs, "9", [])
+
+
+async def test_a_frame_that_loses_its_lease_rolls_back(
+    store: PostgresStore, name: str
+) -> None:
+    await store.create(Counter(name))
+    stream = f"lease-{name}"
+    stale = await store.acquire(stream, "s", "a", ttl=30)
+    assert stale is not None
+    await store.release(stale, forget=False)
+    assert await store.acquire(stream, "s", "b", ttl=30) is not None
+    with pytest.raises(LeaseLost):
+        async with store.frame() as tx:
+            await tx.allocate({(name, ""): 5})
+            await tx.checkpoint(stale, "1", [(name, "", 1, 5)])
+    assert await store.allocated(name, "") == 0  # nothing allocated by the fenced-out owner
+
+
+async def test_settings_fixture_is_fast(settings: Settings) -> None:
+    assert settings.back_frame_ms < 10

@@ -1,0 +1,79 @@
+"""Uniqueness and order under concurrency: one hot counter, many counters, several batchers."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import replace
+
+import httpx
+
+from infra.settings import Settings
+from numerator.stack import Stack
+from tests.checks import Answer, assert_ordered, assert_unique_without_holes
+
+
+async def drive(
+    clients: list[httpx.AsyncClient], counters: list[str], workers: int, each: int, seed: int = 7
+) -> list[Answer]:
+    """`workers` concurrent loops, each sending `each` requests one after another."""
+    rng = random.Random(seed)
+    answers: list[Answer] = []
+
+    async def loop(n: int) -> None:
+        client = clients[n % len(clients)]
+        for _ in range(each):
+            counter = rng.choice(counters)
+            count = rng.choice((1, 1, 1, 2, 5))
+            sent = time.monotonic()
+            response = await client.post(f"/counters/{counter}/next", params={"count": count})
+            received = time.monotonic()
+            assert response.status_code == 200, response.text
+            body = response.json()
+            first = body.get("first", body.get("value"))
+            last = body.get("last", body.get("value"))
+            assert last - first + 1 == count
+            answers.append(Answer(counter, first, last, sent, received))
+
+    await asyncio.gather(*(loop(n) for n in range(workers)))
+    return answers
+
+
+async def test_one_hot_counter(client: httpx.AsyncClient, name: str) -> None:
+    await client.post("/counters", json={"name": name})
+    answers = await drive([client], [name], workers=100, each=30)
+    assert len(answers) == 3000
+    assert_unique_without_holes(answers)
+    assert_ordered(answers)
+
+
+async def test_many_counters(client: httpx.AsyncClient, name: str) -> None:
+    names = [f"{name}-{i}" for i in range(25)]
+    for n in names:
+        await client.post("/counters", json={"name": n})
+    answers = await drive([client], names, workers=100, each=30)
+    assert_unique_without_holes(answers)
+    assert_ordered(answers)
+
+
+async def test_two_batchers_share_one_hot_counter(settings: Settings, name: str) -> None:
+    """Two stacks (as two server workers would run) on one Postgres, each with its batcher."""
+    one, two = Stack(replace(settings, back_frame_ms=3)), Stack(replace(settings, back_frame_ms=5))
+    async with one, two:
+        clients = [
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=s.app()), base_url="http://n")
+            for s in (one, two)
+        ]
+        await clients[0].post("/counters", json={"name": name})
+        await clients[1].post("/counters", json={"name": name + "-x"})
+        answers = await drive(clients, [name, name + "-x"], workers=80, each=30)
+        for c in clients:
+            await c.aclose()
+    hot = [a for a in answers if a.counter == name]
+    assert len(hot) > 1000
+    assert_unique_without_holes(hot)
+    assert_ordered(hot)
+    frames = one.metrics.frames_committed.value + two.metrics.frames_committed.value
+    assert one.metrics.frames_committed.value > 0 and two.metrics.frames_committed.value > 0
+    assert frames < len(hot) / 3, "frames should carry many requests each"

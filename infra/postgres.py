@@ -29,6 +29,7 @@ RETRYABLE = (
     pgerrors.CannotConnectNow,
 )
 
+FRAME_CONNECT_S = 0.25
 COUNTER_COLUMNS = "name, start, template, reset, timezone"
 
 
@@ -188,9 +189,11 @@ class PostgresStore:
         await self.pool.close()
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+    async def _connection(
+        self, timeout: float | None = None
+    ) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
         try:
-            async with self.pool.connection() as conn:
+            async with self.pool.connection(timeout) as conn:
                 yield conn
         except RETRYABLE as exc:
             raise StoreUnavailable(f"Postgres is unavailable: {exc}") from exc
@@ -271,7 +274,9 @@ class PostgresStore:
 
     @asynccontextmanager
     async def frame(self) -> AsyncIterator[PostgresFrame]:
-        async with self._connection() as conn, conn.transaction():
+        # A short wait for a connection: a frame that cannot start soon is better retried (and its
+        # late records answered 503) than left holding its clients until they time out.
+        async with self._connection(FRAME_CONNECT_S) as conn, conn.transaction():
             yield PostgresFrame(conn)
 
     async def prune(self, now: datetime) -> int:

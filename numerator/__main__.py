@@ -1,0 +1,3 @@
+from numerator.cli import main
+
+main()

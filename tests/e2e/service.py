@@ -1,0 +1,79 @@
+"""Run `numerator up` as a user would: a child process, a free port, Ctrl-C to stop it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Service:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        environment = {**os.environ, **(env or {})}
+        environment.pop("DATABASE_URL", None) if "--database-url" not in args else None
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "numerator", "up", "--port", str(self.port), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=environment,
+        )
+        self.output = ""
+        self._wait_ready()
+
+    def _wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"numerator up exited:\n{self.process.stdout.read()}")  # type: ignore[union-attr]
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        self.stop()
+        raise AssertionError(f"numerator up did not become healthy:\n{self.output}")
+
+    def stop(self) -> int:
+        """Ctrl-C, as a person would; return the exit code."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+        try:
+            out, _ = self.process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            out, _ = self.process.communicate()
+        self.output += out
+        return self.process.returncode
+
+    def __enter__(self) -> Service:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def numerator(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "numerator", *args, "--url", url],
+        capture_output=True, text=True, timeout=60,
+    )
+
+
+def data_dir(tmp_path: Path) -> str:
+    return str(tmp_path / "data")

@@ -1,0 +1,94 @@
+"""`numerator up` as a user runs it: state that survives a restart, the CLI, several workers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.checks import Answer, assert_ordered, assert_unique_without_holes
+from tests.e2e.service import Service, numerator
+
+pytestmark = pytest.mark.slow
+
+
+def take(url: str, name: str, count: int = 1) -> list[int]:
+    response = httpx.post(f"{url}/counters/{name}/next", params={"count": count}, timeout=10)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    return [body["value"]] if "value" in body else [v["value"] for v in body["values"]]
+
+
+def test_values_continue_after_a_restart_on_the_same_data_dir(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with Service("--data-dir", str(data)) as service:
+        assert httpx.post(f"{service.url}/counters", json={"name": "inv"}).status_code == 201
+        before = take(service.url, "inv", 3) + take(service.url, "inv")
+    assert service.process.returncode == 0
+    assert str(data) in service.output, "the output must name the data directory"
+    assert "stopped" in service.output
+    with Service("--data-dir", str(data)) as again:
+        after = take(again.url, "inv", 2)
+    assert before == [1, 2, 3, 4]
+    assert after == [5, 6], "a restarted service must not hand out a value twice"
+
+
+def test_ephemeral_forgets_everything(tmp_path: Path) -> None:
+    with Service("--ephemeral") as service:
+        httpx.post(f"{service.url}/counters", json={"name": "tmp"})
+        assert take(service.url, "tmp") == [1]
+    assert "throwaway" in service.output
+    with Service("--ephemeral") as again:
+        assert httpx.get(f"{again.url}/counters/tmp").status_code == 404
+
+
+def test_cli_for_people(tmp_path: Path) -> None:
+    with Service("--data-dir", str(tmp_path / "data")) as service:
+        url = service.url
+        made = numerator("counters", "create", "inv", "--template", "INV-{yyyy}-{value:06d}",
+                         "--reset", "yearly", url=url)
+        assert made.returncode == 0, made.stderr
+        assert "created inv" in made.stdout
+        one = numerator("next", "inv", url=url)
+        year = time.gmtime().tm_year
+        assert one.stdout.strip() == f"INV-{year}-000001"
+        three = numerator("next", "inv", "--count", "3", url=url)
+        assert three.stdout.split() == [f"INV-{year}-00000{i}" for i in (2, 3, 4)]
+        as_json = json.loads(numerator("next", "inv", "--json", url=url).stdout)
+        assert as_json["value"] == 5
+        shown = numerator("counters", "get", "inv", url=url)
+        assert "last      5" in shown.stdout
+        listed = numerator("counters", "list", url=url)
+        assert "inv" in listed.stdout
+        missing = numerator("next", "nope", url=url)
+        assert missing.returncode == 1
+        assert "404 No such counter" in missing.stderr
+        bad = numerator("counters", "create", "-x", url=url)
+        assert bad.returncode != 0
+    down = numerator("counters", "list", url=url)
+    assert down.returncode == 1 and "cannot reach" in down.stderr
+
+
+async def test_several_workers_hand_out_unique_ordered_values(tmp_path: Path) -> None:
+    with Service("--ephemeral", "--workers", "2") as service:
+        limits = httpx.Limits(max_connections=64)
+        async with httpx.AsyncClient(base_url=service.url, limits=limits, timeout=30) as client:
+            assert (await client.post("/counters", json={"name": "hot"})).status_code == 201
+            answers: list[Answer] = []
+
+            async def loop() -> None:
+                for _ in range(40):
+                    sent = time.monotonic()
+                    response = await client.post("/counters/hot/next")
+                    assert response.status_code == 200, response.text
+                    value = response.json()["value"]
+                    answers.append(Answer("hot", value, value, sent, time.monotonic()))
+
+            await asyncio.gather(*(loop() for _ in range(64)))
+    assert len(answers) == 2560
+    assert_unique_without_holes(answers)
+    assert_ordered(answers)

@@ -71,7 +71,9 @@ class Service:
 def numerator(*args: str, url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "numerator", *args, "--url", url],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 

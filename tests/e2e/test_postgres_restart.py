@@ -47,15 +47,17 @@ def start(server: Any) -> None:
 
 
 async def test_postgres_restart_mid_load(own_postgres: Any) -> None:
-    settings = replace(Settings(), database_url=own_postgres.get_uri(), back_frame_ms=5,
-                       reply_timeout_s=2.0)
+    settings = replace(
+        Settings(), database_url=own_postgres.get_uri(), back_frame_ms=5, reply_timeout_s=2.0
+    )
     statuses: Counter[int] = Counter()
     values: list[int] = []
     timeline: list[tuple[float, int]] = []
     async with Stack(settings) as stack:
         app = stack.app()
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                     base_url="http://n", timeout=30) as client:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://n", timeout=30
+        ) as client:
             assert (await client.post("/counters", json={"name": "hot"})).status_code == 201
             running = True
 

@@ -49,8 +49,16 @@ def test_ephemeral_forgets_everything(tmp_path: Path) -> None:
 def test_cli_for_people(tmp_path: Path) -> None:
     with Service("--data-dir", str(tmp_path / "data")) as service:
         url = service.url
-        made = numerator("counters", "create", "inv", "--template", "INV-{yyyy}-{value:06d}",
-                         "--reset", "yearly", url=url)
+        made = numerator(
+            "counters",
+            "create",
+            "inv",
+            "--template",
+            "INV-{yyyy}-{value:06d}",
+            "--reset",
+            "yearly",
+            url=url,
+        )
         assert made.returncode == 0, made.stderr
         assert "created inv" in made.stdout
         one = numerator("next", "inv", url=url)

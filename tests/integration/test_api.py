@@ -26,7 +26,11 @@ async def test_create_returns_201_with_location_and_defaults(
     assert response.status_code == 201
     assert response.headers["location"] == f"/counters/{name}"
     assert response.json() == {
-        "name": name, "start": 1, "template": "{value}", "reset": "never", "timezone": "UTC",
+        "name": name,
+        "start": 1,
+        "template": "{value}",
+        "reset": "never",
+        "timezone": "UTC",
     }
 
 
@@ -70,7 +74,9 @@ async def test_create_rejects_each_malformed_field_with_422(
 
 
 @pytest.mark.parametrize("raw", [b"{", b"[1, 2]", b"null", b"", b"\xff\xfe", b'"name"'])
-async def test_create_rejects_malformed_json_with_422(client: httpx.AsyncClient, raw: bytes) -> None:
+async def test_create_rejects_malformed_json_with_422(
+    client: httpx.AsyncClient, raw: bytes
+) -> None:
     response = await client.post(
         "/counters", content=raw, headers={"content-type": "application/json"}
     )
@@ -90,9 +96,7 @@ async def test_oversized_chunked_body_is_413(client: httpx.AsyncClient) -> None:
     problem(await client.post("/counters", content=chunks()), 413, "body-too-large")
 
 
-async def test_get_returns_settings_and_current_value(
-    client: httpx.AsyncClient, name: str
-) -> None:
+async def test_get_returns_settings_and_current_value(client: httpx.AsyncClient, name: str) -> None:
     await client.post("/counters", json={"name": name, "start": 100})
     body = (await client.get(f"/counters/{name}")).json()
     assert body["value"] is None
@@ -190,8 +194,13 @@ async def test_daily_reset_follows_the_counters_time_zone(
     clock.now = datetime(2026, 3, 1, 14, 30, tzinfo=UTC)
     await client.post(
         "/counters",
-        json={"name": name, "template": "{yyyy}{mm}{dd}-{value}", "reset": "daily",
-              "timezone": "Asia/Tokyo", "start": 10},
+        json={
+            "name": name,
+            "template": "{yyyy}{mm}{dd}-{value}",
+            "reset": "daily",
+            "timezone": "Asia/Tokyo",
+            "start": 10,
+        },
     )
     assert (await client.post(f"/counters/{name}/next")).json()["formatted"] == "20260301-10"
     assert (await client.post(f"/counters/{name}/next")).json()["formatted"] == "20260301-11"
@@ -203,8 +212,9 @@ async def test_monthly_reset(client: httpx.AsyncClient, name: str, clock: Clock)
     from datetime import UTC, datetime
 
     clock.now = datetime(2026, 1, 31, 12, tzinfo=UTC)
-    await client.post("/counters", json={"name": name, "reset": "monthly",
-                                         "template": "{yyyy}-{mm}/{value}"})
+    await client.post(
+        "/counters", json={"name": name, "reset": "monthly", "template": "{yyyy}-{mm}/{value}"}
+    )
     assert (await client.post(f"/counters/{name}/next")).json()["formatted"] == "2026-01/1"
     clock.now = datetime(2026, 2, 1, 0, 0, 1, tzinfo=UTC)
     assert (await client.post(f"/counters/{name}/next")).json()["formatted"] == "2026-02/1"
@@ -216,11 +226,13 @@ async def test_idempotency_key_returns_the_same_values(
 ) -> None:
     await client.post("/counters", json={"name": name})
     headers = {"Idempotency-Key": "order-7"}
-    first = (await client.post(f"/counters/{name}/next", params={"count": 3},
-                               headers=headers)).json()
+    first = (
+        await client.post(f"/counters/{name}/next", params={"count": 3}, headers=headers)
+    ).json()
     await client.post(f"/counters/{name}/next")
-    again = (await client.post(f"/counters/{name}/next", params={"count": 3},
-                               headers=headers)).json()
+    again = (
+        await client.post(f"/counters/{name}/next", params={"count": 3}, headers=headers)
+    ).json()
     assert again == first
     assert first["first"] == 1
     fresh = (await client.post(f"/counters/{name}/next")).json()
@@ -272,7 +284,8 @@ async def test_idempotency_key_expires_after_retention(
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await conn.execute(
             "UPDATE idempotency_keys SET expires_at = now() - interval '1 second'"
-            " WHERE counter = %s", (name,)
+            " WHERE counter = %s",
+            (name,),
         )
     again = (await client.post(f"/counters/{name}/next", headers=headers)).json()
     assert again["value"] == first["value"] + 1
@@ -293,8 +306,9 @@ async def test_list_pages_through_every_counter(client: httpx.AsyncClient, name:
     assert seen == names
 
 
-@pytest.mark.parametrize("params", [{"limit": "0"}, {"limit": "1001"}, {"limit": "x"},
-                                    {"after": "-bad"}])
+@pytest.mark.parametrize(
+    "params", [{"limit": "0"}, {"limit": "1001"}, {"limit": "x"}, {"after": "-bad"}]
+)
 async def test_list_rejects_bad_paging_with_422(
     client: httpx.AsyncClient, params: dict[str, str]
 ) -> None:
@@ -330,7 +344,8 @@ async def test_metrics_count_requests_values_and_frames(
     assert values["numerator_records_out_total"] == 41
     # 40 concurrent requests share frames: fewer transactions than requests
     assert 2 <= values["numerator_frames_committed_total"] < 41
-    assert values["numerator_frame_size_records_count"] == values[
-        "numerator_frames_committed_total"]
+    assert (
+        values["numerator_frame_size_records_count"] == values["numerator_frames_committed_total"]
+    )
     assert values['numerator_reply_wait_seconds_bucket{le="+Inf"}'] == 41
     assert "numerator_dead_letters_total" in values

@@ -1,4 +1,4 @@
-"""The batcher against a real Postgres: poison records, dead letters, expiry, leases, checkpoints."""
+"""The batcher on a real Postgres: poison records, dead letters, expiry, leases, checkpoints."""
 
 from __future__ import annotations
 
@@ -78,21 +78,29 @@ async def run_until(batcher: Batcher, replies: Collect, count: int) -> None:
 def raw(key: str, counter: str, count: int = 1, deadline: float | None = None) -> bytes:
     import orjson
 
-    return orjson.dumps({"k": key, "c": counter, "n": count,
-                         "d": time.time() + 30 if deadline is None else deadline})
+    return orjson.dumps(
+        {
+            "k": key,
+            "c": counter,
+            "n": count,
+            "d": time.time() + 30 if deadline is None else deadline,
+        }
+    )
 
 
 async def test_poison_records_are_dead_lettered_and_the_shard_moves_on(
     store: PostgresStore, settings: Settings, name: str, database_url: str
 ) -> None:
     await store.create(Counter(name))
-    stream = ListStream([
-        raw("a", name),
-        b"{not json",
-        b'{"k": "b", "c": "x", "n": 0, "d": 1}',
-        raw("c", name + "-missing"),
-        raw("d", name, 2),
-    ])
+    stream = ListStream(
+        [
+            raw("a", name),
+            b"{not json",
+            b'{"k": "b", "c": "x", "n": 0, "d": 1}',
+            raw("c", name + "-missing"),
+            raw("d", name, 2),
+        ]
+    )
     replies = Collect()
     batcher = Batcher(stream, replies, store, settings, Metrics())
     await run_until(batcher, replies, 4)
@@ -106,8 +114,7 @@ async def test_poison_records_are_dead_lettered_and_the_shard_moves_on(
             (stream.name,),
         )
         letters = await cur.fetchall()
-        cur = await conn.execute(
-            "SELECT sequence FROM leases WHERE stream = %s", (stream.name,))
+        cur = await conn.execute("SELECT sequence FROM leases WHERE stream = %s", (stream.name,))
         (checkpoint,) = await cur.fetchone()  # type: ignore[misc]
     assert [seq for seq, _ in letters] == ["2", "3", "4"]
     assert "not JSON" in letters[0][1]
@@ -146,9 +153,7 @@ async def test_expired_records_allocate_nothing(
     assert await store.allocated(name, "") == 1
 
 
-async def test_lease_is_exclusive_and_fences_an_old_owner(
-    store: PostgresStore, name: str
-) -> None:
+async def test_lease_is_exclusive_and_fences_an_old_owner(store: PostgresStore, name: str) -> None:
     stream = f"lease-{name}"
     mine = await store.acquire(stream, "s", "a", ttl=30)
     assert mine is not None and mine.epoch == 1
@@ -164,9 +169,7 @@ async def test_lease_is_exclusive_and_fences_an_old_owner(
         await tx.checkpoint(theirs, "9", [])
 
 
-async def test_a_frame_that_loses_its_lease_rolls_back(
-    store: PostgresStore, name: str
-) -> None:
+async def test_a_frame_that_loses_its_lease_rolls_back(store: PostgresStore, name: str) -> None:
     await store.create(Counter(name))
     stream = f"lease-{name}"
     stale = await store.acquire(stream, "s", "a", ttl=30)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -19,7 +21,7 @@ def test_split_covers_the_new_values_exactly_once_in_order(
     assert [last - first + 1 for first, last in ranges] == wanted
     assert ranges[0][0] == start + earlier  # right after what earlier frames handed out
     assert ranges[-1][1] == start + total - 1
-    for (_, last), (first, _) in zip(ranges, ranges[1:], strict=False):
+    for (_, last), (first, _) in pairwise(ranges):
         assert first == last + 1  # contiguous, no overlap, increasing
 
 

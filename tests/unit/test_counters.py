@@ -44,8 +44,21 @@ def test_any_template_is_either_rejected_cleanly_or_renders(text: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["", "{value", "value}", "{}", "{0}", "{value!s}", "{value:{yyyy}}", "{yyyy}",
-             "{value:x<99999999999999}", "{value.imag}", "{value[0]}", "x" * 201],
+    "text",
+    [
+        "",
+        "{value",
+        "value}",
+        "{}",
+        "{0}",
+        "{value!s}",
+        "{value:{yyyy}}",
+        "{yyyy}",
+        "{value:x<99999999999999}",
+        "{value.imag}",
+        "{value[0]}",
+        "x" * 201,
+    ],
 )
 def test_bad_templates_are_rejected(text: str) -> None:
     with pytest.raises(InvalidCounter):

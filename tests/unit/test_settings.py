@@ -13,8 +13,9 @@ def test_defaults() -> None:
 
 
 def test_reads_variables() -> None:
-    settings = Settings.from_env({"BACK_FRAME_MS": "2.5", "POOL_MAX": "8",
-                                  "DATABASE_URL": "postgresql://x/y"})
+    settings = Settings.from_env(
+        {"BACK_FRAME_MS": "2.5", "POOL_MAX": "8", "DATABASE_URL": "postgresql://x/y"}
+    )
     assert (settings.back_frame_ms, settings.pool_max) == (2.5, 8)
     assert settings.database_url == "postgresql://x/y"
 

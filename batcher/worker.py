@@ -118,7 +118,7 @@ class Batcher:
         sent = [e.record.sent for e in frame.entries if e.record is not None and e.record.sent]
         if sent:
             metrics.lag.set(max(0.0, time.time() - min(sent)))
-        backoff = Backoff()
+        backoff: Backoff | None = None
         while True:
             began = time.monotonic()
             try:
@@ -130,6 +130,7 @@ class Batcher:
             except (Unavailable, StoreError) as exc:
                 self.healthy = False
                 metrics.frame_retries.inc()
+                backoff = backoff or Backoff()
                 delay = backoff.next()
                 log.warning(
                     "frame of %d records not applied (%s); retry in %.2fs", len(frame), exc, delay

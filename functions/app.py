@@ -13,6 +13,7 @@ from starlette.routing import Route
 
 from functions import routes
 from functions.edge import Edge
+from functions.fastpath import FastPath
 from functions.problems import Problem, handle_problem
 
 Lifespan = Callable[[Starlette], AbstractAsyncContextManager[None]]
@@ -33,7 +34,7 @@ async def handle_crash(request: Request, exc: Exception) -> Response:
     return Problem(500, "internal", "an unexpected error; it has been logged").response()
 
 
-def create_app(edge: Edge | None = None, lifespan: Lifespan | None = None) -> Starlette:
+def create_app(edge: Edge | None = None, lifespan: Lifespan | None = None) -> FastPath:
     """The numerator app. Pass `edge` for a wired app, or a `lifespan` that sets
     `app.state.edge` on startup (how server workers build their own stack)."""
 
@@ -61,4 +62,4 @@ def create_app(edge: Edge | None = None, lifespan: Lifespan | None = None) -> St
     )
     if edge is not None:
         app.state.edge = edge
-    return app
+    return FastPath(app, edge)

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import itertools
-import time
-import uuid
 from typing import Any
 
 import orjson
@@ -14,29 +11,10 @@ from starlette.responses import Response
 
 from functions import validation
 from functions.edge import Edge
+from functions.fastpath import take
 from functions.problems import Problem, invalid, unavailable
-from infra.counters import Counter, template
-from infra.errors import (
-    CounterExists,
-    InvalidCounter,
-    ReplyTimeout,
-    StoreError,
-    StreamFull,
-    Unavailable,
-)
-from infra.wire import Record, Reply
-
-# Reply keys: unique across processes (the prefix) and within one (the sequence), cheap to make.
-_PREFIX = uuid.uuid4().hex[:16]
-_SEQUENCE = itertools.count(1)
-
-REPLY_ERRORS = {
-    "counter-not-found": 404,
-    "idempotency-key-reused": 422,
-    "bad-record": 422,
-    "expired": 503,
-    "unavailable": 503,
-}
+from infra.counters import Counter
+from infra.errors import CounterExists, InvalidCounter, StoreError, Unavailable
 
 
 class JSON(Response):
@@ -52,68 +30,15 @@ def edge_of(request: Request) -> Edge:
 
 
 async def next_values(request: Request) -> Response:
+    """The Starlette route for /next; POSTs normally take the fast path in front of it."""
     edge = edge_of(request)
-    metrics = edge.metrics
-    metrics.next_requests.inc()
-    try:
-        response = await _next(request, edge)
-    except Problem as problem:
-        metrics.responses.inc(str(problem.status))
-        raise
-    metrics.responses.inc("200")
-    return response
-
-
-async def _next(request: Request, edge: Edge) -> Response:
-    name = validation.name(request.path_params["name"])
-    count = validation.count(request.query_params)
-    key = validation.idempotency_key(request.headers)
-    settings = edge.settings
-    sent = time.time()
-    record = Record(
-        key=f"{_PREFIX}-{next(_SEQUENCE)}",
-        counter=name,
-        count=count,
-        idempotency_key=key,
-        deadline=sent + edge.record_budget,
-        sent=sent,
+    body = await take(
+        edge,
+        request.path_params["name"],
+        request.query_params.get("count"),
+        request.headers.get("idempotency-key"),
     )
-    edge.replies.expect(record.key)
-    try:
-        await edge.stream.put([record])
-    except StreamFull as exc:
-        raise unavailable(f"the batcher is saturated: {exc}", settings.retry_after_s) from None
-    except Unavailable as exc:
-        raise unavailable(str(exc), settings.retry_after_s) from None
-    try:
-        reply = await edge.replies.wait(record.key, settings.reply_timeout_s)
-    except ReplyTimeout as exc:
-        raise Problem(504, "reply-timeout", str(exc)) from None
-    finally:
-        edge.metrics.reply_wait.observe(time.time() - sent)
-    return JSON(answer(reply, count, settings.retry_after_s))
-
-
-def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
-    """The body for a reply, or the problem it stands for."""
-    if reply.error is not None:
-        status = REPLY_ERRORS.get(reply.error, 500)
-        if status == 503:
-            raise unavailable(reply.detail or reply.error, retry_after)
-        kind = reply.error if reply.error != "bad-record" else "invalid-request"
-        raise Problem(status, kind, reply.detail)
-    assert reply.day is not None
-    render = template(reply.template).render
-    if count == 1 and reply.first == reply.last:
-        return {
-            "counter": reply.counter,
-            "value": reply.first,
-            "formatted": render(reply.first, reply.day),
-        }
-    values = [
-        {"value": v, "formatted": render(v, reply.day)} for v in range(reply.first, reply.last + 1)
-    ]
-    return {"counter": reply.counter, "first": reply.first, "last": reply.last, "values": values}
+    return JSON(body)
 
 
 async def create_counter(request: Request) -> Response:

@@ -176,7 +176,9 @@ class PostgresStore:
                 max_size=max_size,
                 timeout=timeout,
                 open=False,
-                check=psycopg_pool.AsyncConnectionPool.check_connection,
+                # No check on checkout (a round trip per frame): a connection broken by a
+                # Postgres restart fails one try, is discarded by the pool, and the retry gets
+                # a fresh one.
                 kwargs={"autocommit": True, "connect_timeout": 2, "row_factory": tuple_row},
                 reconnect_timeout=0,  # keep trying forever: Postgres will come back
             )

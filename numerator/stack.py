@@ -12,6 +12,7 @@ from starlette.applications import Starlette
 from batcher.worker import Batcher, utc_now
 from functions.app import create_app
 from functions.edge import Edge
+from functions.fastpath import FastPath
 from infra.memory import MemoryReplies, MemoryStream
 from infra.metrics import Metrics
 from infra.postgres import PostgresStore, migrate
@@ -57,11 +58,11 @@ class Stack:
         await self.batcher.stop()
         await self.store.close()
 
-    def app(self) -> Starlette:
+    def app(self) -> FastPath:
         return create_app(self.edge)
 
 
-def app_from_env() -> Starlette:
+def app_from_env() -> FastPath:
     """The app a server worker runs: settings from the environment, its own stack."""
     settings = Settings.from_env()
 

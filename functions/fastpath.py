@@ -1,0 +1,152 @@
+"""POST /counters/{name}/next: the hot route, and a raw ASGI path to it.
+
+Every /next request costs a record, a wait and a reply, so the route skips what it does not need:
+`FastPath` answers it in front of Starlette's middleware, router and Request objects (a quarter of
+the CPU of a /next request in profiles), and hands every other request to the app unchanged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+import uuid
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+from starlette.applications import Starlette
+from starlette.types import Receive, Scope, Send
+
+from functions import validation
+from functions.edge import Edge
+from functions.problems import Problem, unavailable
+from infra.counters import template
+from infra.errors import ReplyTimeout, StreamFull, Unavailable
+from infra.wire import Record, Reply
+
+log = logging.getLogger("numerator.edge")
+
+# Reply keys: unique across processes (the prefix) and within one (the sequence), cheap to make.
+_PREFIX = uuid.uuid4().hex[:16]
+_SEQUENCE = itertools.count(1)
+
+REPLY_ERRORS = {
+    "counter-not-found": 404,
+    "idempotency-key-reused": 422,
+    "bad-record": 422,
+    "expired": 503,
+    "unavailable": 503,
+}
+
+
+async def take(edge: Edge, name: str, count: str | None, key: str | None) -> dict[str, Any]:
+    """Put one record for `count` values of counter `name` and await its reply; the response body,
+    or a Problem. Counts every request and its status in the metrics."""
+    metrics = edge.metrics
+    metrics.next_requests.inc()
+    try:
+        body = await _take(edge, name, count, key)
+    except Problem as problem:
+        metrics.responses.inc(str(problem.status))
+        raise
+    metrics.responses.inc("200")
+    return body
+
+
+async def _take(edge: Edge, name: str, raw_count: str | None, key: str | None) -> dict[str, Any]:
+    validation.name(name)
+    count = validation.count({"count": raw_count} if raw_count is not None else {})
+    validation.idempotency_key({"idempotency-key": key} if key is not None else {})
+    settings = edge.settings
+    sent = time.time()
+    record = Record(
+        f"{_PREFIX}-{next(_SEQUENCE)}", name, count, key, sent + edge.record_budget, sent
+    )
+    edge.replies.expect(record.key)
+    try:
+        await edge.stream.put((record,))
+    except StreamFull as exc:
+        raise unavailable(f"the batcher is saturated: {exc}", settings.retry_after_s) from None
+    except Unavailable as exc:
+        raise unavailable(str(exc), settings.retry_after_s) from None
+    try:
+        reply = await edge.replies.wait(record.key, settings.reply_timeout_s)
+    except ReplyTimeout as exc:
+        raise Problem(504, "reply-timeout", str(exc)) from None
+    finally:
+        edge.metrics.reply_wait.observe(time.time() - sent)
+    return answer(reply, count, settings.retry_after_s)
+
+
+def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
+    """The body for a reply, or the problem it stands for."""
+    if reply.error is not None:
+        status = REPLY_ERRORS.get(reply.error, 500)
+        if status == 503:
+            raise unavailable(reply.detail or reply.error, retry_after)
+        kind = reply.error if reply.error != "bad-record" else "invalid-request"
+        raise Problem(status, kind, reply.detail)
+    assert reply.day is not None
+    render = template(reply.template).render
+    if count == 1 and reply.first == reply.last:
+        return {
+            "counter": reply.counter,
+            "value": reply.first,
+            "formatted": render(reply.first, reply.day),
+        }
+    values = [
+        {"value": v, "formatted": render(v, reply.day)} for v in range(reply.first, reply.last + 1)
+    ]
+    return {"counter": reply.counter, "first": reply.first, "last": reply.last, "values": values}
+
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class FastPath:
+    """ASGI middleware: answers POST /counters/{name}/next itself, passes the rest to `app`."""
+
+    def __init__(self, app: Starlette, edge: Edge | None = None) -> None:
+        self.app = app
+        self.edge = edge
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope.get("path", "")
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or not path.startswith("/counters/")
+            or not path.endswith("/next")
+            or path.count("/") != 3
+        ):
+            await self.app(scope, receive, send)
+            return
+        edge: Edge = self.edge or self.app.state.edge
+        count = key = None
+        length = 0
+        for header, value in scope["headers"]:
+            if header == b"idempotency-key":
+                key = value.decode("latin-1")
+            elif header == b"content-length" and value.isdigit():
+                length = int(value)
+        if scope["query_string"]:
+            count = dict(
+                parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
+            ).get("count")
+        try:
+            if length > edge.settings.max_body_bytes:
+                raise Problem(413, "body-too-large", "/next takes no body")
+            body = orjson.dumps(await take(edge, path[10:-5], count, key))
+        except Problem as problem:
+            response = problem.response(path)
+            await response(scope, receive, send)
+            return
+        except Exception:
+            log.exception("unexpected error in /next")
+            await Problem(500, "internal", "an unexpected error; it has been logged").response(
+                path
+            )(scope, receive, send)
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
+        await send({"type": "http.response.body", "body": body})

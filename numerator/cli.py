@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import sys
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+from infra.errors import NumeratorError
+from infra.postgres import migrate
+from infra.settings import Settings
 from numerator import __version__, client
 from numerator.database import default_data_dir, embedded, ephemeral
 
@@ -114,7 +118,17 @@ def talking(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the JSON the service sent")
 
 
+def settings_or_exit() -> Settings:
+    """Settings from the environment, checked before anything starts."""
+    try:
+        return Settings.from_env()
+    except NumeratorError as exc:
+        client.fail(str(exc))
+        raise
+
+
 def run_up(args: argparse.Namespace) -> None:
+    settings_or_exit()
     database: AbstractContextManager[str]
     if args.database_url:
         where = "the database at --database-url / DATABASE_URL"
@@ -131,24 +145,19 @@ def run_up(args: argparse.Namespace) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> None:
+    settings_or_exit()
     if not args.database_url:
         client.fail("serve needs --database-url or DATABASE_URL (use `numerator up` for local)")
     serve_http(args, args.database_url, "the database at DATABASE_URL")
 
 
 def serve_http(args: argparse.Namespace, url: str, where: str) -> None:
-    import asyncio
-
     from granian import Granian
     from granian.constants import Interfaces
 
-    from infra.errors import NumeratorError
-    from infra.postgres import migrate
-    from infra.settings import Settings
-
     os.environ["DATABASE_URL"] = url
+    settings = settings_or_exit()
     try:
-        settings = Settings.from_env()
         asyncio.run(migrate(url))
     except NumeratorError as exc:
         client.fail(str(exc))

@@ -1,0 +1,50 @@
+"""503 with Retry-After when the batcher is saturated, 504 when no reply comes in time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from dataclasses import replace
+
+import httpx
+
+from functions.app import create_app
+from functions.edge import Edge
+from infra.memory import MemoryReplies, MemoryStream
+from infra.metrics import Metrics
+from infra.postgres import PostgresStore
+from infra.settings import Settings
+from numerator.stack import Stack
+
+
+async def test_saturated_stream_answers_503_with_retry_after(settings: Settings, name: str) -> None:
+    tight = replace(settings, stream_capacity=5, back_frame_ms=50, retry_after_s=3)
+    async with Stack(tight) as stack:
+        transport = httpx.ASGITransport(app=stack.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://n") as client:
+            await client.post("/counters", json={"name": name})
+            responses = await asyncio.gather(
+                *(client.post(f"/counters/{name}/next") for _ in range(60))
+            )
+    statuses = Counter(r.status_code for r in responses)
+    assert set(statuses) == {200, 503}, statuses
+    refused = next(r for r in responses if r.status_code == 503)
+    assert refused.headers["retry-after"] == "3"
+    assert refused.json()["type"] == "urn:numerator:problem:unavailable"
+    values = [r.json()["value"] for r in responses if r.status_code == 200]
+    assert sorted(values) == list(range(1, len(values) + 1)), "refused requests left no gaps"
+
+
+async def test_no_reply_in_time_is_504(settings: Settings, database_url: str) -> None:
+    """An edge whose batcher never answers (none is running) times out with 504, not a hang."""
+    quick = replace(settings, reply_timeout_s=0.2)
+    store = PostgresStore(database_url)
+    metrics = Metrics()
+    edge = Edge(MemoryStream(), MemoryReplies(metrics), store, quick, metrics)
+    transport = httpx.ASGITransport(app=create_app(edge))
+    async with httpx.AsyncClient(transport=transport, base_url="http://n") as client:
+        response = await client.post("/counters/anything/next")
+    assert response.status_code == 504
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["type"] == "urn:numerator:problem:reply-timeout"
+    assert metrics.responses.values == {"504": 1}

@@ -1,11 +1,149 @@
-"""`numerator bench`: filled in by the bench issue."""
+"""`numerator bench`, `numerator bench selfcheck`, `numerator bench report`."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
+
+SCENARIOS = Path(__file__).parent / "scenarios"
 
 
 def add_bench(commands: Any) -> None:
-    parser: argparse.ArgumentParser = commands.add_parser("bench", help="load tests")
-    parser.set_defaults(run=lambda a: parser.print_help())
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "bench",
+        help="load tests that leave a record (JSON, CSV, Postgres, HTML)",
+        description="Drive numerator with an open-model load and keep the record. "
+        "`numerator bench --local --schedule 'const(200,10s)' --json run.json --csv runs.csv "
+        "--html report.html` (add --compare for the baselines).",
+    )
+    target = parser.add_mutually_exclusive_group()
+    target.add_argument("--url", help="a running numerator")
+    target.add_argument(
+        "--local",
+        action="store_true",
+        help="start a stack (and the baselines with --compare) for the run",
+    )
+    parser.add_argument(
+        "--scenario", type=Path, help=f"a YAML scenario (e.g. {SCENARIOS / 'hot-counter.yaml'})"
+    )
+    parser.add_argument("--description")
+    parser.add_argument("--schedule", help="e.g. 'line(100,2000,30s) const(2000,1m)'")
+    parser.add_argument("--mix", choices=["hot", "uniform", "zipf"])
+    parser.add_argument("--counters", type=int, help="how many counters (uniform, zipf)")
+    parser.add_argument("--zipf-s", type=float, dest="zipf_s")
+    parser.add_argument("--count", type=int, help="values per request (?count=)")
+    parser.add_argument(
+        "--idempotency-share",
+        type=float,
+        dest="idempotency_share",
+        help="share of requests with an Idempotency-Key, 0 to 1",
+    )
+    parser.add_argument("--connections", type=int, help="connection limit")
+    parser.add_argument("--timeout", type=float, dest="timeout_s", help="per request, seconds")
+    parser.add_argument("--workers", type=int, help="--local: HTTP workers")
+    parser.add_argument(
+        "--back-frame-ms", type=float, dest="back_frame_ms", help="--local: BACK_FRAME_MS"
+    )
+    parser.add_argument("--mode", choices=["embedded"], help="--local: how the stack runs")
+    parser.add_argument(
+        "--database-url", help="--local: use this Postgres instead of a throwaway embedded one"
+    )
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also run the row-lock and nextval() baselines (needs --local)",
+    )
+    outputs(parser)
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.set_defaults(run=run)
+    actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action")
+
+    check = actions.add_parser("selfcheck", help="measure the generator's own ceiling")
+    check.add_argument("--max-rps", type=float, default=20000)
+    check.add_argument("--seconds", type=float, default=10)
+    check.add_argument("--connections", type=int, default=256, dest="check_connections")
+    check.set_defaults(run=selfcheck)
+
+    rebuild = actions.add_parser("report", help="rebuild the HTML report from stored runs")
+    outputs(rebuild)
+    rebuild.set_defaults(run=rebuild_report)
+
+
+def outputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, help="the whole run(s)")
+    parser.add_argument("--csv", type=Path, help="append one summary row per run")
+    parser.add_argument("--db", help="Postgres URL: one row per run in bench_runs")
+    parser.add_argument("--html", type=Path, help="a self-contained report")
+
+
+def fail(message: str) -> None:
+    print(f"numerator bench: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def run(args: argparse.Namespace) -> None:
+    from bench.run import Outputs, execute, headline
+    from bench.scenario import Scenario, ScenarioError
+
+    if not args.url and not args.local:
+        fail("say where: --url URL (a running numerator) or --local (start one)")
+    if args.compare and not args.local:
+        fail("--compare starts the baselines itself: use it with --local")
+    try:
+        scenario = Scenario.load(args.scenario) if args.scenario else Scenario()
+        fields = (
+            "description",
+            "schedule",
+            "mix",
+            "counters",
+            "zipf_s",
+            "count",
+            "idempotency_share",
+            "connections",
+            "timeout_s",
+            "workers",
+            "back_frame_ms",
+            "mode",
+        )
+        scenario = scenario.override({f: getattr(args, f) for f in fields})
+    except ScenarioError as exc:
+        fail(str(exc))
+    out = Outputs(args.json, args.csv, args.db, args.html)
+    runs = execute(
+        scenario,
+        url=args.url,
+        database_url=args.database_url,
+        compare=args.compare,
+        outputs=out,
+        quiet=args.quiet,
+    )
+    print(headline(runs))
+    for kind, where in (("json", out.json), ("csv", out.csv), ("db", out.db), ("html", out.html)):
+        if where:
+            print(f"{kind}: {where}")
+
+
+def selfcheck(args: argparse.Namespace) -> None:
+    from bench.selfcheck import check
+
+    print(check(args.max_rps, args.seconds, args.check_connections))
+
+
+def rebuild_report(args: argparse.Namespace) -> None:
+    from bench import record, report
+
+    if not args.html:
+        fail("report needs --html FILE to write")
+    if args.db:
+        history, latest = record.read_db(args.db)
+        if not latest:
+            fail("no runs in bench_runs")
+    elif args.json:
+        latest = record.read_json(args.json)
+        history = list(reversed(record.read_csv(args.csv))) if args.csv else []
+    else:
+        fail("report needs --db URL, or --json FILE (and --csv FILE for the comparison)")
+    report.write(args.html, latest, history)
+    print(f"html: {args.html}")

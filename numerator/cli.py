@@ -152,8 +152,7 @@ def run_serve(args: argparse.Namespace) -> None:
 
 
 def serve_http(args: argparse.Namespace, url: str, where: str) -> None:
-    from granian import Granian
-    from granian.constants import Interfaces
+    from numerator.server import serve
 
     os.environ["DATABASE_URL"] = url
     settings = settings_or_exit()
@@ -167,16 +166,7 @@ def serve_http(args: argparse.Namespace, url: str, where: str) -> None:
         f"{args.workers} worker(s), BACK_FRAME_MS={settings.back_frame_ms:g}). Ctrl-C stops it.",
         flush=True,
     )
-    Granian(
-        "numerator.stack:app_from_env",
-        address=args.host,
-        port=args.port,
-        interface=Interfaces.ASGI,
-        workers=args.workers,
-        factory=True,
-        log_access=False,
-        backlog=2048,
-    ).serve()
+    serve("numerator.stack:app_from_env", args.host, args.port, args.workers)
     print("numerator stopped", file=sys.stderr, flush=True)
 
 

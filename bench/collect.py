@@ -1,0 +1,159 @@
+"""The service side of a run: /metrics scraped every second into per-second deltas, and the CPU
+and memory of the service's processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import psutil
+
+from bench.scrape import parse
+
+# Counters the report shows per second, under plain names.
+RATES = {
+    "records_in": "numerator_records_in_total",
+    "records_out": "numerator_records_out_total",
+    "requests": "numerator_next_requests_total",
+    "values": "numerator_values_allocated_total",
+    "transactions": "numerator_frames_committed_total",
+    "dead_letters": "numerator_dead_letters_total",
+    "frame_retries": "numerator_frame_retries_total",
+}
+BASELINE_TRANSACTIONS = "baseline_transactions_total"
+BASELINE_REQUESTS = "baseline_requests_total"
+FRAME_SUM, FRAME_COUNT = "numerator_frame_size_records_sum", "numerator_frame_size_records_count"
+LAG = "numerator_batcher_lag_seconds"
+AWS = "numerator_aws_calls_total"
+
+
+def totals(metrics: dict[str, float]) -> dict[str, float]:
+    """The plain-named totals of one scrape (baselines count one transaction per request)."""
+    out = {name: metrics.get(metric, 0.0) for name, metric in RATES.items()}
+    if BASELINE_TRANSACTIONS in metrics:
+        out["transactions"] = metrics[BASELINE_TRANSACTIONS]
+        out["requests"] = metrics.get(BASELINE_REQUESTS, 0.0)
+    out["frame_sum"] = metrics.get(FRAME_SUM, 0.0)
+    out["frame_count"] = metrics.get(FRAME_COUNT, 0.0)
+    for name, value in metrics.items():
+        if name.startswith(AWS + "{"):
+            out["aws:" + name[len(AWS) + 1 : -1]] = value
+    return out
+
+
+@dataclass
+class Processes:
+    """The service's processes (and their children) by pid, sampled for CPU and memory."""
+
+    pids: list[int]
+    known: dict[int, psutil.Process] = field(default_factory=dict)
+
+    def sample(self) -> tuple[float, float]:
+        """CPU percent (100 = one core) since the last sample, and RSS in MB, summed."""
+        cpu = rss = 0.0
+        seen = set()
+        for pid in self.pids:
+            try:
+                root = psutil.Process(pid)
+                family = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for process in family:
+                seen.add(process.pid)
+                known = self.known.setdefault(process.pid, process)
+                try:
+                    cpu += known.cpu_percent(None)
+                    rss += known.memory_info().rss / 2**20
+                except psutil.Error:
+                    continue
+        for pid in list(self.known):
+            if pid not in seen:
+                del self.known[pid]
+        return cpu, rss
+
+
+@dataclass
+class Collector:
+    url: str
+    processes: Processes | None = None
+    interval: float = 1.0
+    samples: list[dict[str, Any]] = field(default_factory=list)
+    first: dict[str, float] = field(default_factory=dict)
+    last: dict[str, float] = field(default_factory=dict)
+    failures: int = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async with httpx.AsyncClient(base_url=self.url, timeout=5) as client:
+            previous = await self._scrape(client)
+            self.first = dict(previous or {})
+            if self.processes:
+                self.processes.sample()
+            began = time.monotonic()
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), self.interval)
+                current = await self._scrape(client)
+                if current is None or previous is None:
+                    previous = current or previous
+                    continue
+                self.samples.append(self._delta(time.monotonic() - began, previous, current))
+                previous = current
+            if previous is not None:
+                self.last = previous
+
+    async def _scrape(self, client: httpx.AsyncClient) -> dict[str, float] | None:
+        try:
+            response = await client.get("/metrics")
+            response.raise_for_status()
+        except httpx.HTTPError:
+            self.failures += 1
+            return None
+        scraped = parse(response.text)
+        out = totals(scraped)
+        out["lag"] = scraped.get(LAG, 0.0)
+        return out
+
+    def _delta(
+        self, at: float, before: dict[str, float], after: dict[str, float]
+    ) -> dict[str, Any]:
+        sample: dict[str, Any] = {"t": round(at, 3)}
+        for name in after:
+            if name == "lag":
+                sample["lag_s"] = after["lag"]
+            elif name not in ("frame_sum", "frame_count"):
+                sample[name] = after[name] - before.get(name, 0.0)
+        frames = after["frame_count"] - before["frame_count"]
+        sample["frame_size_mean"] = (
+            (after["frame_sum"] - before["frame_sum"]) / frames if frames else 0.0
+        )
+        if self.processes:
+            sample["cpu_pct"], sample["rss_mb"] = self.processes.sample()
+        return sample
+
+    def summary(self) -> dict[str, Any]:
+        """Totals over the run (last scrape minus first) and CPU/memory peaks and means."""
+        out: dict[str, Any] = {}
+        if self.first and self.last:
+            for name in self.last:
+                if name not in ("lag", "frame_sum", "frame_count"):
+                    out[name] = self.last[name] - self.first.get(name, 0.0)
+            frames = self.last["frame_count"] - self.first.get("frame_count", 0.0)
+            out["frame_size_mean"] = (
+                (self.last["frame_sum"] - self.first.get("frame_sum", 0.0)) / frames
+                if frames
+                else 0.0
+            )
+        busy = [s for s in self.samples if s.get("requests", 0) > 0] or self.samples
+        cpu = [s["cpu_pct"] for s in busy if "cpu_pct" in s]
+        rss = [s["rss_mb"] for s in self.samples if "rss_mb" in s]
+        out["cpu_pct"] = sum(cpu) / len(cpu) if cpu else None
+        out["rss_mb"] = max(rss) if rss else None
+        out["lag_max_s"] = max((s.get("lag_s", 0.0) for s in self.samples), default=0.0)
+        requests, transactions = out.get("requests", 0.0), out.get("transactions", 0.0)
+        out["requests_per_txn"] = requests / transactions if transactions else None
+        out["scrape_failures"] = self.failures
+        return out

@@ -1,0 +1,115 @@
+"""Stacks the bench starts itself (`--local`): one embedded Postgres, and on it numerator or a
+baseline as child processes on free ports."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+MODES = ("embedded",)
+TARGETS = ("numerator", "baseline-rowlock", "baseline-sequence")
+
+
+@dataclass
+class Database:
+    url: str
+    pids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Target:
+    name: str
+    url: str
+    pids: list[int]
+    settings: dict[str, object]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def database(url: str | None = None) -> Iterator[Database]:
+    """The given Postgres, or a throwaway embedded one (its server's pid is sampled too)."""
+    if url:
+        yield Database(url)
+        return
+    import pgserver
+
+    folder = Path(tempfile.mkdtemp(prefix="numerator-bench-"))
+    server = pgserver.get_server(folder / "pgdata", cleanup_mode="stop")
+    try:
+        pid = server.get_pid()
+        yield Database(str(server.get_uri()), [pid] if pid else [])
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def serve(target: str, db: Database, workers: int, env: dict[str, str]) -> Iterator[Target]:
+    """Start `target` on `db` and yield it once /healthz answers; stop it with SIGINT."""
+    port = free_port()
+    environment = {**os.environ, **env, "DATABASE_URL": db.url}
+    if target == "numerator":
+        command = [sys.executable, "-m", "numerator", "serve", "--database-url", db.url]
+    else:
+        mode = target.removeprefix("baseline-")
+        command = [sys.executable, "-m", "bench.baseline", mode, "--database-url", db.url]
+    command += ["--port", str(port), "--workers", str(workers)]
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_healthy(url, process, log)
+            settings: dict[str, object] = {
+                "workers": workers,
+                "back_frame_ms": float(environment.get("BACK_FRAME_MS", "10")),
+                "shards": workers if target == "numerator" else 0,
+            }
+            yield Target(target, url, [process.pid], settings)
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: object) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            log.seek(0)  # type: ignore[attr-defined]
+            raise RuntimeError(f"the stack exited: {log.read()[-2000:]}")  # type: ignore[attr-defined]
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{url} did not become healthy in 60 s")
+
+
+def create_counters(url: str, names: list[str]) -> None:
+    """Create the scenario's counters (an existing one is fine)."""
+    with httpx.Client(base_url=url, timeout=10) as client:
+        for name in names:
+            response = client.post("/counters", json={"name": name})
+            if response.status_code not in (201, 409):
+                raise RuntimeError(f"cannot create counter {name}: {response.text}")

@@ -1,0 +1,195 @@
+"""The HTML report: self-contained (inline SVG and CSS), viewable with no network."""
+
+from __future__ import annotations
+
+import math
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from bench.charts import Series, line_chart
+
+HEADLINE = [
+    ("target", "target"),
+    ("rps_mean", "achieved rps"),
+    ("offered_rps", "offered rps"),
+    ("latency_p50_ms", "p50 ms"),
+    ("latency_p95_ms", "p95 ms"),
+    ("latency_p99_ms", "p99 ms"),
+    ("latency_max_ms", "max ms"),
+    ("bad_responses", "non-2xx"),
+    ("errors", "errors"),
+    ("missed_sends", "missed sends"),
+    ("requests_per_txn", "requests / txn"),
+    ("cpu_pct", "service CPU %"),
+    ("rss_mb", "service RSS MB"),
+    ("generator_cpu_pct", "generator CPU %"),
+]
+HISTORY = [
+    ("started_at", "started"),
+    ("description", "description"),
+    ("target", "target"),
+    ("schedule", "schedule"),
+    ("rps_mean", "rps"),
+    ("latency_p95_ms", "p95 ms"),
+    ("latency_p99_ms", "p99 ms"),
+    ("bad_responses", "non-2xx"),
+    ("missed_sends", "missed"),
+    ("requests_per_txn", "req/txn"),
+    ("cpu_pct", "CPU %"),
+]
+STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1100px; }
+table { border-collapse: collapse; margin: 8px 0 20px; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
+tr.current td { background: #fff8dc; }
+.meta { color: #555; } h2 { margin-top: 28px; } svg { display: block; margin: 6px 0 14px; }
+"""
+
+
+def cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float) or (isinstance(value, str) and _is_float(value)):
+        number = float(value)
+        if math.isnan(number):
+            return "-"
+        return f"{number:,.0f}" if abs(number) >= 100 else f"{number:,.2f}"
+    return escape(str(value))
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return "." in text
+
+
+def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]], mark: str = "") -> str:
+    head = "".join(f"<th>{escape(title)}</th>" for _, title in columns)
+    body = []
+    for row in rows:
+        css = ' class="current"' if mark and row.get("run_id") == mark else ""
+        body.append(
+            f"<tr{css}>" + "".join(f"<td>{cell(row.get(k))}</td>" for k, _ in columns) + "</tr>"
+        )
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def ratios(runs: list[dict[str, Any]]) -> str:
+    """numerator against each baseline of the same invocation."""
+    ours = next((r["summary"] for r in runs if r["summary"]["target"] == "numerator"), None)
+    others = [r["summary"] for r in runs if r["summary"]["target"] != "numerator"]
+    if ours is None or not others:
+        return ""
+    rows = []
+    for base in others:
+        rps = ours["rps_mean"] / base["rps_mean"] if base["rps_mean"] else math.nan
+        p95 = (
+            base["latency_p95_ms"] / ours["latency_p95_ms"] if ours["latency_p95_ms"] else math.nan
+        )
+        txn = (base["transactions"] / ours["transactions"]) if ours["transactions"] else math.nan
+        rows.append({"target": base["target"], "rps": rps, "p95": p95, "txn": txn})
+    columns = [
+        ("target", "against"),
+        ("rps", "achieved rps: numerator ÷ baseline"),
+        ("p95", "p95: baseline ÷ numerator"),
+        ("txn", "Postgres transactions: baseline ÷ numerator"),
+    ]
+    return "<h2>Ratios, measured side by side</h2>" + table(rows, columns)
+
+
+def charts(run: dict[str, Any]) -> str:
+    client = run["client"]["per_second"]
+    service = run["service"]["per_second"]
+    rates: list[Series] = [
+        ("offered", [(s["second"], s["offered"]) for s in client]),
+        ("achieved (2xx)", [(s["second"], s["ok"]) for s in client]),
+        ("non-2xx + errors", [(s["second"], s["bad"] + s["errors"]) for s in client]),
+    ]
+    if any("records_in" in s for s in service):
+        rates.append(("records in", [(s["t"], s.get("records_in", 0)) for s in service]))
+        rates.append(("records out", [(s["t"], s.get("records_out", 0)) for s in service]))
+    latency: list[Series] = [
+        (name, [(s["second"], s["latency_ms"][key]) for s in client if s["ok"]])
+        for key, name in (("p50", "p50"), ("p95", "p95"), ("p99", "p99"), ("max", "max"))
+    ]
+    frames: list[Series] = [
+        (
+            "records per frame (mean)",
+            [(s["t"], s["frame_size_mean"]) for s in service if s.get("frame_size_mean")],
+        ),
+        ("transactions / s", [(s["t"], s.get("transactions", 0)) for s in service]),
+    ]
+    resources: list[Series] = [
+        ("service CPU %", [(s["t"], s["cpu_pct"]) for s in service if "cpu_pct" in s]),
+        ("service RSS MB", [(s["t"], s["rss_mb"]) for s in service if "rss_mb" in s]),
+    ]
+    return "".join(
+        [
+            line_chart(
+                "Offered vs achieved rate, records in vs out", rates, "second", "per second"
+            ),
+            line_chart(
+                "Latency percentiles over time (from scheduled send)", latency, "second", "ms"
+            ),
+            line_chart("Frames: size and transactions", frames, "second", "records / count"),
+            line_chart("Service CPU and memory", resources, "second", "% / MB"),
+        ]
+    )
+
+
+def distribution(runs: list[dict[str, Any]]) -> str:
+    names = {0.0: "p0", 1.0: "p90", 2.0: "p99", 3.0: "p99.9", 4.0: "p99.99"}
+    series: list[Series] = []
+    for run in runs:
+        points = [
+            (min(4.0, -math.log10(max(1e-4, 1 - p / 100))), ms)
+            for p, ms in run["client"]["distribution"]
+        ]
+        series.append((run["summary"]["target"], points))
+    return line_chart("Latency distribution", series, "percentile", "ms", x_names=names)
+
+
+def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:
+    """The report for one invocation's runs, with earlier runs (`history`) compared below."""
+    first = runs[0]
+    summary, scenario, host = first["summary"], first["scenario"], first["machine"]
+    sections = [
+        f"<h1>numerator bench — {escape(summary['description'] or summary['schedule'])}</h1>",
+        f"<p class='meta'>run {escape(summary['run_id'])} · {escape(str(summary['started_at']))}"
+        f" · numerator {escape(summary['version'])} · {escape(host['host'])}: "
+        f"{host['cpus']} CPUs, {host['memory_gb']} GB, Python {escape(host['python'])}</p>",
+        f"<p class='meta'>schedule <code>{escape(scenario['schedule'])}</code> · mix "
+        f"{escape(scenario['mix'])} over {scenario['counters']} counter(s) · count "
+        f"{scenario['count']} · idempotency keys on {scenario['idempotency_share']:.0%} · "
+        f"{scenario['connections']} connections · mode {escape(summary['mode'])} · "
+        f"BACK_FRAME_MS {cell(summary['back_frame_ms'])} · workers {summary['workers']}</p>",
+        "<h2>This run</h2>",
+        table([r["summary"] for r in runs], HEADLINE),
+        ratios(runs),
+        distribution(runs),
+    ]
+    for run in runs:
+        client = run["client"]
+        sections.append(f"<h2>{escape(run['summary']['target'])}</h2>")
+        sections.append(
+            f"<p class='meta'>statuses {escape(str(client['statuses']))} · errors "
+            f"{escape(str(client['errors']) if client['errors'] else 'none')} · missed sends "
+            f"{client['missed_sends']} (worst {client['worst_late_ms']:.1f} ms late)</p>"
+        )
+        sections.append(charts(run))
+    if history:
+        sections.append("<h2>Compared with earlier runs</h2>")
+        sections.append(table(history, HISTORY, mark=summary["run_id"]))
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>numerator bench {escape(summary['run_id'])}</title><style>{STYLE}</style>"
+        f"</head><body>{''.join(sections)}</body></html>"
+    )
+
+
+def write(path: Path, runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> None:
+    path.write_text(build(runs, history))

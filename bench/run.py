@@ -1,0 +1,186 @@
+"""One `numerator bench` invocation: start or reach the stack, drive the scenario against
+numerator (and the baselines with --compare), and keep the record."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from collections.abc import Callable, Coroutine
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bench import local, record, report
+from bench.collect import Collector, Processes
+from bench.http import Client
+from bench.load import Load, Outcome, drive
+from bench.scenario import Scenario
+from numerator import __version__
+
+T = TypeVar("T")
+
+
+def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run on uvloop when it is there: the generator needs every cycle it can get."""
+    try:
+        import uvloop
+
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(main())
+    except ImportError:
+        return asyncio.run(main())
+
+
+@dataclass
+class Outputs:
+    json: Path | None = None
+    csv: Path | None = None
+    db: str | None = None
+    html: Path | None = None
+
+
+class Progress:
+    """A line a second: elapsed, offered and achieved rps, p99 so far, errors."""
+
+    def __init__(self, target: str, seconds: float, quiet: bool) -> None:
+        self.target, self.seconds, self.quiet = target, seconds, quiet
+        self.last_ok = self.last_offered = 0
+        self.last_t = 0.0
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, elapsed: float, out: Outcome) -> None:
+        if self.quiet:
+            return
+        span = max(elapsed - self.last_t, 1e-9)
+        offered_so_far = sum(s.offered for at, s in out.per_second.items() if at < elapsed)
+        achieved = (out.ok - self.last_ok) / span
+        offered = (offered_so_far - self.last_offered) / span
+        self.last_ok, self.last_offered, self.last_t = out.ok, offered_so_far, elapsed
+        recent = [s for at, s in out.per_second.items() if elapsed - 5 <= at <= elapsed]
+        p99 = max(
+            (
+                s.latency.get_value_at_percentile(99) / 1000
+                for s in recent
+                if s.latency.get_total_count()
+            ),
+            default=0.0,
+        )
+        errors = out.bad + sum(out.errors.values())
+        line = (
+            f"[{self.target}] {elapsed:5.1f}/{self.seconds:.0f}s  offered {offered:7.0f}/s  "
+            f"achieved {achieved:7.0f}/s  p99 {p99:7.1f} ms  errors {errors}  "
+            f"missed {sum(s.missed for s in out.per_second.values())}"
+        )
+        print(
+            ("\r" + line) if self.tty else line,
+            end="" if self.tty else "\n",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+async def measure(
+    url: str, load: Load, pids: list[int], progress: Progress
+) -> tuple[Outcome, Collector]:
+    client = Client(url, load.connections)
+    collector = Collector(url, Processes(pids) if pids else None)
+    stop = asyncio.Event()
+    scraping = asyncio.create_task(collector.run(stop))
+    await asyncio.sleep(0.2)  # the collector's first scrape: the totals before the load
+    try:
+        outcome = await drive(client, load, progress)
+    finally:
+        client.close()
+        stop.set()
+        await scraping
+    if progress.tty and not progress.quiet:
+        print(file=sys.stderr)
+    return outcome, collector
+
+
+def execute(
+    scenario: Scenario,
+    *,
+    url: str | None,
+    database_url: str | None,
+    compare: bool,
+    outputs: Outputs,
+    quiet: bool = False,
+) -> list[dict[str, Any]]:
+    """Run the scenario; return the run records (numerator first, then any baselines)."""
+    run_id = uuid.uuid4().hex[:12]
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    load = scenario.load_plan()
+    names = load.mix.names()
+    targets = ["numerator", "baseline-rowlock", "baseline-sequence"] if compare else ["numerator"]
+    env = {"BACK_FRAME_MS": f"{scenario.back_frame_ms:g}"}
+    runs = []
+    with ExitStack() as stack:
+        db = None if url else stack.enter_context(local.database(database_url))
+        for name in targets:
+            with ExitStack() as serving:
+                if url:
+                    settings = {"workers": None, "back_frame_ms": None, "shards": None}
+                    target, mode = local.Target(name, url, [], settings), "remote"
+                else:
+                    assert db is not None
+                    target = serving.enter_context(local.serve(name, db, scenario.workers, env))
+                    mode = scenario.mode
+                local.create_counters(target.url, names)
+                progress = Progress(name, load.schedule.seconds, quiet)
+                pids = target.pids + (db.pids if db else [])
+                outcome, collector = run_async(
+                    lambda t=target, p=pids, g=progress: measure(t.url, load, p, g)  # type: ignore[misc]
+                )
+            runs.append(
+                record.build(
+                    run_id=run_id,
+                    started_at=started,
+                    description=scenario.description,
+                    target=name,
+                    mode=mode,
+                    scenario=scenario.to_json(),
+                    settings=target.settings,
+                    outcome=outcome,
+                    service=collector.summary(),
+                    service_seconds=collector.samples,
+                    version=__version__,
+                )
+            )
+    save(runs, outputs)
+    return runs
+
+
+def save(runs: list[dict[str, Any]], outputs: Outputs) -> None:
+    if outputs.json:
+        record.write_json(outputs.json, runs)
+    if outputs.csv:
+        record.append_csv(outputs.csv, runs)
+    if outputs.db:
+        record.insert_db(outputs.db, runs)
+    if outputs.html:
+        history: list[dict[str, Any]] = []
+        if outputs.db:
+            history, _ = record.read_db(outputs.db)
+        elif outputs.csv:
+            history = list(reversed(record.read_csv(outputs.csv)))
+        report.write(outputs.html, runs, history)
+
+
+def headline(runs: list[dict[str, Any]]) -> str:
+    lines = [
+        f"{'target':<18} {'rps':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
+        f"{'non-2xx':>8} {'errors':>7} {'missed':>7} {'req/txn':>8}"
+    ]
+    for run in runs:
+        s = run["summary"]
+        per_txn = f"{s['requests_per_txn']:.1f}" if s["requests_per_txn"] else "-"
+        lines.append(
+            f"{s['target']:<18} {s['rps_mean']:>8.0f} {s['latency_p50_ms']:>8.2f} "
+            f"{s['latency_p95_ms']:>8.2f} {s['latency_p99_ms']:>8.2f} {s['bad_responses']:>8} "
+            f"{s['errors']:>7} {s['missed_sends']:>7} {per_txn:>8}"
+        )
+    return "\n".join(lines)

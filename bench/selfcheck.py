@@ -1,0 +1,89 @@
+"""`numerator bench selfcheck`: how fast can this machine's generator send? It drives a trivial
+local endpoint on a rising open-model schedule and reports the highest rate it held without
+missed sends, with its own CPU; where wrk is installed, wrk's closed-model ceiling of the same
+endpoint is measured beside it."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import httpx
+
+from bench.http import Client
+from bench.load import Load, drive
+from bench.local import free_port
+from bench.run import Progress, run_async
+from bench.schedule import Schedule
+
+
+def check(max_rps: float, seconds: float, connections: int) -> str:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "granian",
+            "--interface",
+            "asgi",
+            "--port",
+            str(port),
+            "--no-ws",
+            "--factory",
+            "bench.trivial:factory",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(100):
+            try:
+                httpx.get(url + "/", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        schedule = Schedule.parse(f"line(100, {max_rps:g}, {seconds:g}s)")
+        load = Load(schedule=schedule, connections=connections, path="/ping")
+        progress = Progress("selfcheck", seconds, quiet=False)
+        outcome = run_async(lambda: drive(Client(url, connections), load, progress))
+        held = 0
+        for _, second in sorted(outcome.per_second.items()):
+            if second.offered and not second.missed and second.ok >= 0.99 * second.offered:
+                held = max(held, second.ok)
+        lines = [
+            f"built-in engine: held {held:,} rps with no missed sends "
+            f"(schedule {schedule.text}; {outcome.missed} missed sends overall, worst "
+            f"{outcome.worst_late_ms:.1f} ms late; generator CPU {outcome.cpu_pct:.0f}% of a core)",
+        ]
+        if shutil.which("wrk"):
+            lines.append(
+                f"wrk (closed model, -t1 -c64, 5s): {wrk(url):,.0f} rps on the same endpoint"
+            )
+        else:
+            lines.append("wrk not installed (apt-get install wrk) — no closed-model ceiling")
+        lines.append(
+            "Runs below the built-in figure are measured by the generator, not capped by it."
+        )
+        return "\n".join(lines)
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def wrk(url: str) -> float:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
+        script.write('wrk.method = "POST"\n')
+        script.flush()
+        out = subprocess.run(
+            ["wrk", "-t1", "-c64", "-d5s", "-s", script.name, url + "/ping"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    return float(match.group(1)) if match else 0.0

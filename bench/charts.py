@@ -18,10 +18,10 @@ def ticks(low: float, high: float, count: int = 5) -> list[float]:
         (m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw), default=10 * magnitude
     )
     first = math.floor(low / step) * step
-    out, value = [], first
-    while value <= high + step * 0.001:
-        out.append(round(value, 10))
+    out, value = [first], first
+    while value < high - step * 1e-6:  # the last tick is at or above `high`
         value += step
+        out.append(round(value, 10))
     return out
 
 

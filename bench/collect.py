@@ -92,16 +92,17 @@ class Collector:
             self.first = dict(previous or {})
             if self.processes:
                 self.processes.sample()
-            began = time.monotonic()
+            then = time.monotonic()
             while not stop.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.interval)
                 current = await self._scrape(client)
+                now = time.monotonic()
                 if current is None or previous is None:
-                    previous = current or previous
+                    previous, then = current or previous, now
                     continue
-                self.samples.append(self._delta(time.monotonic() - began, previous, current))
-                previous = current
+                self.samples.append(self._delta(now, now - then, previous, current))
+                previous, then = current, now
             if previous is not None:
                 self.last = previous
 
@@ -118,14 +119,16 @@ class Collector:
         return out
 
     def _delta(
-        self, at: float, before: dict[str, float], after: dict[str, float]
+        self, at: float, span: float, before: dict[str, float], after: dict[str, float]
     ) -> dict[str, Any]:
-        sample: dict[str, Any] = {"t": round(at, 3)}
+        """One sample: counters as rates per second over `span`, ending at monotonic time `at`
+        (the caller turns it into seconds since the load began)."""
+        sample: dict[str, Any] = {"t": at, "span_s": round(span, 3)}
         for name in after:
             if name == "lag":
                 sample["lag_s"] = after["lag"]
             elif name not in ("frame_sum", "frame_count"):
-                sample[name] = after[name] - before.get(name, 0.0)
+                sample[name] = (after[name] - before.get(name, 0.0)) / max(span, 1e-9)
         frames = after["frame_count"] - before["frame_count"]
         sample["frame_size_mean"] = (
             (after["frame_sum"] - before["frame_sum"]) / frames if frames else 0.0

@@ -26,6 +26,7 @@ HEADLINE = [
     ("generator_cpu_pct", "generator CPU %"),
 ]
 HISTORY = [
+    ("run_id", "run"),
     ("started_at", "started"),
     ("description", "description"),
     ("target", "target"),
@@ -102,7 +103,8 @@ def ratios(runs: list[dict[str, Any]]) -> str:
 
 
 def charts(run: dict[str, Any]) -> str:
-    client = run["client"]["per_second"]
+    span = math.ceil(float(run["summary"]["duration_s"]) - 0.5)
+    client = [s for s in run["client"]["per_second"] if s["second"] < max(span, 1)]
     service = run["service"]["per_second"]
     rates: list[Series] = [
         ("offered", [(s["second"], s["offered"]) for s in client]),
@@ -118,7 +120,7 @@ def charts(run: dict[str, Any]) -> str:
     ]
     frames: list[Series] = [
         (
-            "records per frame (mean)",
+            "frame size (mean)",
             [(s["t"], s["frame_size_mean"]) for s in service if s.get("frame_size_mean")],
         ),
         ("transactions / s", [(s["t"], s.get("transactions", 0)) for s in service]),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 import uuid
 from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
@@ -90,12 +91,15 @@ async def measure(
     stop = asyncio.Event()
     scraping = asyncio.create_task(collector.run(stop))
     await asyncio.sleep(0.2)  # the collector's first scrape: the totals before the load
+    began = time.monotonic()
     try:
         outcome = await drive(client, load, progress)
     finally:
         client.close()
         stop.set()
         await scraping
+    for sample in collector.samples:
+        sample["t"] = round(sample["t"] - began, 3)
     if progress.tty and not progress.quiet:
         print(file=sys.stderr)
     return outcome, collector

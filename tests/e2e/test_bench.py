@@ -1,0 +1,122 @@
+"""`numerator bench` end to end, as written in the issue: every output exists and agrees with
+the server's own counters; --compare runs the baselines; `bench report` rebuilds the HTML."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def bench(*args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "numerator", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def test_local_run_leaves_a_record_that_agrees_with_the_server(
+    tmp_path: Path, database_url: str
+) -> None:
+    out = {k: tmp_path / f"run.{k}" for k in ("json", "csv", "html")}
+    done = bench(
+        "--local",
+        "--schedule",
+        "const(60,3s)",
+        "--description",
+        "e2e",
+        "--json",
+        str(out["json"]),
+        "--csv",
+        str(out["csv"]),
+        "--html",
+        str(out["html"]),
+        "--db",
+        database_url,
+    )
+    assert "achieved" in done.stderr, "a progress line while it runs"
+    run = json.loads(out["json"].read_text())
+    summary, service = run["summary"], run["service"]["totals"]
+    assert summary["requests"] == 180 and summary["ok"] == 180
+    assert summary["bad_responses"] == 0 and summary["errors"] == 0
+    # the client's count agrees with the server's own counters, scraped from /metrics
+    assert service["requests"] == summary["ok"]
+    assert service["records_in"] == service["records_out"] == summary["ok"]
+    assert service["values"] == summary["ok"]
+    assert 1 <= summary["requests_per_txn"] <= 180
+    assert summary["cpu_pct"] is not None and summary["rss_mb"] > 0
+    assert run["client"]["per_second"] and run["service"]["per_second"]
+    assert 0 < summary["latency_p50_ms"] <= summary["latency_p99_ms"] <= summary["latency_max_ms"]
+    with out["csv"].open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows[-1]["run_id"] == summary["run_id"]
+    assert float(rows[-1]["rps_mean"]) == summary["rps_mean"]
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute(
+            "SELECT description, rps_mean, latency_p95_ms FROM bench_runs WHERE run_id = %s",
+            (summary["run_id"],),
+        ).fetchone()
+    assert row == ("e2e", summary["rps_mean"], summary["latency_p95_ms"])
+    html = out["html"].read_text()
+    assert summary["run_id"] in html and html.count("<svg") >= 5
+
+    rebuilt = tmp_path / "rebuilt.html"
+    bench("report", "--db", database_url, "--html", str(rebuilt))
+    assert summary["run_id"] in rebuilt.read_text()
+
+
+def test_compare_runs_the_baselines_side_by_side(tmp_path: Path) -> None:
+    out = tmp_path / "cmp.json"
+    html = tmp_path / "cmp.html"
+    done = bench(
+        "--local",
+        "--compare",
+        "--quiet",
+        "--schedule",
+        "const(300,2s)",
+        "--json",
+        str(out),
+        "--html",
+        str(html),
+    )
+    runs = json.loads(out.read_text())["runs"]
+    assert [r["summary"]["target"] for r in runs] == [
+        "numerator",
+        "baseline-rowlock",
+        "baseline-sequence",
+    ]
+    for run in runs:
+        assert run["summary"]["ok"] == 600, run["summary"]
+    # a baseline pays one transaction per request; numerator shares them
+    assert runs[1]["service"]["totals"]["transactions"] == 600
+    assert runs[0]["service"]["totals"]["transactions"] < 300
+    assert "Ratios, measured side by side" in html.read_text()
+    assert "baseline-rowlock" in done.stdout
+
+
+def test_bad_options_are_refused_clearly() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "numerator", "bench", "--local", "--schedule", "const(10)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "const() takes 2 arguments" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "numerator", "bench", "--schedule", "const(1,1s)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "--url" in done.stderr

@@ -39,7 +39,11 @@ def line_chart(
     width: int = 760,
     height: int = 280,
     x_names: dict[float, str] | None = None,
+    log_y: bool = False,
 ) -> str:
+    """A chart of `series` (name, [(x, y)]); `log_y` plots y on a log10 scale (y ≥ 0.1)."""
+    if log_y:
+        series = [(name, [(x, math.log10(max(y, 0.1))) for x, y in data]) for name, data in series]
     left, right, top, bottom = 64, 150, 30, 44
     plot_w, plot_h = width - left - right, height - top - bottom
     points = [p for _, data in series for p in data]
@@ -53,14 +57,18 @@ def line_chart(
     x_ticks = (
         sorted(x_names) if x_names else ticks(min(p[0] for p in points), max(p[0] for p in points))
     )
-    y_ticks = ticks(0.0, max(max(p[1] for p in points), 1e-9))
-    x0, x1, y1 = x_ticks[0], x_ticks[-1], y_ticks[-1]
+    if log_y:
+        points = [p for _, data in series for p in data]
+        y_ticks = [float(t) for t in range(-1, math.ceil(max(p[1] for p in points)) + 1)]
+    else:
+        y_ticks = ticks(0.0, max(max(p[1] for p in points), 1e-9))
+    x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
 
     def sx(x: float) -> float:
         return left + (x - x0) / ((x1 - x0) or 1) * plot_w
 
     def sy(y: float) -> float:
-        return top + plot_h - y / (y1 or 1) * plot_h
+        return top + plot_h - (y - y0) / ((y1 - y0) or 1) * plot_h
 
     parts = [head]
     for y in y_ticks:
@@ -68,7 +76,7 @@ def line_chart(
             f'<line x1="{left}" x2="{left + plot_w}" y1="{sy(y):.1f}" y2="{sy(y):.1f}" '
             'stroke="#ddd"/>'
             f'<text x="{left - 6}" y="{sy(y) + 4:.1f}" font-size="11" '
-            f'text-anchor="end">{label(y)}</text>'
+            f'text-anchor="end">{label(10**y if log_y else y)}</text>'
         )
     for x in x_ticks:
         name = x_names[x] if x_names else label(x)

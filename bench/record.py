@@ -17,6 +17,7 @@ from psycopg.types.json import Jsonb
 
 from bench import histogram
 from bench.load import Outcome
+from bench.schedule import Schedule
 
 # The summary row, in order: what a spreadsheet or SELECT sees.
 COLUMNS: dict[str, str] = {
@@ -99,7 +100,7 @@ def build(
         "mode": mode,
         "schedule": scenario["schedule"],
         "duration_s": round(outcome.seconds, 3),
-        "offered_rps": round(outcome.offered / seconds, 2),
+        "offered_rps": round(outcome.offered / Schedule.parse(scenario["schedule"]).seconds, 2),
         "rps_mean": round(outcome.ok / seconds, 2),
         "requests": outcome.sent,
         "ok": outcome.ok,

@@ -152,7 +152,9 @@ def distribution(runs: list[dict[str, Any]]) -> str:
             for p, ms in run["client"]["distribution"]
         ]
         series.append((run["summary"]["target"], points))
-    return line_chart("Latency distribution", series, "percentile", "ms", x_names=names)
+    return line_chart(
+        "Latency distribution (log scale)", series, "percentile", "ms", x_names=names, log_y=True
+    )
 
 
 def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:

@@ -19,6 +19,7 @@ from bench.collect import Collector, Processes
 from bench.http import Client
 from bench.load import Load, Outcome, drive
 from bench.scenario import Scenario
+from bench.schedule import Schedule
 from numerator import __version__
 
 T = TypeVar("T")
@@ -46,9 +47,10 @@ class Outputs:
 class Progress:
     """A line a second: elapsed, offered and achieved rps, p99 so far, errors."""
 
-    def __init__(self, target: str, seconds: float, quiet: bool) -> None:
-        self.target, self.seconds, self.quiet = target, seconds, quiet
-        self.last_ok = self.last_offered = 0
+    def __init__(self, target: str, schedule: Schedule, quiet: bool) -> None:
+        self.target, self.schedule, self.quiet = target, schedule, quiet
+        self.seconds = schedule.seconds
+        self.last_ok = 0
         self.last_t = 0.0
         self.tty = sys.stderr.isatty()
 
@@ -56,10 +58,9 @@ class Progress:
         if self.quiet:
             return
         span = max(elapsed - self.last_t, 1e-9)
-        offered_so_far = sum(s.offered for at, s in out.per_second.items() if at < elapsed)
         achieved = (out.ok - self.last_ok) / span
-        offered = (offered_so_far - self.last_offered) / span
-        self.last_ok, self.last_offered, self.last_t = out.ok, offered_so_far, elapsed
+        offered = self.schedule.rate_at(elapsed - span / 2)
+        self.last_ok, self.last_t = out.ok, elapsed
         recent = [s for at, s in out.per_second.items() if elapsed - 5 <= at <= elapsed]
         p99 = max(
             (
@@ -134,7 +135,7 @@ def execute(
                     target = serving.enter_context(local.serve(name, db, scenario.workers, env))
                     mode = scenario.mode
                 local.create_counters(target.url, names)
-                progress = Progress(name, load.schedule.seconds, quiet)
+                progress = Progress(name, load.schedule, quiet)
                 pids = target.pids + (db.pids if db else [])
                 outcome, collector = run_async(
                     lambda t=target, p=pids, g=progress: measure(t.url, load, p, g)  # type: ignore[misc]

@@ -49,7 +49,7 @@ def check(max_rps: float, seconds: float, connections: int) -> str:
                 time.sleep(0.1)
         schedule = Schedule.parse(f"line(100, {max_rps:g}, {seconds:g}s)")
         load = Load(schedule=schedule, connections=connections, path="/ping")
-        progress = Progress("selfcheck", seconds, quiet=False)
+        progress = Progress("selfcheck", schedule, quiet=False)
         outcome = run_async(lambda: drive(Client(url, connections), load, progress))
         held = 0
         for _, second in sorted(outcome.per_second.items()):

@@ -84,6 +84,7 @@ def fail(message: str) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from bench.errors import BenchError
     from bench.run import Outputs, execute, headline
     from bench.scenario import Scenario, ScenarioError
 
@@ -111,14 +112,17 @@ def run(args: argparse.Namespace) -> None:
     except ScenarioError as exc:
         fail(str(exc))
     out = Outputs(args.json, args.csv, args.db, args.html)
-    runs = execute(
-        scenario,
-        url=args.url,
-        database_url=args.database_url,
-        compare=args.compare,
-        outputs=out,
-        quiet=args.quiet,
-    )
+    try:
+        runs = execute(
+            scenario,
+            url=args.url,
+            database_url=args.database_url,
+            compare=args.compare,
+            outputs=out,
+            quiet=args.quiet,
+        )
+    except (BenchError, OSError, ValueError) as exc:
+        fail(str(exc))
     print(headline(runs))
     for kind, where in (("json", out.json), ("csv", out.csv), ("db", out.db), ("html", out.html)):
         if where:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,15 @@ def totals(metrics: dict[str, float]) -> dict[str, float]:
         if name.startswith(AWS + "{"):
             out["aws:" + name[len(AWS) + 1 : -1]] = value
     return out
+
+
+def info(text: str) -> dict[str, str]:
+    """The labels of numerator_info: the service's version and settings, as it reports them."""
+    for line in text.splitlines():
+        if line.startswith("numerator_info{"):
+            body = line[len("numerator_info{") : line.rindex("}")]
+            return dict(re.findall(r'(\w+)="([^"]*)"', body))
+    return {}
 
 
 @dataclass
@@ -85,6 +95,7 @@ class Collector:
     first: dict[str, float] = field(default_factory=dict)
     last: dict[str, float] = field(default_factory=dict)
     failures: int = 0
+    info: dict[str, str] = field(default_factory=dict)
 
     async def run(self, stop: asyncio.Event) -> None:
         async with httpx.AsyncClient(base_url=self.url, timeout=5) as client:
@@ -114,6 +125,7 @@ class Collector:
             self.failures += 1
             return None
         scraped = parse(response.text)
+        self.info = info(response.text) or self.info
         out = totals(scraped)
         out["lag"] = scraped.get(LAG, 0.0)
         return out

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import httpx
 
+from bench.errors import BenchError
+
 MODES = ("embedded",)
 TARGETS = ("numerator", "baseline-rowlock", "baseline-sequence")
 
@@ -96,20 +98,23 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: object) -> No
     while time.monotonic() < deadline:
         if process.poll() is not None:
             log.seek(0)  # type: ignore[attr-defined]
-            raise RuntimeError(f"the stack exited: {log.read()[-2000:]}")  # type: ignore[attr-defined]
+            raise BenchError(f"the stack exited: {log.read()[-2000:]}")  # type: ignore[attr-defined]
         try:
             if httpx.get(url + "/healthz", timeout=1).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
-    raise RuntimeError(f"{url} did not become healthy in 60 s")
+    raise BenchError(f"{url} did not become healthy in 60 s")
 
 
 def create_counters(url: str, names: list[str]) -> None:
     """Create the scenario's counters (an existing one is fine)."""
     with httpx.Client(base_url=url, timeout=10) as client:
         for name in names:
-            response = client.post("/counters", json={"name": name})
+            try:
+                response = client.post("/counters", json={"name": name})
+            except httpx.HTTPError as exc:
+                raise BenchError(f"cannot reach {url}: {exc}") from None
             if response.status_code not in (201, 409):
-                raise RuntimeError(f"cannot create counter {name}: {response.text}")
+                raise BenchError(f"cannot create counter {name}: {response.text[:300]}")

@@ -184,6 +184,12 @@ def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:
             f"{escape(str(client['errors']) if client['errors'] else 'none')} · missed sends "
             f"{client['missed_sends']} (worst {client['worst_late_ms']:.1f} ms late)</p>"
         )
+        workers = run["settings"].get("workers") or 1
+        if workers > 1 and run["summary"]["target"] == "numerator":
+            sections.append(
+                f"<p class='meta'>{workers} workers: the service's counters above are those of "
+                "the one worker that answered the bench's /metrics connection.</p>"
+            )
         sections.append(charts(run))
     if history:
         sections.append("<h2>Compared with earlier runs</h2>")

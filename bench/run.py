@@ -148,7 +148,7 @@ def execute(
                     target=name,
                     mode=mode,
                     scenario=scenario.to_json(),
-                    settings=target.settings,
+                    settings=settings_of(target, collector.info),
                     outcome=outcome,
                     service=collector.summary(),
                     service_seconds=collector.samples,
@@ -157,6 +157,34 @@ def execute(
             )
     save(runs, outputs)
     return runs
+
+
+def settings_of(target: local.Target, info: dict[str, str]) -> dict[str, Any]:
+    """What the bench set, completed by what the service reports of itself (numerator_info):
+    a remote run learns its frame delay and workers from the service."""
+    settings: dict[str, Any] = dict(target.settings)
+    for key in ("back_frame_ms", "workers", "shards"):
+        if settings.get(key) is None and key in info:
+            settings[key] = float(info[key]) if key == "back_frame_ms" else int(info[key])
+    if "version" in info:
+        settings["service_version"] = info["version"]
+    if "mode" in info:
+        settings["service_mode"] = info["mode"]
+    return settings
+
+
+def headline(runs: list[dict[str, Any]]) -> str:
+    warnings = []
+    for run in runs:
+        s = run["summary"]
+        if s["missed_sends"]:
+            warnings.append(
+                f"warning: [{s['target']}] the generator sent {s['missed_sends']} requests more "
+                f"than 10 ms late (worst {run['client']['worst_late_ms']:.0f} ms; generator CPU "
+                f"{s['generator_cpu_pct']:.0f}%): latencies count from the scheduled time, but "
+                "the offered rate was not fully met; see `numerator bench selfcheck`"
+            )
+    return table(runs) + ("\n" + "\n".join(warnings) if warnings else "")
 
 
 def save(runs: list[dict[str, Any]], outputs: Outputs) -> None:
@@ -175,7 +203,7 @@ def save(runs: list[dict[str, Any]], outputs: Outputs) -> None:
         report.write(outputs.html, runs, history)
 
 
-def headline(runs: list[dict[str, Any]]) -> str:
+def table(runs: list[dict[str, Any]]) -> str:
     lines = [
         f"{'target':<18} {'rps':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
         f"{'non-2xx':>8} {'errors':>7} {'missed':>7} {'req/txn':>8}"

@@ -53,6 +53,24 @@ class Gauge(Counter):
         ]
 
 
+class Info:
+    """A constant 1 with labels that describe the process (version, settings)."""
+
+    def __init__(self, name: str, help: str) -> None:
+        self.name, self.help = name, help
+        self.labels: dict[str, str] = {}
+
+    def render(self) -> list[str]:
+        if not self.labels:
+            return []
+        pairs = ",".join(f'{k}="{v}"' for k, v in sorted(self.labels.items()))
+        return [
+            f"# HELP {self.name} {self.help}",
+            f"# TYPE {self.name} gauge",
+            f"{self.name}{{{pairs}}} 1",
+        ]
+
+
 class Histogram:
     def __init__(self, name: str, help: str, buckets: Sequence[float]) -> None:
         self.name, self.help = name, help
@@ -90,6 +108,7 @@ class Metrics:
     """Every signal numerator exposes. Names follow Prometheus conventions; one word per idea."""
 
     def __init__(self) -> None:
+        self.info = Info("numerator_info", "Version and settings of this process.")
         self.next_requests = Counter(
             "numerator_next_requests_total", "Requests to POST /counters/{name}/next."
         )

@@ -155,6 +155,7 @@ def serve_http(args: argparse.Namespace, url: str, where: str) -> None:
     from numerator.server import serve
 
     os.environ["DATABASE_URL"] = url
+    os.environ["NUMERATOR_WORKERS"] = str(args.workers)  # for numerator_info in each worker
     settings = settings_or_exit()
     try:
         asyncio.run(migrate(url))

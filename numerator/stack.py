@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -17,6 +18,7 @@ from infra.memory import MemoryReplies, MemoryStream
 from infra.metrics import Metrics
 from infra.postgres import PostgresStore, migrate
 from infra.settings import Settings
+from numerator import __version__
 
 
 class Stack:
@@ -32,6 +34,14 @@ class Stack:
         self.stream = MemoryStream(settings.stream_capacity)
         self.replies = MemoryReplies(self.metrics)
         self.batcher = Batcher(self.stream, self.replies, self.store, settings, self.metrics, clock)
+        self.metrics.info.labels = {
+            "version": __version__,
+            "mode": "embedded",
+            "back_frame_ms": f"{settings.back_frame_ms:g}",
+            "frame_max_records": str(settings.frame_max_records),
+            "workers": os.environ.get("NUMERATOR_WORKERS", "1"),
+            "shards": "1",
+        }
         self.edge = Edge(
             stream=self.stream,
             replies=self.replies,

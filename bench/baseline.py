@@ -160,6 +160,9 @@ def create_app(mode: str, url: str, pool_max: int) -> Starlette:
 
 def app_from_env() -> Starlette:
     """The granian factory: BASELINE_MODE, DATABASE_URL and BASELINE_POOL_MAX from the env."""
+    from numerator.server import tune_gc
+
+    tune_gc()  # the same process settings as numerator's workers
     return create_app(
         os.environ.get("BASELINE_MODE", "rowlock"),
         os.environ["DATABASE_URL"],

@@ -74,13 +74,19 @@ class Template:
             raise InvalidCounter("template", f"bad format spec: {exc}") from exc
 
     def render(self, value: int, day: date) -> str:
-        return self.text.format(
-            value=value,
-            yyyy=f"{day.year:04d}",
-            yy=f"{day.year % 100:02d}",
-            mm=f"{day.month:02d}",
-            dd=f"{day.day:02d}",
-        )
+        if self.text == "{value}":
+            return str(value)
+        return self.text.format(value=value, **_date_fields(day))
+
+
+@lru_cache(maxsize=64)
+def _date_fields(day: date) -> dict[str, str]:
+    return {
+        "yyyy": f"{day.year:04d}",
+        "yy": f"{day.year % 100:02d}",
+        "mm": f"{day.month:02d}",
+        "dd": f"{day.day:02d}",
+    }
 
 
 @lru_cache(maxsize=4096)

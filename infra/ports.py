@@ -12,7 +12,7 @@ from infra.counters import Counter
 from infra.wire import Record, Reply
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
     """A record as read from a shard, at its sequence number. `record` is None for a poison
     record, whose raw bytes and problem go to the dead-letter table."""

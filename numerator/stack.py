@@ -19,6 +19,7 @@ from infra.metrics import Metrics
 from infra.postgres import PostgresStore, migrate
 from infra.settings import Settings
 from numerator import __version__
+from numerator.server import tune_gc
 
 
 class Stack:
@@ -75,6 +76,7 @@ class Stack:
 def app_from_env() -> FastPath:
     """The app a server worker runs: settings from the environment, its own stack."""
     settings = Settings.from_env()
+    tune_gc()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

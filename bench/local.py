@@ -4,7 +4,6 @@ baseline as child processes on free ports."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -13,21 +12,15 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import httpx
 
 from bench.errors import BenchError
+from numerator.database import Postgres, ephemeral
 
 MODES = ("embedded",)
 TARGETS = ("numerator", "baseline-rowlock", "baseline-sequence")
-
-
-@dataclass
-class Database:
-    url: str
-    pids: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -45,25 +38,17 @@ def free_port() -> int:
 
 
 @contextmanager
-def database(url: str | None = None) -> Iterator[Database]:
+def database(url: str | None = None) -> Iterator[Postgres]:
     """The given Postgres, or a throwaway embedded one (its server's pid is sampled too)."""
     if url:
-        yield Database(url)
+        yield Postgres(url)
         return
-    import pgserver
-
-    folder = Path(tempfile.mkdtemp(prefix="numerator-bench-"))
-    server = pgserver.get_server(folder / "pgdata", cleanup_mode="stop")
-    try:
-        pid = server.get_pid()
-        yield Database(str(server.get_uri()), [pid] if pid else [])
-    finally:
-        server.cleanup()
-        shutil.rmtree(folder, ignore_errors=True)
+    with ephemeral() as postgres:
+        yield postgres
 
 
 @contextmanager
-def serve(target: str, db: Database, workers: int, env: dict[str, str]) -> Iterator[Target]:
+def serve(target: str, db: Postgres, workers: int, env: dict[str, str]) -> Iterator[Target]:
     """Start `target` on `db` and yield it once /healthz answers; stop it with SIGINT."""
     port = free_port()
     environment = {**os.environ, **env, "DATABASE_URL": db.url}

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 
 class Counter:
+    kind = "counter"
+
     def __init__(self, name: str, help: str) -> None:
         self.name, self.help, self.value = name, help, 0.0
 
@@ -19,7 +21,7 @@ class Counter:
     def render(self) -> list[str]:
         return [
             f"# HELP {self.name} {self.help}",
-            f"# TYPE {self.name} counter",
+            f"# TYPE {self.name} {self.kind}",
             f"{self.name} {_number(self.value)}",
         ]
 
@@ -42,15 +44,10 @@ class LabeledCounter:
 
 
 class Gauge(Counter):
+    kind = "gauge"
+
     def set(self, value: float) -> None:
         self.value = value
-
-    def render(self) -> list[str]:
-        return [
-            f"# HELP {self.name} {self.help}",
-            f"# TYPE {self.name} gauge",
-            f"{self.name} {_number(self.value)}",
-        ]
 
 
 class Info:

@@ -7,14 +7,14 @@ import asyncio
 import logging
 import os
 import sys
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from infra.errors import NumeratorError
 from infra.postgres import migrate
 from infra.settings import Settings
 from numerator import __version__, client
-from numerator.database import default_data_dir, embedded, ephemeral
+from numerator.database import Postgres, default_data_dir, embedded, ephemeral
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -129,10 +129,10 @@ def settings_or_exit() -> Settings:
 
 def run_up(args: argparse.Namespace) -> None:
     settings_or_exit()
-    database: AbstractContextManager[str]
+    database: AbstractContextManager[Postgres]
     if args.database_url:
         where = "the database at --database-url / DATABASE_URL"
-        database = _given(args.database_url)
+        database = nullcontext(Postgres(args.database_url))
     elif args.ephemeral:
         where = "a throwaway database (--ephemeral): values are forgotten on exit"
         database = ephemeral()
@@ -140,8 +140,8 @@ def run_up(args: argparse.Namespace) -> None:
         data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
         where = f"counter state in {data_dir}"
         database = embedded(data_dir)
-    with database as url:
-        serve_http(args, url, where)
+    with database as postgres:
+        serve_http(args, postgres.url, where)
 
 
 def run_serve(args: argparse.Namespace) -> None:
@@ -162,6 +162,7 @@ def serve_http(args: argparse.Namespace, url: str, where: str) -> None:
     except NumeratorError as exc:
         client.fail(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("pgserver").setLevel(logging.WARNING)  # it logs every pg_ctl call
     print(
         f"numerator is up at http://{args.host}:{args.port} ({where}; "
         f"{args.workers} worker(s), BACK_FRAME_MS={settings.back_frame_ms:g}). Ctrl-C stops it.",
@@ -169,17 +170,6 @@ def serve_http(args: argparse.Namespace, url: str, where: str) -> None:
     )
     serve("numerator.stack:app_from_env", args.host, args.port, args.workers)
     print("numerator stopped", file=sys.stderr, flush=True)
-
-
-class _given(AbstractContextManager[str]):
-    def __init__(self, url: str) -> None:
-        self.url = url
-
-    def __enter__(self) -> str:
-        return self.url
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 if __name__ == "__main__":

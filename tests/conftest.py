@@ -9,9 +9,11 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -34,12 +36,9 @@ class Clock:
         self.now += timedelta(**delta)
 
 
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[object | None]:
-    """The embedded server when DATABASE_URL is not set (None otherwise)."""
-    if os.environ.get("DATABASE_URL"):
-        yield None
-        return
+@contextmanager
+def temporary_pgserver() -> Iterator[Any]:
+    """An embedded Postgres server (the pgserver object) in a folder deleted afterwards."""
     import pgserver
 
     folder = Path(tempfile.mkdtemp(prefix="numerator-test-"))
@@ -49,6 +48,16 @@ def pg_server() -> Iterator[object | None]:
     finally:
         server.cleanup()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[object | None]:
+    """The embedded server when DATABASE_URL is not set (None otherwise)."""
+    if os.environ.get("DATABASE_URL"):
+        yield None
+        return
+    with temporary_pgserver() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -4,13 +4,10 @@ is ever handed out twice. The service recovers without a restart of its own."""
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,6 +15,7 @@ import pytest
 
 from infra.settings import Settings
 from numerator.stack import Stack
+from tests.conftest import temporary_pgserver
 
 pytestmark = pytest.mark.slow
 
@@ -25,15 +23,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture
 def own_postgres() -> Iterator[Any]:
     """A Postgres of this test's own, so that stopping it disturbs no other test."""
-    import pgserver
-
-    folder = Path(tempfile.mkdtemp(prefix="numerator-restart-"))
-    server = pgserver.get_server(folder / "pgdata", cleanup_mode="stop")
-    try:
+    with temporary_pgserver() as server:
         yield server
-    finally:
-        server.cleanup()
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 def stop(server: Any) -> None:

@@ -19,7 +19,7 @@ MAX_PAGE = 1000
 async def json_body(request: Request, limit: int) -> Any:
     length = request.headers.get("content-length")
     if length is not None:
-        if not length.isdigit():
+        if not (length.isascii() and length.isdigit()):
             raise invalid("Content-Length", "must be a number of bytes")
         if int(length) > limit:
             raise Problem(413, "body-too-large", f"the body may be at most {limit} bytes")
@@ -46,7 +46,7 @@ def integer(params: Any, field: str, default: int, low: int, high: int) -> int:
     raw = params.get(field)
     if raw is None:
         return default
-    if not raw.isdigit() or len(raw) > 12:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
         raise invalid(field, f"must be an integer from {low} to {high}")
     value = int(raw)
     if not low <= value <= high:

@@ -95,10 +95,14 @@ def template(text: str) -> Template:
     return Template(text)
 
 
-@lru_cache(maxsize=1024)
-def zone(name: str) -> ZoneInfo:
+def zone(name: object) -> ZoneInfo:
     if not isinstance(name, str) or not name or len(name) > 64:
         raise InvalidCounter("timezone", "must be an IANA time zone name such as 'Europe/Berlin'")
+    return _zone(name)
+
+
+@lru_cache(maxsize=1024)
+def _zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:

@@ -63,6 +63,11 @@ async def test_create_twice_is_409(client: httpx.AsyncClient, name: str) -> None
         ({"name": "ok", "reset": "weekly"}, "reset"),
         ({"name": "ok", "timezone": "Mars/Olympus"}, "timezone"),
         ({"name": "ok", "timezone": ""}, "timezone"),
+        ({"name": "ok", "timezone": {}}, "timezone"),
+        ({"name": "ok", "timezone": ["UTC"]}, "timezone"),
+        ({"name": "ok", "reset": []}, "reset"),
+        ({"name": "ok", "template": {}}, "template"),
+        ({"name": "ok", "start": 1.5}, "start"),
         ({"name": "ok", "colour": "red"}, "colour"),
     ],
 )
@@ -127,7 +132,9 @@ async def test_next_returns_consecutive_values(client: httpx.AsyncClient, name: 
     assert [v["formatted"] for v in many["values"]] == ["2", "3", "4"]
 
 
-@pytest.mark.parametrize("count", ["0", "1001", "-1", "abc", "1.5", "", "99999999999999999999"])
+@pytest.mark.parametrize(
+    "count", ["0", "1001", "-1", "abc", "1.5", "", "99999999999999999999", "¹²", "٣"]
+)
 async def test_next_rejects_bad_count_with_422(
     client: httpx.AsyncClient, name: str, count: str
 ) -> None:
@@ -307,7 +314,7 @@ async def test_list_pages_through_every_counter(client: httpx.AsyncClient, name:
 
 
 @pytest.mark.parametrize(
-    "params", [{"limit": "0"}, {"limit": "1001"}, {"limit": "x"}, {"after": "-bad"}]
+    "params", [{"limit": "0"}, {"limit": "1001"}, {"limit": "x"}, {"limit": "²"}, {"after": "-bad"}]
 )
 async def test_list_rejects_bad_paging_with_422(
     client: httpx.AsyncClient, params: dict[str, str]

@@ -201,6 +201,6 @@ class Batcher:
                 await asyncio.wait_for(self._stopping.wait(), PRUNE_EVERY_S)
             except TimeoutError:
                 try:
-                    await self.store.prune(utc_now())
+                    await self.store.prune(utc_now(), self.settings.audit_retention_s)
                 except NumeratorError as exc:
                     log.warning("cannot prune idempotency keys: %s", exc)

@@ -126,7 +126,8 @@ class Store(Protocol):
 
     def frame(self) -> AbstractAsyncContextManager[FrameTransaction]: ...
 
-    async def prune(self, now: datetime) -> int:
-        """Drop idempotency keys past retention; return how many."""
+    async def prune(self, now: datetime, audit_retention: float) -> int:
+        """Drop idempotency keys past their expiry, and allocation rows and dead letters older
+        than `audit_retention` seconds; return how many rows went."""
 
     async def ping(self) -> None: ...

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
 
@@ -30,6 +30,7 @@ RETRYABLE = (
 )
 
 FRAME_CONNECT_S = 0.25
+PRUNE_BATCH, PRUNE_BATCHES = 20_000, 20
 COUNTER_COLUMNS = "name, start, template, reset, timezone"
 
 
@@ -281,13 +282,28 @@ class PostgresStore:
         async with self._connection(FRAME_CONNECT_S) as conn, conn.transaction():
             yield PostgresFrame(conn)
 
-    async def prune(self, now: datetime) -> int:
-        rows = await self._fetch(
-            "WITH gone AS (DELETE FROM idempotency_keys WHERE expires_at < %s RETURNING 1)"
-            " SELECT count(*) FROM gone",
-            (now,),
-        )
-        return int(rows[0][0])
+    async def prune(self, now: datetime, audit_retention: float) -> int:
+        # In batches, so that no single statement holds locks or bloats WAL for long.
+        cutoff = now - timedelta(seconds=audit_retention)
+        statements = [
+            ("idempotency_keys", "ctid", "expires_at < %s", now),
+            ("allocations", "id", "committed_at < %s", cutoff),
+            ("dead_letters", "id", "created_at < %s", cutoff),
+        ]
+        total = 0
+        for table, key, condition, bound in statements:
+            params = (bound,)
+            for _ in range(PRUNE_BATCHES):
+                rows = await self._fetch(
+                    f"WITH gone AS (DELETE FROM {table} WHERE {key} IN"
+                    f" (SELECT {key} FROM {table} WHERE {condition} LIMIT {PRUNE_BATCH})"
+                    " RETURNING 1) SELECT count(*) FROM gone",
+                    params,
+                )
+                total += int(rows[0][0])
+                if int(rows[0][0]) < PRUNE_BATCH:
+                    break
+        return total
 
     async def ping(self) -> None:
         await self._fetch("SELECT 1", ())

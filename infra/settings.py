@@ -23,6 +23,9 @@ class Settings:
     frame_max_records: int = 10_000  # FRAME_MAX_RECORDS: a frame closes early at this size
     reply_timeout_s: float = 5.0  # REPLY_TIMEOUT_S: how long a request waits for its reply (504)
     idempotency_retention_s: float = 86_400.0  # IDEMPOTENCY_RETENTION_S: how long a key is kept
+    audit_retention_s: float = (
+        86_400.0  # AUDIT_RETENTION_S: how long allocations and dead letters are kept
+    )
     stream_capacity: int = 50_000  # STREAM_CAPACITY: records waiting beyond this get 503
     max_body_bytes: int = 16_384  # MAX_BODY_BYTES: larger request bodies get 413
     retry_after_s: int = 1  # RETRY_AFTER_S: the Retry-After of a 503
@@ -54,6 +57,7 @@ class Settings:
             ("FRAME_MAX_RECORDS", self.frame_max_records),
             ("REPLY_TIMEOUT_S", self.reply_timeout_s),
             ("IDEMPOTENCY_RETENTION_S", self.idempotency_retention_s),
+            ("AUDIT_RETENTION_S", self.audit_retention_s),
             ("STREAM_CAPACITY", self.stream_capacity),
             ("MAX_BODY_BYTES", self.max_body_bytes),
             ("RETRY_AFTER_S", self.retry_after_s),

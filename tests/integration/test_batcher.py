@@ -185,3 +185,39 @@ async def test_a_frame_that_loses_its_lease_rolls_back(store: PostgresStore, nam
 
 async def test_settings_fixture_is_fast(settings: Settings) -> None:
     assert settings.back_frame_ms < 10
+
+
+async def test_prune_drops_expired_keys_and_old_audit_rows(
+    store: PostgresStore, name: str, database_url: str
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from infra.ports import Claim, DeadLetter, Lease
+
+    await store.create(Counter(name))
+    lease = await store.acquire(f"prune-{name}", "s", "me", ttl=30)
+    assert isinstance(lease, Lease)
+    async with store.frame() as tx:
+        await tx.allocate({(name, ""): 3})
+        await tx.remember([Claim(name, "k", 3, 1, 3, datetime.now(UTC).date())], retention=60)
+        await tx.dead_letter([DeadLetter(lease.stream, "s", "1", "bad", b"x")])
+        await tx.checkpoint(lease, "1", [(name, "", 1, 3)])
+
+    async def rows() -> tuple[int, int, int]:
+        async with await psycopg.AsyncConnection.connect(database_url) as conn:
+            counts = []
+            for sql in (
+                "SELECT count(*) FROM idempotency_keys WHERE counter = %s",
+                "SELECT count(*) FROM allocations WHERE counter = %s",
+                "SELECT count(*) FROM dead_letters WHERE stream = 'prune-' || %s",
+            ):
+                cur = await conn.execute(sql, (name,))
+                counts.append((await cur.fetchone())[0])  # type: ignore[index]
+            return counts[0], counts[1], counts[2]
+
+    assert await rows() == (1, 1, 1)
+    await store.prune(datetime.now(UTC), audit_retention=3600)  # nothing is old enough
+    assert await rows() == (1, 1, 1)
+    later = datetime.now(UTC) + timedelta(hours=2)
+    assert await store.prune(later, audit_retention=3600) >= 3
+    assert await rows() == (0, 0, 0)

@@ -26,7 +26,10 @@ def add_bench(commands: Any) -> None:
         help="start a stack (and the baselines with --compare) for the run",
     )
     parser.add_argument(
-        "--scenario", type=Path, help=f"a YAML scenario (e.g. {SCENARIOS / 'hot-counter.yaml'})"
+        "--scenario",
+        type=Path,
+        help="a YAML scenario file, or the name of one that ships with numerator "
+        f"({', '.join(sorted(p.stem for p in SCENARIOS.glob('*.yaml')))})",
     )
     parser.add_argument("--description")
     parser.add_argument("--schedule", help="e.g. 'line(100,2000,30s) const(2000,1m)'")
@@ -78,6 +81,12 @@ def outputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", type=Path, help="a self-contained report")
 
 
+def scenario_path(given: Path) -> Path:
+    """A path as given, or a shipped scenario by name ('hot-counter')."""
+    shipped = SCENARIOS / f"{given.name.removesuffix('.yaml')}.yaml"
+    return given if given.exists() or not shipped.exists() else shipped
+
+
 def fail(message: str) -> None:
     print(f"numerator bench: {message}", file=sys.stderr)
     raise SystemExit(2)
@@ -93,7 +102,7 @@ def run(args: argparse.Namespace) -> None:
     if args.compare and not args.local:
         fail("--compare starts the baselines itself: use it with --local")
     try:
-        scenario = Scenario.load(args.scenario) if args.scenario else Scenario()
+        scenario = Scenario.load(scenario_path(args.scenario)) if args.scenario else Scenario()
         fields = (
             "description",
             "schedule",

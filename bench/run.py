@@ -99,8 +99,8 @@ async def measure(
         client.close()
         stop.set()
         await scraping
-    for sample in collector.samples:
-        sample["t"] = round(sample["t"] - began, 3)
+    for sample in collector.samples:  # a rate belongs to the middle of the span it covers
+        sample["t"] = round(sample["t"] - sample["span_s"] / 2 - began, 3)
     if progress.tty and not progress.quiet:
         print(file=sys.stderr)
     return outcome, collector

@@ -8,11 +8,12 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from batcher.allocation import Outcome, apply
 from batcher.backoff import Backoff
 from batcher.frame import Frame
+from infra.clock import utc_now
 from infra.counters import Counter
 from infra.errors import LeaseLost, NumeratorError, StoreError, Unavailable
 from infra.metrics import Metrics
@@ -23,10 +24,6 @@ from infra.wire import Reply
 log = logging.getLogger("numerator.batcher")
 
 PRUNE_EVERY_S = 60.0
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 class Batcher:

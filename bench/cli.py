@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 
@@ -87,7 +87,7 @@ def scenario_path(given: Path) -> Path:
     return given if given.exists() or not shipped.exists() else shipped
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     print(f"numerator bench: {message}", file=sys.stderr)
     raise SystemExit(2)
 

@@ -128,7 +128,11 @@ def execute(
         for name in targets:
             with ExitStack() as serving:
                 if url:
-                    settings = {"workers": None, "back_frame_ms": None, "shards": None}
+                    settings: dict[str, object] = {
+                        "workers": None,
+                        "back_frame_ms": None,
+                        "shards": None,
+                    }
                     target, mode = local.Target(name, url, [], settings), "remote"
                 else:
                     assert db is not None

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import datetime
 
+from infra.clock import utc_now
 from infra.metrics import Metrics
 from infra.ports import Replies, Store, Stream
 from infra.settings import Settings
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 def always() -> bool:
@@ -32,7 +29,7 @@ class Edge:
     metrics: Metrics
     clock: Callable[[], datetime] = utc_now
     healthy: Callable[[], bool] = always
-    observe: Callable[[], None] = field(default=nothing)
+    observe: Callable[[], None] = nothing
     """Refresh gauges just before /metrics renders them."""
 
     @property

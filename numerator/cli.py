@@ -124,7 +124,6 @@ def settings_or_exit() -> Settings:
         return Settings.from_env()
     except NumeratorError as exc:
         client.fail(str(exc))
-        raise
 
 
 def run_up(args: argparse.Namespace) -> None:

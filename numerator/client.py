@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 
@@ -82,6 +82,6 @@ def next_values(url: str, name: str, count: int, key: str | None, as_json: bool)
     show(body, as_json, lines)
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     print(f"numerator: {message}", file=sys.stderr)
     raise SystemExit(1)

@@ -10,10 +10,11 @@ from types import TracebackType
 
 from starlette.applications import Starlette
 
-from batcher.worker import Batcher, utc_now
+from batcher.worker import Batcher
 from functions.app import create_app
 from functions.edge import Edge
 from functions.fastpath import FastPath
+from infra.clock import utc_now
 from infra.memory import MemoryReplies, MemoryStream
 from infra.metrics import Metrics
 from infra.postgres import PostgresStore, migrate

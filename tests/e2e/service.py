@@ -24,7 +24,8 @@ class Service:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         environment = {**os.environ, **(env or {})}
-        environment.pop("DATABASE_URL", None) if "--database-url" not in args else None
+        if "--database-url" not in args:
+            environment.pop("DATABASE_URL", None)  # the embedded default, as a user gets it
         self.process = subprocess.Popen(
             [sys.executable, "-m", "numerator", "up", "--port", str(self.port), *args],
             stdout=subprocess.PIPE,

@@ -7,10 +7,11 @@ import asyncio
 import logging
 import os
 import sys
+import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-from infra.errors import NumeratorError
+from infra.errors import NumeratorError, StoreUnavailable
 from infra.postgres import migrate
 from infra.settings import Settings
 from numerator import __version__, client
@@ -107,6 +108,13 @@ def serving(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("DATABASE_URL") or None,
         help="use this Postgres (default: $DATABASE_URL)",
     )
+    parser.add_argument(
+        "--wait-for-db",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait at start for Postgres to take connections (default 10)",
+    )
 
 
 def talking(parser: argparse.ArgumentParser) -> None:
@@ -150,6 +158,20 @@ def run_serve(args: argparse.Namespace) -> None:
     serve_http(args, args.database_url, "the database at DATABASE_URL")
 
 
+async def migrate_when_ready(url: str, patience: float) -> None:
+    """Apply migrations, waiting up to `patience` seconds for a Postgres that is starting up
+    or recovering (after a crash, say) to take connections."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            await migrate(url)
+            return
+        except StoreUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
 def serve_http(args: argparse.Namespace, url: str, where: str) -> None:
     from numerator.server import serve
 
@@ -157,7 +179,7 @@ def serve_http(args: argparse.Namespace, url: str, where: str) -> None:
     os.environ["NUMERATOR_WORKERS"] = str(args.workers)  # for numerator_info in each worker
     settings = settings_or_exit()
     try:
-        asyncio.run(migrate(url))
+        asyncio.run(migrate_when_ready(url, args.wait_for_db))
     except NumeratorError as exc:
         client.fail(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")

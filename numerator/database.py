@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -10,6 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import psutil
 
 
 @dataclass
@@ -31,6 +34,8 @@ def embedded(data_dir: Path) -> Iterator[Postgres]:
 
     pgdata = data_dir / "pgdata"
     pgdata.parent.mkdir(parents=True, exist_ok=True)
+    forget_dead_handles(pgdata)
+    forget_dead_postmaster(pgdata)
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
     try:
         pid = server.get_pid()
@@ -48,3 +53,35 @@ def ephemeral() -> Iterator[Postgres]:
             yield postgres
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def forget_dead_handles(pgdata: Path) -> None:
+    """pgserver stops the server when its last user exits, counting users in a file of pids. A
+    process that was killed never takes its pid out, and then no later exit stops the server:
+    drop the pids of processes that are gone before joining."""
+    handles = pgdata / ".handle_pids.json"
+    try:
+        pids = json.loads(handles.read_text())
+    except (OSError, ValueError):
+        return
+    alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+    if alive != pids:
+        handles.write_text(json.dumps(alive))
+
+
+def forget_dead_postmaster(pgdata: Path) -> None:
+    """After a crash, postmaster.pid (and the socket's lock file) may name a postmaster that is
+    dead but not yet reaped — a zombie, where a container's init is slow to reap — which both
+    pgserver and Postgres take for a running server. Remove such files when the process they
+    name is gone or a zombie, so that a fresh server starts and recovers from its WAL."""
+    for marker in [pgdata / "postmaster.pid", *pgdata.glob(".s.PGSQL.*.lock")]:
+        try:
+            pid = int(marker.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        try:
+            dead = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            dead = True
+        if dead:
+            marker.unlink(missing_ok=True)

@@ -32,6 +32,7 @@ class Service:
             stderr=subprocess.STDOUT,
             text=True,
             env=environment,
+            start_new_session=True,  # so that crash() can kill the whole tree at once
         )
         self.output = ""
         self._wait_ready()
@@ -61,6 +62,16 @@ class Service:
             out, _ = self.process.communicate()
         self.output += out
         return self.process.returncode
+
+    def crash(self, data_dir: Path | None = None) -> None:
+        """SIGKILL to the service and its workers, and to the embedded Postgres whose files are
+        in `data_dir` when given (it runs in a process group of its own)."""
+        if data_dir is not None:
+            postmaster = data_dir / "pgdata" / "postmaster.pid"
+            os.kill(int(postmaster.read_text().split()[0]), signal.SIGKILL)
+        os.killpg(self.process.pid, signal.SIGKILL)
+        out, _ = self.process.communicate(timeout=30)
+        self.output += out
 
     def __enter__(self) -> Service:
         return self

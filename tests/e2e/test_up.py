@@ -100,3 +100,46 @@ async def test_several_workers_hand_out_unique_ordered_values(tmp_path: Path) ->
     assert len(answers) == 2560
     assert_unique_without_holes(answers)
     assert_ordered(answers)
+
+
+@pytest.mark.parametrize("postgres_too", [False, True], ids=["numerator", "numerator+postgres"])
+async def test_a_crash_under_load_never_hands_out_a_value_twice(
+    tmp_path: Path, postgres_too: bool
+) -> None:
+    """kill -9 of numerator (and of its Postgres) mid-load, then a restart on the same data:
+    values answered before the crash are never answered again after it, and the restarted
+    service stops its Postgres when it stops."""
+    data = str(tmp_path / "data")
+    before: list[int] = []
+    service = Service("--data-dir", data)
+    try:
+        async with httpx.AsyncClient(base_url=service.url, timeout=10) as client:
+            assert (await client.post("/counters", json={"name": "c"})).status_code == 201
+
+            async def loop() -> None:
+                while True:
+                    try:
+                        response = await client.post("/counters/c/next")
+                    except httpx.HTTPError:
+                        return  # the service is gone
+                    if response.status_code != 200:
+                        return
+                    before.append(response.json()["value"])
+
+            loops = [asyncio.create_task(loop()) for _ in range(32)]
+            await asyncio.sleep(1.5)
+            service.crash(tmp_path / "data" if postgres_too else None)
+            await asyncio.gather(*loops)
+    finally:
+        service.stop()
+    assert len(before) > 100
+    with Service("--data-dir", data) as again:
+        after = take(again.url, "c", 50)
+    assert not set(before) & set(after), "a value answered before the crash was handed out again"
+    assert min(after) > max(before)
+    postmaster = tmp_path / "data" / "pgdata" / "postmaster.pid"
+    for _ in range(50):
+        if not postmaster.exists():
+            break
+        await asyncio.sleep(0.1)
+    assert not postmaster.exists(), "Postgres was left running after the restarted service stopped"

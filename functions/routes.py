@@ -30,7 +30,8 @@ def edge_of(request: Request) -> Edge:
 
 
 async def next_values(request: Request) -> Response:
-    """The Starlette route for /next; POSTs normally take the fast path in front of it."""
+    """/next when the Starlette app is served on its own; create_app() puts FastPath in front,
+    which answers these POSTs first. Other methods on the path get 405 from this route."""
     edge = edge_of(request)
     body = await take(
         edge,

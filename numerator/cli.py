@@ -134,8 +134,17 @@ def settings_or_exit() -> Settings:
         client.fail(str(exc))
 
 
+def port_or_exit(args: argparse.Namespace) -> None:
+    from numerator.server import cannot_listen
+
+    problem = cannot_listen(args.host, args.port)
+    if problem:
+        client.fail(problem)
+
+
 def run_up(args: argparse.Namespace) -> None:
     settings_or_exit()
+    port_or_exit(args)
     database: AbstractContextManager[Postgres]
     if args.database_url:
         where = "the database at --database-url / DATABASE_URL"
@@ -153,6 +162,7 @@ def run_up(args: argparse.Namespace) -> None:
 
 def run_serve(args: argparse.Namespace) -> None:
     settings_or_exit()
+    port_or_exit(args)
     if not args.database_url:
         client.fail("serve needs --database-url or DATABASE_URL (use `numerator up` for local)")
     serve_http(args, args.database_url, "the database at DATABASE_URL")

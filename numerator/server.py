@@ -5,7 +5,9 @@ of uvicorn with uvloop and httptools."""
 
 from __future__ import annotations
 
+import errno
 import gc
+import socket
 
 from granian import Granian
 from granian.constants import Interfaces
@@ -33,3 +35,22 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()  # what is alive after start-up stays: never scan it again
     gc.set_threshold(100_000, 50, 100)
+
+
+def cannot_listen(host: str, port: int) -> str | None:
+    """Why this process cannot listen on host:port, or None. granian listens with SO_REUSEPORT,
+    so a second numerator on a taken port would share it with the first — two services, two
+    databases, one address — instead of failing: probe with a plain bind first."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return f"cannot resolve {host}: {exc}"
+    family, kind, _, _, address = infos[0]
+    with socket.socket(family, kind) as probe:
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return f"{host}:{port} is in use (another numerator?); choose --port"
+            return f"cannot listen on {host}:{port}: {exc.strerror}"
+    return None

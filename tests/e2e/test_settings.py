@@ -45,3 +45,20 @@ def test_up_says_when_the_database_cannot_be_reached() -> None:
     )
     assert done.returncode == 1
     assert "cannot reach Postgres" in done.stderr
+
+
+def test_up_refuses_a_port_in_use() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "numerator", "up", "--ephemeral", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 1
+    assert f"127.0.0.1:{port} is in use" in done.stderr

@@ -56,6 +56,11 @@ class Frame:
         self._require(State.APPLIED, "publish")
         self.state = State.PUBLISHED
 
+    def opened(self, default: float) -> float:
+        """When the oldest record was put (Unix seconds), or `default` if none says."""
+        sent = [e.record.sent for e in self.entries if e.record is not None and e.record.sent]
+        return min(sent) if sent else default
+
     @property
     def last_sequence(self) -> str:
         return self.entries[-1].sequence

@@ -72,9 +72,12 @@ class Batcher:
                     break
                 continue
             frame = Frame(entries)
-            opened = time.monotonic()
             if len(frame) < limit and not stopping:
-                await asyncio.sleep(max(0.0, frame_s - (time.monotonic() - opened)))
+                # The frame opened when its oldest record was put, not when it was read: records
+                # that waited out the previous commit do not wait a whole frame more. Clamped,
+                # for a stream whose writers' clocks differ from ours.
+                waited = time.time() - frame.opened(default=time.time())
+                await asyncio.sleep(min(frame_s, max(0.0, frame_s - waited)))
                 more = await self.stream.read(shard, frame.last_sequence, limit - len(frame), 0)
                 frame.add(more)
             lease = await self._apply(frame, lease)
@@ -112,9 +115,8 @@ class Batcher:
         metrics = self.metrics
         metrics.records_in.inc(len(frame))
         metrics.frame_size.observe(len(frame))
-        sent = [e.record.sent for e in frame.entries if e.record is not None and e.record.sent]
-        if sent:
-            metrics.lag.set(max(0.0, time.time() - min(sent)))
+        now = time.time()
+        metrics.lag.set(max(0.0, now - frame.opened(default=now)))
         backoff: Backoff | None = None
         while True:
             began = time.monotonic()

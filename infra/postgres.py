@@ -181,7 +181,9 @@ class PostgresStore:
                 # Postgres restart fails one try, is discarded by the pool, and the retry gets
                 # a fresh one.
                 kwargs={"autocommit": True, "connect_timeout": 2, "row_factory": tuple_row},
-                reconnect_timeout=0,  # keep trying forever: Postgres will come back
+                # A background reconnect gives up at once; the pool connects again on demand, so
+                # a request waits at most `timeout`, never behind a long reconnect backoff.
+                reconnect_timeout=0,
             )
         )
 

@@ -194,6 +194,9 @@ def serve_http(args: argparse.Namespace, url: str, where: str) -> None:
         client.fail(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("pgserver").setLevel(logging.WARNING)  # it logs every pg_ctl call
+    # During an outage the pool logs every failed connection; the batcher's own warnings (one
+    # per frame retry, with backoff) say the same once.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     print(
         f"numerator is up at http://{args.host}:{args.port} ({where}; "
         f"{args.workers} worker(s), BACK_FRAME_MS={settings.back_frame_ms:g}). Ctrl-C stops it.",

@@ -28,8 +28,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from infra.counters import NAME
+
 MODES = ("rowlock", "sequence")
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS baseline_counters (name text PRIMARY KEY, value bigint NOT NULL)

@@ -56,8 +56,8 @@ async def take(edge: Edge, name: str, count: str | None, key: str | None) -> dic
 
 async def _take(edge: Edge, name: str, raw_count: str | None, key: str | None) -> dict[str, Any]:
     validation.name(name)
-    count = validation.count({"count": raw_count} if raw_count is not None else {})
-    validation.idempotency_key({"idempotency-key": key} if key is not None else {})
+    count = validation.count(raw_count)
+    validation.idempotency_key(key)
     settings = edge.settings
     sent = time.time()
     record = Record(

@@ -79,7 +79,7 @@ async def get_counter(request: Request) -> Response:
 
 async def list_counters(request: Request) -> Response:
     edge = edge_of(request)
-    limit = validation.page_size(request.query_params)
+    limit = validation.page_size(request.query_params.get("limit"))
     after = request.query_params.get("after")
     if after is not None:
         validation.name(after)

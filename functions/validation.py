@@ -9,7 +9,8 @@ import orjson
 from starlette.requests import Request
 
 from functions.problems import Problem, invalid
-from infra.counters import NAME
+from infra.counters import check_name
+from infra.errors import InvalidCounter
 from infra.wire import MAX_COUNT
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
@@ -37,13 +38,15 @@ async def json_body(request: Request, limit: int) -> Any:
 
 
 def name(value: str) -> str:
-    if not NAME.match(value):
-        raise invalid("name", "must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+    try:
+        check_name(value)
+    except InvalidCounter as exc:
+        raise invalid("name", exc.problem) from None
     return value
 
 
-def integer(params: Any, field: str, default: int, low: int, high: int) -> int:
-    raw = params.get(field)
+def integer(raw: str | None, field: str, default: int, low: int, high: int) -> int:
+    """A query parameter's value (None when absent) as an integer in [low, high]."""
     if raw is None:
         return default
     if not (raw.isascii() and raw.isdigit()) or len(raw) > 12:
@@ -54,16 +57,15 @@ def integer(params: Any, field: str, default: int, low: int, high: int) -> int:
     return value
 
 
-def count(params: Any) -> int:
-    return integer(params, "count", 1, 1, MAX_COUNT)
+def count(raw: str | None) -> int:
+    return integer(raw, "count", 1, 1, MAX_COUNT)
 
 
-def page_size(params: Any) -> int:
-    return integer(params, "limit", 100, 1, MAX_PAGE)
+def page_size(raw: str | None) -> int:
+    return integer(raw, "limit", 100, 1, MAX_PAGE)
 
 
-def idempotency_key(headers: Any) -> str | None:
-    key: str | None = headers.get("idempotency-key")
+def idempotency_key(key: str | None) -> str | None:
     if key is not None and not IDEMPOTENCY_KEY.match(key):
         raise invalid("Idempotency-Key", "must be 1 to 200 printable ASCII characters, no spaces")
     return key

@@ -49,6 +49,7 @@ async def apply(
     out = Outcome()
     letters: list[DeadLetter] = []
     live: list[tuple[Record, Counter, str, date]] = []
+    periods: dict[str, tuple[str, date]] = {}  # per counter, once per frame, not per record
     for entry in entries:
         record = entry.record
         if record is None:
@@ -77,8 +78,11 @@ async def apply(
             )
             out.replies.append(error(record.key, record.counter, "counter-not-found", problem))
             continue
-        day = counter.today(now)
-        live.append((record, counter, counter.reset.period(day), day))
+        if counter.name not in periods:
+            day = counter.today(now)
+            periods[counter.name] = (counter.reset.period(day), day)
+        period, day = periods[counter.name]
+        live.append((record, counter, period, day))
 
     async with store.frame() as tx:
         keyed = {(r.counter, r.idempotency_key) for r, *_ in live if r.idempotency_key is not None}

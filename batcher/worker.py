@@ -181,13 +181,14 @@ class Batcher:
         )
 
     async def _publish(self, frame: Frame) -> None:
-        backoff = Backoff()
+        backoff: Backoff | None = None  # made on the first failure: it seeds a Random
         for _ in range(5):
             try:
                 await self.replies.publish(frame.replies)
                 break
             except Unavailable as exc:
                 log.warning("replies not published (%s); retrying", exc)
+                backoff = backoff or Backoff()
                 await asyncio.sleep(backoff.next())
         else:
             log.error("dropped %d replies after 5 tries", len(frame.replies))
@@ -202,4 +203,4 @@ class Batcher:
                 try:
                     await self.store.prune(utc_now(), self.settings.audit_retention_s)
                 except NumeratorError as exc:
-                    log.warning("cannot prune idempotency keys: %s", exc)
+                    log.warning("cannot prune expired keys and old audit rows: %s", exc)

@@ -14,7 +14,8 @@ from starlette.routing import Route
 from functions import routes
 from functions.edge import Edge
 from functions.fastpath import FastPath
-from functions.problems import Problem, handle_problem
+from functions.problems import Problem, handle_problem, unavailable
+from infra.errors import StoreError, Unavailable
 
 Lifespan = Callable[[Starlette], AbstractAsyncContextManager[None]]
 
@@ -28,6 +29,11 @@ async def handle_http(request: Request, exc: Exception) -> Response:
         problem.headers.update(exc.headers or {})
         return problem.response()
     return Problem(exc.status_code, "invalid-request", str(exc.detail)).response()
+
+
+async def handle_unavailable(request: Request, exc: Exception) -> Response:
+    retry_after = request.app.state.edge.settings.retry_after_s
+    return unavailable(str(exc), retry_after).response(request.url.path)
 
 
 async def handle_crash(request: Request, exc: Exception) -> Response:
@@ -56,6 +62,8 @@ def create_app(edge: Edge | None = None, lifespan: Lifespan | None = None) -> Fa
         exception_handlers={
             Problem: handle_problem,
             HTTPException: handle_http,
+            Unavailable: handle_unavailable,
+            StoreError: handle_unavailable,
             Exception: handle_crash,
         },
         lifespan=lifespan or nothing,

@@ -1,4 +1,5 @@
-"""The HTTP routes. Each handler validates, talks to the ports, and answers JSON or a problem."""
+"""The HTTP routes. Each handler validates, talks to the ports, and answers JSON or a problem.
+A store that cannot serve (Unavailable, StoreError) becomes a 503 in one handler (functions/app)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from starlette.responses import Response
 from functions import validation
 from functions.edge import Edge
 from functions.fastpath import take
-from functions.problems import Problem, invalid, unavailable
+from functions.problems import Problem, invalid
 from infra.counters import Counter
 from infra.errors import CounterExists, InvalidCounter, StoreError, Unavailable
 
@@ -53,8 +54,6 @@ async def create_counter(request: Request) -> Response:
         await edge.store.create(counter)
     except CounterExists:
         raise Problem(409, "counter-exists", f"a counter named {counter.name!r} exists") from None
-    except (Unavailable, StoreError) as exc:
-        raise unavailable(str(exc), edge.settings.retry_after_s) from None
     return JSON(
         counter.to_json(), status_code=201, headers={"Location": f"/counters/{counter.name}"}
     )
@@ -63,14 +62,11 @@ async def create_counter(request: Request) -> Response:
 async def get_counter(request: Request) -> Response:
     edge = edge_of(request)
     name = validation.name(request.path_params["name"])
-    try:
-        counter = await edge.store.get(name)
-        if counter is None:
-            raise Problem(404, "counter-not-found", f"no counter named {name!r}")
-        period = counter.period(edge.clock())
-        allocated = await edge.store.allocated(name, period)
-    except (Unavailable, StoreError) as exc:
-        raise unavailable(str(exc), edge.settings.retry_after_s) from None
+    counter = await edge.store.get(name)
+    if counter is None:
+        raise Problem(404, "counter-not-found", f"no counter named {name!r}")
+    period = counter.period(edge.clock())
+    allocated = await edge.store.allocated(name, period)
     body = counter.to_json()
     body["period"] = period
     body["value"] = counter.start - 1 + allocated if allocated else None
@@ -83,10 +79,7 @@ async def list_counters(request: Request) -> Response:
     after = request.query_params.get("after")
     if after is not None:
         validation.name(after)
-    try:
-        counters = await edge.store.page(after, limit + 1)
-    except (Unavailable, StoreError) as exc:
-        raise unavailable(str(exc), edge.settings.retry_after_s) from None
+    counters = await edge.store.page(after, limit + 1)
     more = len(counters) > limit
     counters = counters[:limit]
     cursor = counters[-1].name if more and counters else None

@@ -5,15 +5,14 @@ endpoint is measured beside it."""
 
 from __future__ import annotations
 
-import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 import httpx
 
+from bench import wrk
 from bench.http import Client
 from bench.load import Load, drive
 from bench.local import free_port
@@ -62,7 +61,8 @@ def check(max_rps: float, seconds: float, connections: int) -> str:
         ]
         if shutil.which("wrk"):
             lines.append(
-                f"wrk (closed model, -t1 -c64, 5s): {wrk(url):,.0f} rps on the same endpoint"
+                f"wrk (closed model, -t1 -c64, 5s): {wrk.run(url + '/ping', 64, 5):,.0f} rps on "
+                "the same endpoint"
             )
         else:
             lines.append("wrk not installed (apt-get install wrk) — no closed-model ceiling")
@@ -73,17 +73,3 @@ def check(max_rps: float, seconds: float, connections: int) -> str:
     finally:
         server.terminate()
         server.wait(10)
-
-
-def wrk(url: str) -> float:
-    with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
-        script.write('wrk.method = "POST"\n')
-        script.flush()
-        out = subprocess.run(
-            ["wrk", "-t1", "-c64", "-d5s", "-s", script.name, url + "/ping"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
-    return float(match.group(1)) if match else 0.0

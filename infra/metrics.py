@@ -126,9 +126,6 @@ class Metrics:
             "numerator_records_in_total", "Records the batcher read from the stream."
         )
         self.records_out = Counter("numerator_records_out_total", "Replies the batcher published.")
-        self.records_put = Counter(
-            "numerator_records_put_total", "Records the edge put on the stream."
-        )
         self.dead_letters = Counter(
             "numerator_dead_letters_total", "Records kept in the dead-letter table."
         )

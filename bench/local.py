@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,7 +16,8 @@ from dataclasses import dataclass
 import httpx
 
 from bench.errors import BenchError
-from numerator.database import Postgres, ephemeral
+from infra.embedded import Postgres, ephemeral
+from infra.server import free_port
 
 MODES = ("embedded",)
 TARGETS = ("numerator", "baseline-rowlock", "baseline-sequence")
@@ -29,12 +29,6 @@ class Target:
     url: str
     pids: list[int]
     settings: dict[str, object]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager

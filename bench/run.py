@@ -20,7 +20,7 @@ from bench.http import Client
 from bench.load import Load, Outcome, drive
 from bench.scenario import Scenario
 from bench.schedule import Schedule
-from numerator import __version__
+from infra import __version__
 
 T = TypeVar("T")
 

@@ -15,9 +15,9 @@ import httpx
 from bench import wrk
 from bench.http import Client
 from bench.load import Load, drive
-from bench.local import free_port
 from bench.run import Progress, run_async
 from bench.schedule import Schedule
+from infra.server import free_port
 
 
 def check(max_rps: float, seconds: float, connections: int) -> str:

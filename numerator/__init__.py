@@ -1,3 +1,5 @@
-"""The top floor: the command line and the local stack that wires the parts together."""
+"""The top floor: the command line and the local stacks that wire the parts together."""
 
-__version__ = "0.1.0"
+from infra import __version__
+
+__all__ = ["__version__"]

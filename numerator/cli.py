@@ -11,11 +11,12 @@ import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
+from bench.cli import add_bench
+from infra.embedded import Postgres, default_data_dir, embedded, ephemeral
 from infra.errors import NumeratorError, StoreUnavailable
 from infra.postgres import migrate
 from infra.settings import Settings
 from numerator import __version__, client
-from numerator.database import Postgres, default_data_dir, embedded, ephemeral
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -93,8 +94,6 @@ def build_parser() -> argparse.ArgumentParser:
         run=lambda a: client.next_values(a.url, a.name, a.count, a.idempotency_key, a.json)
     )
 
-    from bench.cli import add_bench
-
     add_bench(commands)
     return parser
 
@@ -135,7 +134,7 @@ def settings_or_exit() -> Settings:
 
 
 def port_or_exit(args: argparse.Namespace) -> None:
-    from numerator.server import cannot_listen
+    from infra.server import cannot_listen
 
     problem = cannot_listen(args.host, args.port)
     if problem:
@@ -183,7 +182,7 @@ async def migrate_when_ready(url: str, patience: float) -> None:
 
 
 def serve_http(args: argparse.Namespace, url: str, where: str) -> None:
-    from numerator.server import serve
+    from infra.server import serve
 
     os.environ["DATABASE_URL"] = url
     os.environ["NUMERATOR_WORKERS"] = str(args.workers)  # for numerator_info in each worker

@@ -14,13 +14,13 @@ from batcher.worker import Batcher
 from functions.app import create_app
 from functions.edge import Edge
 from functions.fastpath import FastPath
+from infra import __version__
 from infra.clock import utc_now
 from infra.memory import MemoryReplies, MemoryStream
 from infra.metrics import Metrics
 from infra.postgres import PostgresStore, migrate
+from infra.server import tune_gc
 from infra.settings import Settings
-from numerator import __version__
-from numerator.server import tune_gc
 
 
 class Stack:

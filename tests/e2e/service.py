@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from bench.local import free_port
+from infra.server import free_port
 
 
 class Service:

@@ -37,6 +37,13 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def cannot_listen(host: str, port: int) -> str | None:
     """Why this process cannot listen on host:port, or None. granian listens with SO_REUSEPORT,
     so a second numerator on a taken port would share it with the first — two services, two

@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 
+import orjson
+
 from infra.counters import Counter
 from infra.ports import Claim, DeadLetter, Entry, Lease, Store
-from infra.wire import Record, Reply, encode
+from infra.wire import Record, Reply, ReplyError, encode
 
 
 @dataclass
@@ -18,6 +20,16 @@ class Outcome:
     allocated: int = 0
     dead_letters: int = 0
     expired: int = 0
+    held: int | None = None
+    """The id under which the frame's replies are kept until published (durable streams)."""
+
+
+def encode_replies(replies: Sequence[Reply]) -> bytes:
+    return orjson.dumps([r.to_json() for r in replies])
+
+
+def decode_replies(raw: bytes) -> list[Reply]:
+    return [Reply.from_json(item) for item in orjson.loads(raw)]
 
 
 def split(start: int, total: int, counts: Sequence[int]) -> list[tuple[int, int]]:
@@ -31,7 +43,7 @@ def split(start: int, total: int, counts: Sequence[int]) -> list[tuple[int, int]
     return ranges
 
 
-def error(record_key: str, counter: str, kind: str, detail: str) -> Reply:
+def error(record_key: str, counter: str, kind: ReplyError, detail: str) -> Reply:
     return Reply(key=record_key, counter=counter, error=kind, detail=detail)
 
 
@@ -43,9 +55,13 @@ async def apply(
     now: datetime,
     wall: float,
     retention: float,
+    hold: bool = False,
+    published: Sequence[int] = (),
 ) -> Outcome:
     """Apply one frame. `counters` holds the definitions of every counter the frame names that
-    exists; `now` decides periods, `wall` (Unix seconds) decides which records have expired."""
+    exists; `now` decides periods, `wall` (Unix seconds) decides which records have expired.
+    With `hold`, the frame's replies are kept in the same transaction until they are published;
+    `published` names earlier held replies that have been, to drop in the same transaction."""
     out = Outcome()
     letters: list[DeadLetter] = []
     live: list[tuple[Record, Counter, str, date]] = []
@@ -57,7 +73,7 @@ async def apply(
                 DeadLetter(lease.stream, entry.shard, entry.sequence, entry.problem, entry.raw)
             )
             if entry.key:
-                out.replies.append(error(entry.key, "", "bad-record", entry.problem))
+                out.replies.append(error(entry.key, "", ReplyError.BAD_RECORD, entry.problem))
             continue
         if record.deadline and record.deadline < wall:
             out.expired += 1
@@ -65,7 +81,7 @@ async def apply(
                 error(
                     record.key,
                     record.counter,
-                    "expired",
+                    ReplyError.EXPIRED,
                     "the request's deadline passed before its frame",
                 )
             )
@@ -76,7 +92,9 @@ async def apply(
             letters.append(
                 DeadLetter(lease.stream, entry.shard, entry.sequence, problem, _raw(entry))
             )
-            out.replies.append(error(record.key, record.counter, "counter-not-found", problem))
+            out.replies.append(
+                error(record.key, record.counter, ReplyError.COUNTER_NOT_FOUND, problem)
+            )
             continue
         if counter.name not in periods:
             day = counter.today(now)
@@ -126,7 +144,7 @@ async def apply(
                     error(
                         record.key,
                         record.counter,
-                        "idempotency-key-reused",
+                        ReplyError.IDEMPOTENCY_KEY_REUSED,
                         f"this Idempotency-Key was first used with count={claim.count}",
                     )
                 )
@@ -144,6 +162,9 @@ async def apply(
         await tx.remember(claims, retention)
         await tx.dead_letter(letters)
         await tx.checkpoint(lease, entries[-1].sequence, audit)
+        await tx.forget(published)
+        if hold:
+            out.held = await tx.hold(lease, entries[-1].sequence, encode_replies(out.replies))
     out.dead_letters = len(letters)
     return out
 

@@ -1,5 +1,8 @@
 """The batcher: one loop per shard it holds a lease on. Each loop collects a frame for
-BACK_FRAME_MS, applies it in one transaction, then publishes its replies."""
+BACK_FRAME_MS, applies it in one transaction, then publishes its replies.
+
+On a durable stream a frame's replies are also held in its transaction until they are published,
+so that whoever owns the shard next publishes what a crash between commit and publish left out."""
 
 from __future__ import annotations
 
@@ -10,20 +13,21 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 
-from batcher.allocation import Outcome, apply
+from batcher.allocation import Outcome, apply, decode_replies
 from batcher.backoff import Backoff
 from batcher.frame import Frame
 from infra.clock import utc_now
 from infra.counters import Counter
-from infra.errors import LeaseLost, NumeratorError, StoreError, Unavailable
+from infra.errors import LeaseLost, NumeratorError, ShardEnded, StoreError, Unavailable
 from infra.metrics import Metrics
 from infra.ports import Lease, Replies, Store, Stream
 from infra.settings import Settings
-from infra.wire import Reply
+from infra.wire import Reply, ReplyError
 
 log = logging.getLogger("numerator.batcher")
 
 PRUNE_EVERY_S = 60.0
+SHARDS_EVERY_S = 10.0  # how often the shard list is read again, to find a reshard's children
 
 
 class Batcher:
@@ -43,27 +47,80 @@ class Batcher:
         self.counters: dict[str, Counter] = {}
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._reading: set[str] = set()
+        self._published: dict[str, list[int]] = {}  # per shard: held replies since published
         self.healthy = True
 
     async def start(self) -> None:
-        for shard in await self.stream.shards():
-            self._tasks.append(asyncio.create_task(self._run(shard), name=f"shard-{shard}"))
+        await self._follow(await self.stream.shards())
         self._tasks.append(asyncio.create_task(self._prune(), name="prune"))
+        if self.stream.durable:
+            self._tasks.append(asyncio.create_task(self._watch_shards(), name="shards"))
 
     async def stop(self) -> None:
-        """Apply what is already on the stream, release the leases, and return."""
+        """Apply what is already on the stream, publish, release the leases, and return."""
         self._stopping.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
 
-    async def _run(self, shard: str) -> None:
+    async def _follow(self, shards: dict[str, tuple[str, ...]]) -> None:
+        for shard, parents in shards.items():
+            if shard not in self._reading:
+                self._reading.add(shard)
+                live = tuple(p for p in parents if p in shards)
+                task = asyncio.create_task(self._run(shard, live), name=f"shard-{shard}")
+                self._tasks.append(task)
+
+    async def _pause(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; False when the batcher is stopping."""
+        try:
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    async def _watch_shards(self) -> None:
+        while await self._pause(SHARDS_EVERY_S):
+            try:
+                await self._follow(await self.stream.shards())
+            except NumeratorError as exc:
+                log.warning("cannot list the stream's shards: %s", exc)
+
+    async def _parents_ended(self, parents: tuple[str, ...]) -> bool:
+        """Wait until every parent shard has been read to its end (False if stopping first)."""
+        for parent in parents:
+            while not await self._ended(parent):
+                if not await self._pause(1.0):
+                    return False
+        return True
+
+    async def _ended(self, shard: str) -> bool:
+        try:
+            return await self.store.ended(self.stream.name, shard)
+        except Unavailable:
+            return False
+
+    async def _run(self, shard: str, parents: tuple[str, ...] = ()) -> None:
+        if not await self._parents_ended(parents):
+            return
         lease = await self._acquire(shard)
         renewed = time.monotonic()
         frame_s = self.settings.back_frame_ms / 1000
         limit = self.settings.frame_max_records
         while lease is not None:
             stopping = self._stopping.is_set()
-            entries = await self.stream.read(shard, lease.sequence, limit, 0 if stopping else 0.1)
+            try:
+                entries = await self.stream.read(
+                    shard, lease.sequence, limit, 0 if stopping else 0.1
+                )
+            except ShardEnded:
+                await self._end(lease)
+                return
+            except Unavailable as exc:
+                log.warning("cannot read shard %s: %s", shard, exc)
+                self.healthy = False
+                await asyncio.sleep(Backoff(cap=1.0).next() + 0.1)
+                entries = []
             if time.monotonic() - renewed > self.settings.lease_ttl_s / 3:
                 lease = await self._acquire(shard) or lease
                 renewed = time.monotonic()
@@ -81,12 +138,17 @@ class Batcher:
                 more = await self.stream.read(shard, frame.last_sequence, limit - len(frame), 0)
                 frame.add(more)
             lease = await self._apply(frame, lease)
-        if lease is not None and not self.stream_durable:
+        if lease is not None:
             await self._release(lease)
 
-    @property
-    def stream_durable(self) -> bool:
-        return self.stream.name != "memory"
+    async def _end(self, lease: Lease) -> None:
+        """The shard is closed and read to its end: say so, so that its children are read."""
+        try:
+            await self.store.forget(self._published.pop(lease.shard, []))
+            await self.store.end(lease)
+            log.info("shard %s is read to its end", lease.shard)
+        except NumeratorError as exc:
+            log.warning("cannot mark shard %s as ended: %s", lease.shard, exc)
 
     async def _acquire(self, shard: str) -> Lease | None:
         backoff = Backoff(cap=1.0)
@@ -96,6 +158,8 @@ class Batcher:
                     self.stream.name, shard, self.owner, self.settings.lease_ttl_s
                 )
                 if lease is not None:
+                    if self.stream.durable:
+                        await self._republish(lease)
                     return lease
                 log.info("shard %s is held by another batcher; waiting", shard)
             except Unavailable as exc:
@@ -104,9 +168,23 @@ class Batcher:
                 return None
             await asyncio.sleep(backoff.next())
 
+    async def _republish(self, lease: Lease) -> None:
+        """Publish the replies a crash left held: frames committed but not known published."""
+        held = await self.store.unpublished(lease.stream, lease.shard)
+        for _, raw in held:
+            replies = decode_replies(raw)
+            await self.replies.publish(replies)
+            self.metrics.republished.inc(len(replies))
+        if held:
+            log.warning("published again the replies of %d committed frame(s)", len(held))
+            await self.store.forget([number for number, _ in held])
+
     async def _release(self, lease: Lease) -> None:
+        """Give the shard up: a durable stream's lease expires now and keeps its checkpoint, for
+        the next owner; a memory stream's shard dies with this process, so its row goes."""
         try:
-            await self.store.release(lease, forget=True)
+            await self.store.forget(self._published.pop(lease.shard, []))
+            await self.store.release(lease, forget=not self.stream.durable)
         except NumeratorError as exc:
             log.warning("cannot release shard %s: %s", lease.shard, exc)
 
@@ -116,7 +194,8 @@ class Batcher:
         metrics.records_in.inc(len(frame))
         metrics.frame_size.observe(len(frame))
         now = time.time()
-        metrics.lag.set(max(0.0, now - frame.opened(default=now)))
+        behind = self.stream.lag(lease.shard)
+        metrics.lag.set(max(0.0, now - frame.opened(default=now)) if behind is None else behind)
         backoff: Backoff | None = None
         while True:
             began = time.monotonic()
@@ -147,7 +226,9 @@ class Batcher:
         metrics.expired.inc(outcome.expired)
         frame.applied(outcome.replies)
         lease = Lease(lease.stream, lease.shard, lease.owner, lease.epoch, frame.last_sequence)
-        await self._publish(frame)
+        self._published.pop(lease.shard, None)  # forgotten in this frame's transaction
+        if await self._publish(frame) and outcome.held is not None:
+            self._published.setdefault(lease.shard, []).append(outcome.held)
         return lease
 
     async def _give_up_on(self, frame: Frame, cutoff: float, problem: str) -> None:
@@ -158,13 +239,14 @@ class Batcher:
         if doomed:
             await self.replies.publish(
                 [
-                    Reply(key=r.key, counter=r.counter, error="unavailable", detail=problem)
+                    Reply(r.key, r.counter, error=ReplyError.UNAVAILABLE, detail=problem)
                     for r in doomed
                 ]
             )
             self.metrics.records_out.inc(len(doomed))
 
     async def _commit(self, frame: Frame, lease: Lease) -> Outcome:
+        durable = self.stream.durable
         names = {e.record.counter for e in frame.entries if e.record is not None}
         missing = [n for n in names if n not in self.counters]
         if missing:
@@ -178,9 +260,13 @@ class Batcher:
             self.clock(),
             time.time(),
             self.settings.idempotency_retention_s,
+            hold=durable,
+            published=self._published.get(lease.shard, ()),
         )
 
-    async def _publish(self, frame: Frame) -> None:
+    async def _publish(self, frame: Frame) -> bool:
+        """Publish the frame's replies; False if they could not be (a durable stream's next
+        owner of the shard publishes them again from what was held)."""
         backoff: Backoff | None = None  # made on the first failure: it seeds a Random
         for _ in range(5):
             try:
@@ -192,15 +278,14 @@ class Batcher:
                 await asyncio.sleep(backoff.next())
         else:
             log.error("dropped %d replies after 5 tries", len(frame.replies))
+            return False
         self.metrics.records_out.inc(len(frame.replies))
         frame.published()
+        return True
 
     async def _prune(self) -> None:
-        while not self._stopping.is_set():
+        while await self._pause(PRUNE_EVERY_S):
             try:
-                await asyncio.wait_for(self._stopping.wait(), PRUNE_EVERY_S)
-            except TimeoutError:
-                try:
-                    await self.store.prune(utc_now(), self.settings.audit_retention_s)
-                except NumeratorError as exc:
-                    log.warning("cannot prune expired keys and old audit rows: %s", exc)
+                await self.store.prune(utc_now(), self.settings.audit_retention_s)
+            except NumeratorError as exc:
+                log.warning("cannot prune expired keys and old audit rows: %s", exc)

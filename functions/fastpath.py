@@ -20,24 +20,16 @@ from starlette.types import Receive, Scope, Send
 
 from functions import validation
 from functions.edge import Edge
-from functions.problems import Problem, unavailable
+from functions.problems import REPLY_PROBLEMS, Problem, bad_reply, unavailable
 from infra.counters import template
 from infra.errors import ReplyTimeout, StreamFull, Unavailable
-from infra.wire import Record, Reply
+from infra.wire import BadReply, Record, Reply
 
 log = logging.getLogger("numerator.edge")
 
 # Reply keys: unique across processes (the prefix) and within one (the sequence), cheap to make.
 _PREFIX = uuid.uuid4().hex[:16]
 _SEQUENCE = itertools.count(1)
-
-REPLY_ERRORS = {
-    "counter-not-found": 404,
-    "idempotency-key-reused": 422,
-    "bad-record": 422,
-    "expired": 503,
-    "unavailable": 503,
-}
 
 
 async def take(edge: Edge, name: str, count: str | None, key: str | None) -> dict[str, Any]:
@@ -74,6 +66,8 @@ async def _take(edge: Edge, name: str, raw_count: str | None, key: str | None) -
         reply = await edge.replies.wait(record.key, settings.reply_timeout_s)
     except ReplyTimeout as exc:
         raise Problem(504, "reply-timeout", str(exc)) from None
+    except BadReply as exc:
+        raise bad_reply(str(exc)) from None
     finally:
         edge.metrics.reply_wait.observe(time.time() - sent)
     return answer(reply, count, settings.retry_after_s)
@@ -82,10 +76,12 @@ async def _take(edge: Edge, name: str, raw_count: str | None, key: str | None) -
 def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
     """The body for a reply, or the problem it stands for."""
     if reply.error is not None:
-        status = REPLY_ERRORS.get(reply.error, 500)
+        known = REPLY_PROBLEMS.get(reply.error)
+        if known is None:
+            raise bad_reply(f"the batcher answered an error this edge does not know: {reply.error}")
+        status, kind = known
         if status == 503:
-            raise unavailable(reply.detail or reply.error, retry_after)
-        kind = reply.error if reply.error != "bad-record" else "invalid-request"
+            raise unavailable(reply.detail or reply.error.value, retry_after)
         raise Problem(status, kind, reply.detail)
     assert reply.day is not None
     render = template(reply.template).render

@@ -11,6 +11,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from infra.wire import ReplyError
+
 PREFIX = "urn:numerator:problem:"
 
 TITLES = {
@@ -23,6 +25,7 @@ TITLES = {
     "body-too-large": "The request body is too large",
     "unavailable": "The service cannot take this request now",
     "reply-timeout": "No reply in time",
+    "bad-reply": "The batcher's reply could not be read",
     "internal": "Internal error",
 }
 
@@ -50,6 +53,20 @@ class Problem(Exception):
             headers=self.headers,
             media_type="application/problem+json",
         )
+
+
+REPLY_PROBLEMS: dict[ReplyError, tuple[int, str]] = {
+    ReplyError.COUNTER_NOT_FOUND: (404, "counter-not-found"),
+    ReplyError.IDEMPOTENCY_KEY_REUSED: (422, "idempotency-key-reused"),
+    ReplyError.BAD_RECORD: (422, "invalid-request"),
+    ReplyError.EXPIRED: (503, "unavailable"),
+    ReplyError.UNAVAILABLE: (503, "unavailable"),
+}
+"""Each reply error's HTTP status and problem type: the one table the edge answers from."""
+
+
+def bad_reply(detail: str) -> Problem:
+    return Problem(502, "bad-reply", detail)
 
 
 def unavailable(detail: str, retry_after: int) -> Problem:

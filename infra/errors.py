@@ -8,8 +8,11 @@ NumeratorError
 ├── StoreError             Postgres refused the work for a reason other than availability
 ├── Unavailable            a backend cannot serve now; retry later (503)
 │   ├── StoreUnavailable   Postgres is down or refused the transaction
-│   ├── StreamFull         the stream will not take more records now (back-pressure)
-│   └── LeaseLost          another batcher owns the shard (fencing)
+│   ├── StreamFull         the stream will not take more records now (back-pressure, throttling)
+│   ├── LeaseLost          another batcher owns the shard (fencing)
+│   └── AwsUnavailable     Kinesis or DynamoDB cannot be reached, or throttles past its retries
+├── MissingResource        the stream or table named in the settings does not exist
+├── ShardEnded             a closed shard (after a reshard) has been read to its end
 └── ReplyTimeout           no reply came within the reply timeout (504)
 """
 
@@ -60,4 +63,16 @@ class LeaseLost(Unavailable):
 
 
 class ReplyTimeout(NumeratorError):
+    pass
+
+
+class AwsUnavailable(Unavailable):
+    pass
+
+
+class MissingResource(NumeratorError):
+    pass
+
+
+class ShardEnded(NumeratorError):
     pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import uuid
 from collections import deque
@@ -15,11 +16,13 @@ from infra.wire import Record, Reply
 
 
 class MemoryStream:
-    """One shard, held in this process. Records are delivered once: the batcher keeps a frame until
-    it has committed, so nothing read is lost while this process lives. The shard's name is unique
-    per process, so its checkpoint row never mixes with another process's."""
+    """One shard, held in this process. A record is kept until a read asks for what follows it
+    (the reader has committed past it), so a read may be repeated from any sequence not yet passed;
+    nothing survives the process, so the stream is not durable. The shard's name is unique per
+    process, so its checkpoint row never mixes with another process's."""
 
     name = "memory"
+    durable = False
 
     def __init__(self, capacity: int = 50_000) -> None:
         self.capacity = capacity
@@ -39,19 +42,27 @@ class MemoryStream:
             self._entries.append(Entry(self.shard, str(self._sequence), record, key=record.key))
         self._ready.set()
 
-    async def shards(self) -> list[str]:
-        return [self.shard]
+    async def shards(self) -> dict[str, tuple[str, ...]]:
+        return {self.shard: ()}
 
     async def read(self, shard: str, after: str | None, limit: int, wait: float) -> list[Entry]:
-        if not self._entries and wait > 0:
+        entries = self._entries
+        if after is not None:
+            passed = int(after)
+            while entries and int(entries[0].sequence) <= passed:
+                entries.popleft()
+        if not entries and wait > 0:
             self._ready.clear()
             try:
                 await asyncio.wait_for(self._ready.wait(), wait)
             except TimeoutError:
                 return []
-        entries = self._entries
-        taken = [entries.popleft() for _ in range(min(limit, len(entries)))]
-        return taken
+        if len(entries) <= limit:
+            return list(entries)
+        return list(itertools.islice(entries, limit))
+
+    def lag(self, shard: str) -> float | None:
+        return None
 
 
 class MemoryReplies:

@@ -137,6 +137,10 @@ class Metrics:
             "numerator_replies_abandoned_total",
             "Replies nobody read (client timed out): the only source of gaps.",
         )
+        self.republished = Counter(
+            "numerator_replies_republished_total",
+            "Replies published again by a shard's next owner after a crash before publishing.",
+        )
         self.frame_size = Histogram("numerator_frame_size_records", "Records per frame.", SIZES)
         self.frame_seconds = Histogram(
             "numerator_frame_commit_seconds", "Time to commit one frame's transaction.", SECONDS

@@ -26,17 +26,34 @@ class Entry:
 
 
 class Stream(Protocol):
-    """An ordered, sharded log of records (in memory, or Kinesis)."""
+    """An ordered, sharded log of records (in memory, or Kinesis).
+
+    `name` names the stream in the lease table. `durable` says whether the records survive the
+    process that put them, so that a batcher that restarts (or takes over a shard) replays them
+    from the shard's checkpoint: True for Kinesis; False in memory, where a record lives only as
+    long as the process that holds it.
+    """
 
     name: str
+    durable: bool
 
     async def put(self, records: Sequence[Record]) -> None:
-        """Append records; raise StreamFull when the stream will not take them now."""
+        """Append records, each to the shard its counter maps to; raise StreamFull when the
+        stream will not take them now (back-pressure, throttling), Unavailable when it cannot
+        be reached. A record is put at most once."""
 
-    async def shards(self) -> list[str]: ...
+    async def shards(self) -> dict[str, tuple[str, ...]]:
+        """The shards to read, each with its parents (after a reshard), parents first. A child
+        is read only once its parents have ended."""
 
     async def read(self, shard: str, after: str | None, limit: int, wait: float) -> list[Entry]:
-        """Up to `limit` entries after sequence `after`, waiting up to `wait` seconds for one."""
+        """Up to `limit` entries that follow sequence `after` (from the shard's start when None),
+        in order, waiting up to `wait` seconds for one. Entries at or before `after` are never
+        returned again. Raise ShardEnded once a closed shard has nothing after `after`."""
+
+    def lag(self, shard: str) -> float | None:
+        """Seconds the last read of `shard` was behind the shard's newest record, when the
+        stream tells (Kinesis's MillisBehindLatest); None when it does not."""
 
 
 class Replies(Protocol):
@@ -103,6 +120,12 @@ class FrameTransaction(Protocol):
         """Advance the shard's checkpoint and record the frame's (counter, period, first, last)
         ranges; raise LeaseLost when `lease` is no longer current."""
 
+    async def hold(self, lease: Lease, sequence: str, replies: bytes) -> int:
+        """Keep the frame's encoded replies until they are known to be published; their id."""
+
+    async def forget(self, held: Sequence[int]) -> None:
+        """Drop held replies that have been published."""
+
 
 class Store(Protocol):
     """Counter definitions and state (Postgres)."""
@@ -125,6 +148,16 @@ class Store(Protocol):
     async def release(self, lease: Lease, forget: bool) -> None: ...
 
     def frame(self) -> AbstractAsyncContextManager[FrameTransaction]: ...
+
+    async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
+        """Held replies of the shard's committed frames not known to be published, oldest first."""
+
+    async def forget(self, held: Sequence[int]) -> None: ...
+
+    async def end(self, lease: Lease) -> None:
+        """Mark the lease's shard as read to its end (a closed shard, after a reshard)."""
+
+    async def ended(self, stream: str, shard: str) -> bool: ...
 
     async def prune(self, now: datetime, audit_retention: float) -> int:
         """Drop idempotency keys past their expiry, and allocation rows and dead letters older

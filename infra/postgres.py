@@ -164,12 +164,28 @@ class PostgresFrame:
                 ),
             )
 
+    async def hold(self, lease: Lease, sequence: str, replies: bytes) -> int:
+        cur = await self.conn.execute(
+            "INSERT INTO unpublished (stream, shard, sequence, replies)"
+            " VALUES (%s, %s, %s, %s) RETURNING id",
+            (lease.stream, lease.shard, sequence, replies),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def forget(self, held: Sequence[int]) -> None:
+        if held:
+            await self.conn.execute("DELETE FROM unpublished WHERE id = ANY(%s)", (list(held),))
+
 
 class PostgresStore:
-    """Counter definitions and state in Postgres, through a small connection pool."""
+    """Counter definitions and state in Postgres, through a small connection pool, opened by
+    `open()` or else on first use."""
 
     def __init__(self, url: str, max_size: int = 4, timeout: float = 2.0) -> None:
         self.url = url
+        self._opened = False
         self.pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]] = (
             psycopg_pool.AsyncConnectionPool(
                 url,
@@ -188,6 +204,7 @@ class PostgresStore:
         )
 
     async def open(self) -> None:
+        self._opened = True
         await self.pool.open(wait=False)
 
     async def close(self) -> None:
@@ -197,6 +214,10 @@ class PostgresStore:
     async def _connection(
         self, timeout: float | None = None
     ) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+        if not self.url:
+            raise StoreUnavailable("no Postgres is configured here: set DATABASE_URL")
+        if not self._opened:  # opened on first use where nothing opened it (a Lambda container)
+            await self.open()
         try:
             async with self.pool.connection(timeout) as conn:
                 yield conn
@@ -283,6 +304,34 @@ class PostgresStore:
         # late records answered 503) than left holding its clients until they time out.
         async with self._connection(FRAME_CONNECT_S) as conn, conn.transaction():
             yield PostgresFrame(conn)
+
+    async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
+        rows = await self._fetch(
+            "SELECT id, replies FROM unpublished WHERE stream = %s AND shard = %s ORDER BY id",
+            (stream, shard),
+        )
+        return [(int(row[0]), bytes(row[1])) for row in rows]
+
+    async def forget(self, held: Sequence[int]) -> None:
+        if held:
+            await self._fetch(
+                "DELETE FROM unpublished WHERE id = ANY(%s) RETURNING 1", (list(held),)
+            )
+
+    async def end(self, lease: Lease) -> None:
+        rows = await self._fetch(
+            "UPDATE leases SET ended = true"
+            " WHERE stream = %s AND shard = %s AND owner = %s AND epoch = %s RETURNING 1",
+            (lease.stream, lease.shard, lease.owner, lease.epoch),
+        )
+        if not rows:
+            raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
+
+    async def ended(self, stream: str, shard: str) -> bool:
+        rows = await self._fetch(
+            "SELECT ended FROM leases WHERE stream = %s AND shard = %s", (stream, shard)
+        )
+        return bool(rows and rows[0][0])
 
     async def prune(self, now: datetime, audit_retention: float) -> int:
         # In batches, so that no single statement holds locks or bloats WAL for long.

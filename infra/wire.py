@@ -8,11 +8,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import date
+from enum import Enum
 from typing import Any
 
 import orjson
 
 MAX_COUNT = 1000
+VERSION = 1
+"""The wire version every record and reply carries as `v`. A reader meets a version it does not
+know as a poison record (dead-lettered) or a bad reply (502), never as a crash."""
+
+
+class ReplyError(Enum):
+    """Why a record got no values: a closed set, so that a reply written by one version of the
+    batcher is read the same by every edge. The edge maps each to an HTTP problem in one table
+    (functions/problems.py: REPLY_PROBLEMS)."""
+
+    COUNTER_NOT_FOUND = "counter-not-found"
+    IDEMPOTENCY_KEY_REUSED = "idempotency-key-reused"
+    BAD_RECORD = "bad-record"
+    EXPIRED = "expired"
+    UNAVAILABLE = "unavailable"
+
+
+class BadReply(ValueError):
+    """A reply this edge cannot read (unknown version or error, missing fields): answered 502."""
 
 
 class BadRecord(ValueError):
@@ -43,6 +63,7 @@ class Record:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
+            "v": VERSION,
             "k": self.key,
             "c": self.counter,
             "n": self.count,
@@ -57,6 +78,9 @@ class Record:
     def from_json(cls, data: object) -> Record:
         if not isinstance(data, dict):
             raise BadRecord("record is not a JSON object")
+        version = data.get("v", VERSION)
+        if version != VERSION:
+            raise BadRecord(f"unknown wire version {version!r} (this batcher reads {VERSION})")
         key = data.get("k")
         if not isinstance(key, str) or not key:
             raise BadRecord("record has no reply key")
@@ -79,7 +103,7 @@ class Record:
 class Reply:
     """The answer to one record: a range [first, last] with what it takes to render it, or an error.
 
-    `error` is a stable problem type ('counter-not-found', 'expired', 'unavailable', ...);
+    `error` says why there are no values (a ReplyError), with `detail` for people;
     `day` is the allocation's calendar day in the counter's time zone, for the template's dates.
     """
 
@@ -89,7 +113,7 @@ class Reply:
     last: int = 0
     template: str = "{value}"
     day: date | None = None
-    error: str | None = None
+    error: ReplyError | None = None
     detail: str = ""
 
     @property
@@ -98,9 +122,16 @@ class Reply:
 
     def to_json(self) -> dict[str, Any]:
         if self.error is not None:
-            return {"k": self.key, "c": self.counter, "e": self.error, "m": self.detail}
+            return {
+                "v": VERSION,
+                "k": self.key,
+                "c": self.counter,
+                "e": self.error.value,
+                "m": self.detail,
+            }
         assert self.day is not None
         return {
+            "v": VERSION,
             "k": self.key,
             "c": self.counter,
             "f": self.first,
@@ -110,17 +141,30 @@ class Reply:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Reply:
-        if "e" in data:
-            return cls(key=data["k"], counter=data["c"], error=data["e"], detail=data.get("m", ""))
-        return cls(
-            key=data["k"],
-            counter=data["c"],
-            first=int(data["f"]),
-            last=int(data["l"]),
-            template=data["t"],
-            day=date.fromisoformat(data["y"]),
-        )
+    def from_json(cls, data: object) -> Reply:
+        if not isinstance(data, dict):
+            raise BadReply("reply is not a JSON object")
+        version = data.get("v", VERSION)
+        if version != VERSION:
+            raise BadReply(f"unknown wire version {version!r} (this edge reads {VERSION})")
+        try:
+            if "e" in data:
+                return cls(
+                    key=str(data["k"]),
+                    counter=str(data["c"]),
+                    error=ReplyError(data["e"]),
+                    detail=str(data.get("m", "")),
+                )
+            return cls(
+                key=str(data["k"]),
+                counter=str(data["c"]),
+                first=int(data["f"]),
+                last=int(data["l"]),
+                template=str(data["t"]),
+                day=date.fromisoformat(data["y"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise BadReply(f"unreadable reply: {exc!r}") from exc
 
 
 def encode(item: Record | Reply) -> bytes:
@@ -136,4 +180,8 @@ def decode_record(raw: bytes) -> Record:
 
 
 def decode_reply(raw: bytes) -> Reply:
-    return Reply.from_json(orjson.loads(raw))
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise BadReply(f"reply is not JSON: {exc}") from exc
+    return Reply.from_json(data)

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
 
 import psycopg
 import pytest
@@ -16,37 +14,10 @@ from infra.counters import Counter
 from infra.errors import LeaseLost
 from infra.memory import MemoryReplies
 from infra.metrics import Metrics
-from infra.ports import Entry
 from infra.postgres import PostgresStore
 from infra.settings import Settings
-from infra.wire import BadRecord, Record, Reply, decode_record
-
-
-class ListStream:
-    """A durable-looking stream with one shard holding fixed raw records (a Kinesis stand-in)."""
-
-    def __init__(self, raws: list[bytes]) -> None:
-        self.name = f"test-{uuid.uuid4().hex[:8]}"
-        self.entries = []
-        for n, raw in enumerate(raws, start=1):
-            try:
-                record = decode_record(raw)
-                self.entries.append(Entry("shard-0", str(n), record, raw, key=record.key))
-            except BadRecord as exc:
-                self.entries.append(Entry("shard-0", str(n), None, raw, str(exc), exc.key))
-
-    async def put(self, records: Sequence[Record]) -> None:
-        raise NotImplementedError
-
-    async def shards(self) -> list[str]:
-        return ["shard-0"]
-
-    async def read(self, shard: str, after: str | None, limit: int, wait: float) -> list[Entry]:
-        start = int(after or 0)
-        found = [e for e in self.entries if int(e.sequence) > start][:limit]
-        if not found:
-            await asyncio.sleep(min(wait, 0.01))
-        return found
+from infra.wire import Reply, ReplyError
+from tests.streams import ListStream
 
 
 class Collect(MemoryReplies):
@@ -106,8 +77,8 @@ async def test_poison_records_are_dead_lettered_and_the_shard_moves_on(
     await run_until(batcher, replies, 4)
     by_key = {r.key: r for r in replies.seen}
     assert (by_key["a"].first, by_key["d"].first, by_key["d"].last) == (1, 2, 3)
-    assert by_key["b"].error == "bad-record"
-    assert by_key["c"].error == "counter-not-found"
+    assert by_key["b"].error is ReplyError.BAD_RECORD
+    assert by_key["c"].error is ReplyError.COUNTER_NOT_FOUND
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         cur = await conn.execute(
             "SELECT sequence, problem FROM dead_letters WHERE stream = %s ORDER BY id",
@@ -131,8 +102,7 @@ async def test_a_replay_after_the_checkpoint_allocates_nothing_twice(
     owner = "batcher-a"
     await run_until(Batcher(stream, first, store, settings, Metrics(), owner=owner), first, 10)
     # The same owner starts again (a restart): it resumes after its checkpoint.
-    stream.entries += ListStream([raw("r10", name)]).entries
-    stream.entries[-1] = replace(stream.entries[-1], sequence="11")
+    stream.append(raw("r10", name))
     again = Collect()
     await run_until(Batcher(stream, again, store, settings, Metrics(), owner=owner), again, 1)
     assert [r.key for r in again.seen] == ["r10"]
@@ -148,7 +118,7 @@ async def test_expired_records_allocate_nothing(
     replies = Collect()
     await run_until(Batcher(stream, replies, store, settings, Metrics()), replies, 2)
     by_key = {r.key: r for r in replies.seen}
-    assert by_key["late"].error == "expired"
+    assert by_key["late"].error is ReplyError.EXPIRED
     assert by_key["fresh"].first == 1
     assert await store.allocated(name, "") == 1
 

@@ -8,7 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infra.wire import BadRecord, Record, Reply, decode_record, decode_reply, encode
+from infra.wire import (
+    BadRecord,
+    BadReply,
+    Record,
+    Reply,
+    ReplyError,
+    decode_record,
+    decode_reply,
+    encode,
+)
 
 records = st.builds(
     Record,
@@ -28,7 +37,7 @@ def test_record_round_trip(record: Record) -> None:
 
 def test_reply_round_trip() -> None:
     ok = Reply("k", "inv", 5, 9, "INV-{value}", date(2026, 1, 2))
-    bad = Reply("k", "inv", error="counter-not-found", detail="no such counter")
+    bad = Reply("k", "inv", error=ReplyError.COUNTER_NOT_FOUND, detail="no such counter")
     assert decode_reply(encode(ok)) == ok
     assert decode_reply(encode(bad)) == bad
 
@@ -45,9 +54,30 @@ def test_reply_round_trip() -> None:
         (b'{"k": "r1", "c": "inv", "n": true, "d": 1}', "r1"),
         (b'{"k": "r1", "c": "inv", "n": 1, "d": "soon"}', "r1"),
         (b'{"k": "r1", "c": "inv", "n": 1, "d": 1, "i": 5}', "r1"),
+        (b'{"v": 2, "k": "r1", "c": "inv", "n": 1, "d": 1}', None),
     ],
 )
 def test_bad_records_raise_bad_record_with_the_key_when_known(raw: bytes, key: str | None) -> None:
     with pytest.raises(BadRecord) as caught:
         decode_record(raw)
     assert caught.value.key == key
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not json",
+        b"[]",
+        b'{"v": 2, "k": "r1", "c": "inv", "f": 1, "l": 1, "t": "{value}", "y": "2026-01-01"}',
+        b'{"v": 1, "k": "r1", "c": "inv", "e": "a-new-kind-of-error", "m": ""}',
+        b'{"v": 1, "k": "r1", "c": "inv", "f": 1}',
+    ],
+)
+def test_unreadable_replies_raise_bad_reply(raw: bytes) -> None:
+    with pytest.raises(BadReply):
+        decode_reply(raw)
+
+
+def test_every_record_and_reply_carries_the_wire_version() -> None:
+    assert encode(Record("k", "inv")).startswith(b'{"v":1,')
+    assert encode(Reply("k", "inv", error=ReplyError.EXPIRED)).startswith(b'{"v":1,')

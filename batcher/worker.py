@@ -14,8 +14,8 @@ from collections.abc import Callable
 from datetime import datetime
 
 from batcher.allocation import Outcome, apply, decode_replies
-from batcher.backoff import Backoff
 from batcher.frame import Frame
+from infra.backoff import Backoff
 from infra.clock import utc_now
 from infra.counters import Counter
 from infra.errors import LeaseLost, NumeratorError, ShardEnded, StoreError, Unavailable

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from infra.clock import utc_now
 from infra.metrics import Metrics
 from infra.ports import Replies, Store, Stream
 from infra.settings import Settings
+
+LAMBDA_MARGIN_S = 0.5  # answered this long before the Lambda invocation's own time runs out
 
 
 def always() -> bool:
@@ -32,9 +35,18 @@ class Edge:
     observe: Callable[[], None] = nothing
     """Refresh gauges just before /metrics renders them."""
 
-    @property
-    def record_budget(self) -> float:
+    def timeout(self, context: Any = None) -> float:
+        """Seconds a request waits for its reply: REPLY_TIMEOUT_S, and in Lambda no longer than
+        the invocation has left (less a margin), so that it is answered 504 before Lambda kills
+        it. `context` is the Lambda context Mangum puts in the ASGI scope, if any."""
+        timeout = self.settings.reply_timeout_s
+        if context is not None:
+            left = context.get_remaining_time_in_millis() / 1000 - LAMBDA_MARGIN_S
+            timeout = max(0.05, min(timeout, left))
+        return timeout
+
+    @staticmethod
+    def budget(timeout: float) -> float:
         """Seconds a record may wait for its frame: a little less than the reply timeout, so that
         a record the batcher cannot apply in time is answered 503 before the client's 504."""
-        timeout = self.settings.reply_timeout_s
         return timeout - min(0.5, timeout / 4)

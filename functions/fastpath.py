@@ -32,13 +32,15 @@ _PREFIX = uuid.uuid4().hex[:16]
 _SEQUENCE = itertools.count(1)
 
 
-async def take(edge: Edge, name: str, count: str | None, key: str | None) -> dict[str, Any]:
-    """Put one record for `count` values of counter `name` and await its reply; the response body,
-    or a Problem. Counts every request and its status in the metrics."""
+async def take(
+    edge: Edge, name: str, count: str | None, key: str | None, timeout: float
+) -> dict[str, Any]:
+    """Put one record for `count` values of counter `name` and await its reply for up to
+    `timeout` seconds; the response body, or a Problem. Counts every request and its status."""
     metrics = edge.metrics
     metrics.next_requests.inc()
     try:
-        body = await _take(edge, name, count, key)
+        body = await _take(edge, name, count, key, timeout)
     except Problem as problem:
         metrics.responses.inc(str(problem.status))
         raise
@@ -46,14 +48,16 @@ async def take(edge: Edge, name: str, count: str | None, key: str | None) -> dic
     return body
 
 
-async def _take(edge: Edge, name: str, raw_count: str | None, key: str | None) -> dict[str, Any]:
+async def _take(
+    edge: Edge, name: str, raw_count: str | None, key: str | None, timeout: float
+) -> dict[str, Any]:
     validation.name(name)
     count = validation.count(raw_count)
     validation.idempotency_key(key)
     settings = edge.settings
     sent = time.time()
     record = Record(
-        f"{_PREFIX}-{next(_SEQUENCE)}", name, count, key, sent + edge.record_budget, sent
+        f"{_PREFIX}-{next(_SEQUENCE)}", name, count, key, sent + edge.budget(timeout), sent
     )
     edge.replies.expect(record.key)
     try:
@@ -63,7 +67,7 @@ async def _take(edge: Edge, name: str, raw_count: str | None, key: str | None) -
     except Unavailable as exc:
         raise unavailable(str(exc), settings.retry_after_s) from None
     try:
-        reply = await edge.replies.wait(record.key, settings.reply_timeout_s)
+        reply = await edge.replies.wait(record.key, timeout)
     except ReplyTimeout as exc:
         raise Problem(504, "reply-timeout", str(exc)) from None
     except BadReply as exc:
@@ -133,7 +137,8 @@ class FastPath:
         try:
             if length > edge.settings.max_body_bytes:
                 raise Problem(413, "body-too-large", "/next takes no body")
-            body = orjson.dumps(await take(edge, path[10:-5], count, key))
+            timeout = edge.timeout(scope.get("aws.context"))
+            body = orjson.dumps(await take(edge, path[10:-5], count, key, timeout))
         except Problem as problem:
             response = problem.response(path)
             await response(scope, receive, send)

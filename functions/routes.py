@@ -39,6 +39,7 @@ async def next_values(request: Request) -> Response:
         request.path_params["name"],
         request.query_params.get("count"),
         request.headers.get("idempotency-key"),
+        edge.timeout(request.scope.get("aws.context")),
     )
     return JSON(body)
 

@@ -141,6 +141,14 @@ class Metrics:
             "numerator_replies_republished_total",
             "Replies published again by a shard's next owner after a crash before publishing.",
         )
+        self.aws_calls = LabeledCounter(
+            "numerator_aws_calls_total", "Calls to Kinesis and DynamoDB, by API call.", "call"
+        )
+        self.aws_retries = LabeledCounter(
+            "numerator_aws_retries_total",
+            "AWS calls tried again, by reason (throttled, transient, connection).",
+            "reason",
+        )
         self.frame_size = Histogram("numerator_frame_size_records", "Records per frame.", SIZES)
         self.frame_seconds = Histogram(
             "numerator_frame_commit_seconds", "Time to commit one frame's transaction.", SECONDS

@@ -9,7 +9,7 @@ from datetime import date, datetime
 from typing import Protocol
 
 from infra.counters import Counter
-from infra.wire import Record, Reply
+from infra.wire import BadRecord, Record, Reply, decode_record
 
 
 @dataclass(slots=True)
@@ -23,6 +23,16 @@ class Entry:
     raw: bytes = b""
     problem: str = ""
     key: str | None = None
+
+    @classmethod
+    def decode(cls, shard: str, sequence: str, raw: bytes) -> Entry:
+        """The entry for raw bytes read off a durable stream: a poison one if they do not
+        decode, keeping the reply key when it could be read, so the client hears why."""
+        try:
+            record = decode_record(raw)
+        except BadRecord as exc:
+            return cls(shard, sequence, None, raw, str(exc), exc.key)
+        return cls(shard, sequence, record, raw, key=record.key)
 
 
 class Stream(Protocol):

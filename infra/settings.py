@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import TypeVar
@@ -10,6 +11,8 @@ from typing import TypeVar
 from infra.errors import SettingsError
 
 T = TypeVar("T", int, float)
+MODES = ("embedded", "aws")
+RESOURCE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")  # Kinesis stream and DynamoDB table names
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +34,16 @@ class Settings:
     retry_after_s: int = 1  # RETRY_AFTER_S: the Retry-After of a 503
     pool_max: int = 4  # POOL_MAX: Postgres connections per process
     lease_ttl_s: float = 30.0  # LEASE_TTL_S: a silent batcher's shards are taken over after this
+    mode: str = "embedded"  # MODE: embedded (in-process stream) or aws (Kinesis and DynamoDB)
+    workers: int = 1  # WORKERS: HTTP worker processes (set by --workers)
+    stream_name: str = "numerator"  # STREAM_NAME: the Kinesis stream (aws mode)
+    reply_table: str = "numerator-replies"  # REPLY_TABLE: the DynamoDB reply table (aws mode)
+    shards: int = 1  # SHARDS: shards of the stream `numerator aws init` creates
+    partition_spread: int = 1  # PARTITION_SPREAD: shards one counter's records spread over
+    read_interval_ms: float = 200.0  # READ_INTERVAL_MS: least time between reads of a shard
+    reply_ttl_s: int = 3600  # REPLY_TTL_S: a reply item's time to live in the reply table
+    aws_threads: int = 16  # AWS_THREADS: threads (and connections) for boto3 calls per process
+    lambda_containers: int = 32  # LAMBDA_CONTAINERS: concurrent invocations of `--edge lambda`
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -63,12 +76,27 @@ class Settings:
             ("RETRY_AFTER_S", self.retry_after_s),
             ("POOL_MAX", self.pool_max),
             ("LEASE_TTL_S", self.lease_ttl_s),
+            ("WORKERS", self.workers),
+            ("SHARDS", self.shards),
+            ("PARTITION_SPREAD", self.partition_spread),
+            ("READ_INTERVAL_MS", self.read_interval_ms),
+            ("REPLY_TTL_S", self.reply_ttl_s),
+            ("AWS_THREADS", self.aws_threads),
+            ("LAMBDA_CONTAINERS", self.lambda_containers),
         ]
         for variable, value in positive:
             if value <= 0:
                 raise SettingsError(variable, f"must be greater than 0, not {value}")
         if self.back_frame_ms > 10_000:
             raise SettingsError("BACK_FRAME_MS", "must be at most 10000 (10 s)")
+        if self.mode not in MODES:
+            raise SettingsError("MODE", f"must be one of {', '.join(MODES)}, not {self.mode!r}")
+        for variable, name in (
+            ("STREAM_NAME", self.stream_name),
+            ("REPLY_TABLE", self.reply_table),
+        ):
+            if not RESOURCE.match(name):
+                raise SettingsError(variable, "must be 1-128 letters, digits, '_', '-' or '.'")
         if self.database_url and not self.database_url.startswith(("postgres://", "postgresql://")):
             raise SettingsError("DATABASE_URL", "must start with postgresql://")
 

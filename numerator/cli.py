@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 import time
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
 
 from bench.cli import add_bench
@@ -49,11 +49,50 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument(
         "--ephemeral", action="store_true", help="use a throwaway database, deleted on exit"
     )
+    up.add_argument(
+        "--aws",
+        metavar="moto|URL",
+        help="run the AWS path: Kinesis and DynamoDB from moto server started here (moto), or "
+        "from the endpoint at URL (LocalStack: http://localhost:4566); a batcher process beside",
+    )
+    up.add_argument(
+        "--edge",
+        choices=["server", "lambda"],
+        default="server",
+        help="with --aws: HTTP workers (server), or each request as an API Gateway event through "
+        "the Lambda handler in process (lambda)",
+    )
+    up.add_argument("--batchers", type=int, default=1, help="with --aws: batcher processes")
     up.set_defaults(run=run_up)
 
-    serve = commands.add_parser("serve", help="run HTTP workers against an existing Postgres")
+    serve = commands.add_parser(
+        "serve", help="run HTTP workers against an existing Postgres (MODE=aws: the AWS edge)"
+    )
     serving(serve)
     serve.set_defaults(run=run_serve)
+
+    batcher = commands.add_parser(
+        "batcher", help="run the batcher alone: Kinesis in, Postgres, DynamoDB out (MODE=aws)"
+    )
+    batcher.add_argument("--host", default="127.0.0.1", help="for /healthz and /metrics")
+    batcher.add_argument("--port", type=int, default=8081, help="for /healthz and /metrics")
+    batcher.add_argument(
+        "--database-url",
+        default=os.environ.get("DATABASE_URL") or None,
+        help="the Postgres (default: $DATABASE_URL)",
+    )
+    batcher.set_defaults(run=run_batcher)
+
+    aws = commands.add_parser("aws", help="AWS resources")
+    aws_actions = aws.add_subparsers(title="actions", metavar="ACTION")
+    init = aws_actions.add_parser(
+        "init", help="create the Kinesis stream and the DynamoDB reply table (idempotent)"
+    )
+    init.add_argument(
+        "--endpoint", help="e.g. http://localhost:4566 (default: $AWS_ENDPOINT_URL, else AWS)"
+    )
+    init.add_argument("--shards", type=int, help="shards of a new stream (default: $SHARDS or 1)")
+    init.set_defaults(run=run_aws_init)
 
     counters = commands.add_parser("counters", help="create, read and list counters")
     actions = counters.add_subparsers(title="actions", metavar="ACTION")
@@ -144,6 +183,10 @@ def port_or_exit(args: argparse.Namespace) -> None:
 def run_up(args: argparse.Namespace) -> None:
     settings_or_exit()
     port_or_exit(args)
+    if args.edge == "lambda" and not args.aws:
+        client.fail("--edge lambda runs the AWS path: add --aws moto (or --aws URL)")
+    if args.batchers < 1:
+        client.fail("--batchers must be at least 1")
     database: AbstractContextManager[Postgres]
     if args.database_url:
         where = "the database at --database-url / DATABASE_URL"
@@ -156,7 +199,10 @@ def run_up(args: argparse.Namespace) -> None:
         where = f"counter state in {data_dir}"
         database = embedded(data_dir)
     with database as postgres:
-        serve_http(args, postgres.url, where)
+        if args.aws:
+            serve_aws(args, postgres.url, where)
+        else:
+            serve_http(args, postgres.url, where)
 
 
 def run_serve(args: argparse.Namespace) -> None:
@@ -181,11 +227,53 @@ async def migrate_when_ready(url: str, patience: float) -> None:
             await asyncio.sleep(0.5)
 
 
-def serve_http(args: argparse.Namespace, url: str, where: str) -> None:
+def serve_aws(args: argparse.Namespace, url: str, where: str) -> None:
+    """`up --aws`: the endpoint (moto server started here, or a URL), the stream and table, the
+    batcher process(es), then the HTTP edge in front."""
+    from infra.aws import clients, create  # boto3 loads only where it is used
+    from numerator import local
+
+    with ExitStack() as running:
+        try:
+            endpoint = (
+                running.enter_context(local.moto_server()) if args.aws == "moto" else args.aws
+            )
+            if not endpoint.startswith(("http://", "https://")):
+                client.fail(f"--aws takes moto or an endpoint URL, not {endpoint!r}")
+            os.environ.update(local.aws_environment(endpoint))
+            os.environ["DATABASE_URL"] = url
+            os.environ["WORKERS"] = str(args.workers)
+            settings = settings_or_exit()
+            made = create(clients(settings), settings)
+            asyncio.run(migrate_when_ready(url, args.wait_for_db))
+            probes = running.enter_context(local.batchers(args.batchers, {"DATABASE_URL": url}))
+        except NumeratorError as exc:
+            client.fail(str(exc))
+        what = "moto server" if args.aws == "moto" else "the endpoint"
+        print(
+            f"AWS path: {what} at {endpoint}; stream {settings.stream_name} and table "
+            f"{settings.reply_table} ({', '.join(made) + ' created' if made else 'existing'}); "
+            f"{len(probes)} batcher(s) ({', '.join(probes)}); edge: {args.edge}",
+            flush=True,
+        )
+        factory = (
+            "numerator.lambdaedge:app_from_env"
+            if args.edge == "lambda"
+            else "numerator.stack:app_from_env"
+        )
+        serve_http(args, url, where, factory)
+
+
+def serve_http(
+    args: argparse.Namespace,
+    url: str,
+    where: str,
+    factory: str = "numerator.stack:app_from_env",
+) -> None:
     from infra.server import serve
 
     os.environ["DATABASE_URL"] = url
-    os.environ["NUMERATOR_WORKERS"] = str(args.workers)  # for numerator_info in each worker
+    os.environ["WORKERS"] = str(args.workers)  # for numerator_info in each worker
     settings = settings_or_exit()
     try:
         asyncio.run(migrate_when_ready(url, args.wait_for_db))
@@ -198,11 +286,53 @@ def serve_http(args: argparse.Namespace, url: str, where: str) -> None:
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     print(
         f"numerator is up at http://{args.host}:{args.port} ({where}; "
-        f"{args.workers} worker(s), BACK_FRAME_MS={settings.back_frame_ms:g}). Ctrl-C stops it.",
+        f"{args.workers} worker(s), MODE={settings.mode}, "
+        f"BACK_FRAME_MS={settings.back_frame_ms:g}). Ctrl-C stops it.",
         flush=True,
     )
-    serve("numerator.stack:app_from_env", args.host, args.port, args.workers)
+    serve(factory, args.host, args.port, args.workers)
     print("numerator stopped", file=sys.stderr, flush=True)
+
+
+def run_batcher(args: argparse.Namespace) -> None:
+    from numerator import probe
+
+    if args.database_url:
+        os.environ["DATABASE_URL"] = args.database_url
+    settings = settings_or_exit()
+    if settings.mode != "aws":
+        client.fail(
+            "numerator batcher reads a Kinesis stream: set MODE=aws (and AWS_ENDPOINT_URL for "
+            "LocalStack or moto); the embedded mode runs its batcher inside `numerator up`"
+        )
+    if not settings.database_url:
+        client.fail("numerator batcher needs --database-url or DATABASE_URL")
+    try:
+        asyncio.run(migrate_when_ready(settings.database_url, 10.0))
+    except NumeratorError as exc:
+        client.fail(str(exc))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    probe.main(settings, args.host, args.port)
+
+
+def run_aws_init(args: argparse.Namespace) -> None:
+    from infra.aws import clients, create
+
+    if args.endpoint:
+        os.environ["AWS_ENDPOINT_URL"] = args.endpoint
+    if args.shards is not None:
+        os.environ["SHARDS"] = str(args.shards)
+    settings = settings_or_exit()
+    try:
+        made = create(clients(settings), settings)
+    except NumeratorError as exc:
+        client.fail(str(exc))
+    print(
+        f"stream {settings.stream_name} and table {settings.reply_table}: "
+        + (", ".join(made) + " created" if made else "both exist")
+        + "; the table's TTL attribute is x"
+    )
 
 
 if __name__ == "__main__":

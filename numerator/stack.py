@@ -1,8 +1,14 @@
-"""The embedded stack: in-process stream and replies, the batcher in this process, Postgres."""
+"""The stacks a numerator process runs, wired from settings:
+
+- `Stack`: embedded mode — in-process stream and replies, the batcher in this process, Postgres;
+- `EdgeStack`: the AWS path's edge — HTTP workers that put records on Kinesis and await replies in
+  DynamoDB (Postgres only for counter CRUD);
+- `BatcherStack`: the AWS path's batcher — reads Kinesis, applies frames to Postgres, writes
+  replies to DynamoDB (`numerator batcher`).
+"""
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -15,12 +21,27 @@ from functions.app import create_app
 from functions.edge import Edge
 from functions.fastpath import FastPath
 from infra import __version__
+from infra.aws import check
 from infra.clock import utc_now
 from infra.memory import MemoryReplies, MemoryStream
 from infra.metrics import Metrics
 from infra.postgres import PostgresStore, migrate
 from infra.server import tune_gc
+from infra.serverless import AwsPorts, aws_ports
 from infra.settings import Settings
+
+
+def describe(metrics: Metrics, settings: Settings, role: str) -> None:
+    """numerator_info: what this process is, so that a scrape (and the bench) can tell."""
+    metrics.info.labels = {
+        "version": __version__,
+        "mode": settings.mode,
+        "role": role,
+        "back_frame_ms": f"{settings.back_frame_ms:g}",
+        "frame_max_records": str(settings.frame_max_records),
+        "workers": str(settings.workers),
+        "shards": "1" if settings.mode == "embedded" else str(settings.shards),
+    }
 
 
 class Stack:
@@ -32,18 +53,11 @@ class Stack:
             raise ValueError("the stack needs settings.database_url")
         self.settings = settings
         self.metrics = Metrics()
+        describe(self.metrics, settings, "edge+batcher")
         self.store = PostgresStore(settings.database_url, settings.pool_max)
         self.stream = MemoryStream(settings.stream_capacity)
         self.replies = MemoryReplies(self.metrics)
         self.batcher = Batcher(self.stream, self.replies, self.store, settings, self.metrics, clock)
-        self.metrics.info.labels = {
-            "version": __version__,
-            "mode": "embedded",
-            "back_frame_ms": f"{settings.back_frame_ms:g}",
-            "frame_max_records": str(settings.frame_max_records),
-            "workers": os.environ.get("NUMERATOR_WORKERS", "1"),
-            "shards": "1",
-        }
         self.edge = Edge(
             stream=self.stream,
             replies=self.replies,
@@ -74,15 +88,87 @@ class Stack:
         return create_app(self.edge)
 
 
+class EdgeStack:
+    """The AWS path's edge in a long-running process: no batcher here."""
+
+    def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        describe(self.metrics, settings, "edge")
+        self.aws: AwsPorts = aws_ports(settings, self.metrics)
+        self.store = PostgresStore(settings.database_url, settings.pool_max)
+        self.edge = Edge(
+            stream=self.aws.stream,
+            replies=self.aws.replies,
+            store=self.store,
+            settings=settings,
+            metrics=self.metrics,
+            clock=clock,
+        )
+
+    async def __aenter__(self) -> EdgeStack:
+        await check(self.aws.clients, self.aws.calls, self.settings)
+        if self.settings.database_url:
+            await self.store.open()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.store.close()
+        self.aws.close()
+
+    def app(self) -> FastPath:
+        return create_app(self.edge)
+
+
+class BatcherStack:
+    """The AWS path's batcher: Kinesis in, Postgres, DynamoDB out."""
+
+    def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
+        if not settings.database_url:
+            raise ValueError("the batcher needs settings.database_url")
+        self.settings = settings
+        self.metrics = Metrics()
+        describe(self.metrics, settings, "batcher")
+        self.aws = aws_ports(settings, self.metrics)
+        self.store = PostgresStore(settings.database_url, settings.pool_max)
+        self.batcher = Batcher(
+            self.aws.stream, self.aws.replies, self.store, settings, self.metrics, clock
+        )
+
+    async def __aenter__(self) -> BatcherStack:
+        await check(self.aws.clients, self.aws.calls, self.settings)
+        await migrate(self.settings.database_url)
+        await self.store.open()
+        await self.batcher.start()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.batcher.stop()
+        await self.store.close()
+        self.aws.close()
+
+
 def app_from_env() -> FastPath:
-    """The app a server worker runs: settings from the environment, its own stack."""
+    """The app a server worker runs: settings from the environment, its own stack (embedded, or
+    the AWS path's edge when MODE=aws)."""
     settings = Settings.from_env()
     tune_gc()
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with Stack(settings) as stack:
-            app.state.edge = stack.edge
+        stack = EdgeStack(settings) if settings.mode == "aws" else Stack(settings)
+        async with stack as running:
+            app.state.edge = running.edge
             yield
 
     return create_app(lifespan=lifespan)

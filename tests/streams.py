@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Sequence
 
 from infra.ports import Entry
-from infra.wire import BadRecord, Record, decode_record, encode
+from infra.wire import Record, encode
 
 
 class ListStream:
@@ -21,12 +21,7 @@ class ListStream:
             self.append(raw)
 
     def append(self, raw: bytes) -> None:
-        sequence = str(len(self.entries) + 1)
-        try:
-            record = decode_record(raw)
-            self.entries.append(Entry("shard-0", sequence, record, raw, key=record.key))
-        except BadRecord as exc:
-            self.entries.append(Entry("shard-0", sequence, None, raw, str(exc), exc.key))
+        self.entries.append(Entry.decode("shard-0", str(len(self.entries) + 1), raw))
 
     async def put(self, records: Sequence[Record]) -> None:
         for record in records:

@@ -1,0 +1,48 @@
+"""The Lambda entry point: the Starlette app wrapped by Mangum, built once per container.
+
+`/next` puts a record on Kinesis and awaits its reply in DynamoDB; it never touches Postgres (the
+batcher tells an unknown counter apart). Counter CRUD opens one Postgres connection per container,
+on first use, and answers 503 when it cannot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mangum import Mangum
+
+from functions.app import create_app
+from functions.edge import Edge
+from infra.metrics import Metrics
+from infra.postgres import PostgresStore
+from infra.serverless import aws_ports
+from infra.settings import Settings
+
+
+def build(env: Mapping[str, str] | None = None) -> Mangum:
+    """A container's handler: settings from the environment, AWS clients, the app."""
+    settings = Settings.from_env(env)
+    metrics = Metrics()
+    metrics.info.labels = {"mode": "aws", "role": "lambda"}
+    aws = aws_ports(settings, metrics)
+    edge = Edge(
+        stream=aws.stream,
+        replies=aws.replies,
+        store=PostgresStore(settings.database_url, max_size=1),
+        settings=settings,
+        metrics=metrics,
+    )
+    return Mangum(create_app(edge), lifespan="off")
+
+
+_container: Mangum | None = None
+
+
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """What Lambda calls (template.yaml: `functions/handler.handler`). The container's app is
+    built by the first invocation and kept for every later one."""
+    global _container
+    if _container is None:
+        _container = build()
+    return _container(event, context)

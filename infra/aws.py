@@ -1,0 +1,177 @@
+"""AWS clients, and the calls made with them.
+
+Clients are made once per process (per Lambda container) with short timeouts and no retries of
+botocore's own: `Calls` retries what is retryable — throttling and lost connections — with jittered
+backoff, counts every call and retry, and runs the blocking boto3 call on a bounded thread pool so
+that it never blocks the event loop. botocore's errors never leave this module: they become
+AwsUnavailable, AwsRefused or MissingResource. Endpoints come from the environment as boto3 reads
+it (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL_DYNAMODB), so the same code talks
+to AWS, LocalStack or moto server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError,
+    HTTPClientError,
+    NoCredentialsError,
+    NoRegionError,
+)
+
+from infra.backoff import Backoff
+from infra.errors import AwsRefused, AwsUnavailable, MissingResource, SettingsError
+from infra.metrics import Metrics
+from infra.settings import Settings
+
+THROTTLED = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "Throttling",
+        "LimitExceededException",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+    }
+)
+TRANSIENT = frozenset({"InternalFailure", "ServiceUnavailable", "InternalServerError"})
+MISSING = frozenset({"ResourceNotFoundException"})
+
+
+@dataclass(frozen=True)
+class Clients:
+    kinesis: Any
+    dynamodb: Any
+
+
+def clients(settings: Settings) -> Clients:
+    """One Kinesis and one DynamoDB client, from a session of their own (a session is not safe
+    to share between threads that make clients)."""
+    config = Config(
+        connect_timeout=2,
+        read_timeout=10,
+        retries={"mode": "standard", "total_max_attempts": 1},  # Calls retries, and counts
+        max_pool_connections=settings.aws_threads,
+    )
+    try:
+        session = boto3.session.Session()
+        return Clients(
+            kinesis=session.client("kinesis", config=config),
+            dynamodb=session.client("dynamodb", config=config),
+        )
+    except NoRegionError:
+        raise SettingsError("AWS_DEFAULT_REGION", "no AWS region is set") from None
+
+
+class Calls:
+    """Runs boto3 calls off the event loop, retrying throttling and lost connections."""
+
+    def __init__(self, threads: int, metrics: Metrics, attempts: int = 6, cap: float = 1.0):
+        self.pool = ThreadPoolExecutor(threads, thread_name_prefix="aws")
+        self.metrics, self.attempts, self.cap = metrics, attempts, cap
+
+    async def __call__(self, method: Callable[..., dict[str, Any]], /, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        name = getattr(method, "__name__", "call")
+        backoff: Backoff | None = None
+        problem = ""
+        for _ in range(self.attempts):
+            self.metrics.aws_calls.inc(name)
+            try:
+                return await loop.run_in_executor(self.pool, partial(method, **kwargs))
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                message = exc.response.get("Error", {}).get("Message", "")
+                if code in MISSING:
+                    raise MissingResource(f"{name}: {message or code}") from exc
+                if code not in THROTTLED and code not in TRANSIENT:
+                    raise AwsRefused(code, f"{name}: {code}: {message}") from exc
+                reason = "throttled" if code in THROTTLED else "transient"
+                problem = f"{name}: {code}"
+            except (ConnectionError, HTTPClientError) as exc:
+                reason, problem = "connection", f"{name}: {exc}"
+            except NoCredentialsError as exc:
+                raise AwsRefused("NoCredentials", f"{name}: {exc}") from exc
+            except BotoCoreError as exc:
+                raise AwsRefused(type(exc).__name__, f"{name}: {exc}") from exc
+            self.metrics.aws_retries.inc(reason)
+            backoff = backoff or Backoff(base=0.05, cap=self.cap)
+            await asyncio.sleep(backoff.next())
+        raise AwsUnavailable(f"{problem} (gave up after {self.attempts} tries)")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def create(found: Clients, settings: Settings, wait: float = 60.0) -> list[str]:
+    """Create the stream and the reply table named in `settings` if they do not exist, wait until
+    both are active, and turn on the table's TTL; what was created. Idempotent. The same
+    definition as template.yaml's."""
+    try:
+        return _create(found, settings, wait)
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        code = error.get("Code", "")
+        raise AwsRefused(code, f"cannot create the stream and table: {code}: {error}") from exc
+    except BotoCoreError as exc:
+        raise AwsUnavailable(f"cannot create the stream and table: {exc}") from exc
+
+
+def _create(found: Clients, settings: Settings, wait: float) -> list[str]:
+    made = []
+    try:
+        found.kinesis.create_stream(StreamName=settings.stream_name, ShardCount=settings.shards)
+        made.append(f"stream {settings.stream_name} ({settings.shards} shard(s))")
+    except found.kinesis.exceptions.ResourceInUseException:
+        pass
+    try:
+        found.dynamodb.create_table(
+            TableName=settings.reply_table,
+            KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        made.append(f"table {settings.reply_table}")
+    except found.dynamodb.exceptions.ResourceInUseException:
+        pass
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        stream = found.kinesis.describe_stream_summary(StreamName=settings.stream_name)
+        table = found.dynamodb.describe_table(TableName=settings.reply_table)
+        if (
+            stream["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE"
+            and table["Table"]["TableStatus"] == "ACTIVE"
+        ):
+            break
+        time.sleep(0.5)
+    ttl = found.dynamodb.describe_time_to_live(TableName=settings.reply_table)
+    if ttl["TimeToLiveDescription"].get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
+        found.dynamodb.update_time_to_live(
+            TableName=settings.reply_table,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": "x"},
+        )
+    return made
+
+
+async def check(found: Clients, calls: Calls, settings: Settings) -> None:
+    """Raise MissingResource naming what is missing and how to create it."""
+    how = "create both with `numerator aws init` (or deploy template.yaml)"
+    try:
+        await calls(found.kinesis.describe_stream_summary, StreamName=settings.stream_name)
+    except MissingResource:
+        raise MissingResource(f"no Kinesis stream named {settings.stream_name!r}; {how}") from None
+    try:
+        await calls(found.dynamodb.describe_table, TableName=settings.reply_table)
+    except MissingResource:
+        raise MissingResource(f"no DynamoDB table named {settings.reply_table!r}; {how}") from None

@@ -1,0 +1,150 @@
+"""The Replies port on Amazon DynamoDB (boto3, through `Calls`).
+
+The batcher writes one item per reply — key `k`, the encoded reply `r`, and `x`, the Unix time the
+table's TTL removes it at — with BatchWriteItem, 25 a call, retrying UnprocessedItems with backoff.
+
+The edge awaits its key with strongly consistent reads. ONE poller per process (per event loop)
+reads every outstanding key together with BatchGetItem, 100 keys a call, not one loop per request:
+a key is first read when its reply is expected (about one shard read and one frame after the put)
+and then at growing intervals, until the request's deadline, then ReplyTimeout (504).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.aws import Calls
+from infra.backoff import Backoff
+from infra.errors import AwsUnavailable, NumeratorError, ReplyTimeout
+from infra.metrics import Metrics
+from infra.wire import BadReply, Reply, decode_reply, encode
+
+log = logging.getLogger("numerator.replies")
+
+WRITE_BATCH, READ_BATCH = 25, 100
+WRITE_ATTEMPTS = 8
+FIRST_STEP, GROWTH, LONGEST_STEP = 0.025, 1.5, 0.25
+IDLE_S = 0.05  # the poller's longest sleep while keys are outstanding
+
+
+@dataclass
+class _Wait:
+    future: asyncio.Future[Reply]
+    due: float  # monotonic time of its next read
+    step: float = FIRST_STEP
+
+
+@dataclass
+class _Poller:
+    waits: dict[str, _Wait] = field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+
+
+class DynamoReplies:
+    def __init__(
+        self,
+        client: Any,
+        calls: Calls,
+        table: str,
+        metrics: Metrics,
+        ttl: float = 3600,
+        expected: float = 0.2,
+    ) -> None:
+        """`expected`: seconds from the put to when its reply is first looked for."""
+        self.client, self.calls, self.table, self.metrics = client, calls, table, metrics
+        self.ttl, self.expected = ttl, expected
+        self._poller = _Poller()
+
+    def expect(self, key: str) -> None:
+        loop = asyncio.get_running_loop()
+        self._poller.waits[key] = _Wait(loop.create_future(), time.monotonic() + self.expected)
+
+    async def publish(self, replies: Sequence[Reply]) -> None:
+        expires = str(int(time.time() + self.ttl))
+        requests = [
+            {
+                "PutRequest": {
+                    "Item": {"k": {"S": r.key}, "r": {"S": encode(r).decode()}, "x": {"N": expires}}
+                }
+            }
+            for r in replies
+        ]
+        chunks = [requests[i : i + WRITE_BATCH] for i in range(0, len(requests), WRITE_BATCH)]
+        results = await asyncio.gather(*(self._write(c) for c in chunks), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    async def _write(self, requests: list[dict[str, Any]]) -> None:
+        backoff: Backoff | None = None
+        for _ in range(WRITE_ATTEMPTS):
+            out = await self.calls(
+                self.client.batch_write_item, RequestItems={self.table: requests}
+            )
+            requests = out.get("UnprocessedItems", {}).get(self.table, [])
+            if not requests:
+                return
+            self.metrics.aws_retries.inc("unprocessed", len(requests))
+            backoff = backoff or Backoff(base=0.05, cap=1.0)
+            await asyncio.sleep(backoff.next())
+        raise AwsUnavailable(f"DynamoDB left {len(requests)} replies unwritten")
+
+    async def wait(self, key: str, timeout: float) -> Reply:
+        poller = self._poller
+        if key not in poller.waits:
+            self.expect(key)
+        waiting = poller.waits[key]
+        if poller.task is None or poller.task.done():
+            poller.task = asyncio.get_running_loop().create_task(self._poll())
+        try:
+            return await asyncio.wait_for(asyncio.shield(waiting.future), timeout)
+        except TimeoutError:
+            raise ReplyTimeout(f"no reply within {timeout:g}s") from None
+        finally:
+            poller.waits.pop(key, None)
+
+    async def _poll(self) -> None:
+        waits = self._poller.waits
+        while waits:
+            now = time.monotonic()
+            due = [k for k, w in waits.items() if w.due <= now and not w.future.done()]
+            if not due:
+                soonest = min((w.due for w in waits.values()), default=now + IDLE_S)
+                await asyncio.sleep(min(IDLE_S, max(0.001, soonest - now)))
+                continue
+            for key in due:
+                wait = waits[key]
+                wait.step = min(wait.step * GROWTH, LONGEST_STEP)
+                wait.due = now + wait.step
+            chunks = [due[i : i + READ_BATCH] for i in range(0, len(due), READ_BATCH)]
+            await asyncio.gather(*(self._read(chunk) for chunk in chunks))
+
+    async def _read(self, keys: list[str]) -> None:
+        try:
+            out = await self.calls(
+                self.client.batch_get_item,
+                RequestItems={
+                    self.table: {
+                        "Keys": [{"k": {"S": k}} for k in keys],
+                        "ConsistentRead": True,
+                        "ProjectionExpression": "k, r",
+                    }
+                },
+            )
+        except NumeratorError as exc:  # the keys are read again at their next step
+            log.warning("cannot read replies: %s", exc)
+            return
+        waits = self._poller.waits
+        for item in out.get("Responses", {}).get(self.table, []):
+            wait = waits.get(item["k"]["S"])
+            if wait is None or wait.future.done():
+                continue
+            try:
+                wait.future.set_result(decode_reply(item["r"]["S"].encode()))
+            except (BadReply, KeyError) as exc:
+                wait.future.set_exception(BadReply(f"unreadable reply item: {exc}"))

@@ -1,0 +1,213 @@
+"""The Stream port on Amazon Kinesis Data Streams (boto3, through `Calls`).
+
+Putting: concurrent puts of one process are gathered into PutRecords calls (at most 500 records
+and 5 MiB a call; PutRecord for a lone record): while one call is out, the next batch collects.
+Records a partial failure left out are put again with backoff; the others are never put twice.
+A counter's records go under the counter's partition key; PARTITION_SPREAD > 1 spreads a hot
+counter over that many keys (so over up to that many shards), keeping every Idempotency-Key on
+one of them so that its retries meet in one shard's frames.
+
+Reading: one iterator per shard, made from the checkpoint (AFTER_SEQUENCE_NUMBER, or TRIM_HORIZON
+for a shard never read) and renewed when it expires; reads of a shard at least READ_INTERVAL_MS
+apart (AWS allows five a second per shard, shared by every consumer); a closed shard raises
+ShardEnded once read to its end; MillisBehindLatest is the lag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from infra.aws import Calls
+from infra.backoff import Backoff
+from infra.errors import AwsRefused, NumeratorError, ShardEnded, StreamFull
+from infra.metrics import Metrics
+from infra.ports import Entry
+from infra.wire import Record, encode
+
+MAX_RECORDS, MAX_BYTES = 500, 5 * 1024 * 1024
+PUT_ATTEMPTS = 6
+
+
+Waiter = tuple[list[tuple[bytes, str]], "asyncio.Future[None]"]
+"""One put() call: its records as (data, partition key), and the future it awaits."""
+
+
+@dataclass
+class _Cursor:
+    position: str | None  # the last sequence handed out (or the checkpoint it started from)
+    iterator: str | None = None
+    last_read: float = 0.0
+
+
+class KinesisStream:
+    durable = True
+
+    def __init__(
+        self,
+        client: Any,
+        calls: Calls,
+        name: str,
+        metrics: Metrics,
+        spread: int = 1,
+        read_interval: float = 0.2,
+    ) -> None:
+        self.client, self.calls, self.name, self.metrics = client, calls, name, metrics
+        self.spread, self.read_interval = spread, read_interval
+        self._rotor = itertools.count()
+        self._pending: list[Waiter] = []
+        self._flushing: asyncio.Task[None] | None = None
+        self._cursors: dict[str, _Cursor] = {}
+        self._behind: dict[str, float] = {}
+
+    def partition(self, record: Record) -> str:
+        if self.spread == 1:
+            return record.counter
+        if record.idempotency_key is not None:
+            slot = zlib.crc32(record.idempotency_key.encode()) % self.spread
+        else:
+            slot = next(self._rotor) % self.spread
+        return f"{record.counter}#{slot}"
+
+    async def put(self, records: Sequence[Record]) -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        self._pending.append(([(encode(r), self.partition(r)) for r in records], done))
+        if self._flushing is None or self._flushing.done():
+            self._flushing = loop.create_task(self._flush())
+        await done
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch: list[Waiter] = []
+            size = count = 0
+            while self._pending:
+                rows, _ = self._pending[0]
+                more = sum(len(data) + len(key) for data, key in rows)
+                if batch and (count + len(rows) > MAX_RECORDS or size + more > MAX_BYTES):
+                    break
+                batch.append(self._pending.pop(0))
+                size, count = size + more, count + len(rows)
+            await self._put_batch(batch)
+
+    async def _put_batch(self, batch: list[Waiter]) -> None:
+        rows = [row for rows, _ in batch for row in rows]
+        todo = list(range(len(rows)))
+        backoff: Backoff | None = None
+        try:
+            for _ in range(PUT_ATTEMPTS):
+                if len(todo) == 1:
+                    data, key = rows[todo[0]]
+                    await self.calls(
+                        self.client.put_record, StreamName=self.name, Data=data, PartitionKey=key
+                    )
+                    todo = []
+                else:
+                    out = await self.calls(
+                        self.client.put_records,
+                        StreamName=self.name,
+                        Records=[{"Data": rows[i][0], "PartitionKey": rows[i][1]} for i in todo],
+                    )
+                    if out.get("FailedRecordCount"):
+                        todo = [
+                            i for i, r in zip(todo, out["Records"], strict=True) if "ErrorCode" in r
+                        ]
+                        self.metrics.aws_retries.inc("throttled", len(todo))
+                    else:
+                        todo = []
+                if not todo:
+                    break
+                backoff = backoff or Backoff(base=0.05, cap=1.0)
+                await asyncio.sleep(backoff.next())
+        except BaseException as exc:  # every waiter hears of it; the flush goes on with the next
+            for _, done in batch:
+                if not done.done():
+                    done.set_exception(exc)
+            if not isinstance(exc, NumeratorError):
+                raise
+            return
+        failed = set(todo)
+        first = 0
+        for rows_of, done in batch:
+            mine = range(first, first + len(rows_of))
+            first += len(rows_of)
+            if done.done():
+                continue
+            if failed.intersection(mine):
+                done.set_exception(StreamFull(f"Kinesis throttled the put {PUT_ATTEMPTS} times"))
+            else:
+                done.set_result(None)
+
+    async def shards(self) -> dict[str, tuple[str, ...]]:
+        found: dict[str, tuple[str, ...]] = {}
+        arguments: dict[str, Any] = {"StreamName": self.name}
+        while True:
+            out = await self.calls(self.client.list_shards, **arguments)
+            for shard in out["Shards"]:
+                parents = (shard.get("ParentShardId"), shard.get("AdjacentParentShardId"))
+                found[shard["ShardId"]] = tuple(p for p in parents if p)
+            if not out.get("NextToken"):
+                return found
+            arguments = {"NextToken": out["NextToken"]}
+
+    async def read(self, shard: str, after: str | None, limit: int, wait: float) -> list[Entry]:
+        cursor = self._cursors.get(shard)
+        if cursor is None or cursor.position != after:
+            last = cursor.last_read if cursor else 0.0
+            cursor = self._cursors[shard] = _Cursor(after, last_read=last)
+        deadline = time.monotonic() + wait
+        while True:
+            now = time.monotonic()
+            due = cursor.last_read + self.read_interval
+            if now < due:
+                if due > deadline:
+                    await asyncio.sleep(max(0.0, deadline - now))
+                    return []
+                await asyncio.sleep(due - now)
+            entries = await self._get(shard, cursor, limit)
+            if entries or time.monotonic() >= deadline:
+                return entries
+
+    async def _get(self, shard: str, cursor: _Cursor, limit: int) -> list[Entry]:
+        for _ in range(2):
+            if cursor.iterator is None:
+                cursor.iterator = await self._iterator(shard, cursor.position)
+            try:
+                out = await self.calls(
+                    self.client.get_records, ShardIterator=cursor.iterator, Limit=min(limit, 10_000)
+                )
+                break
+            except AwsRefused as exc:
+                if exc.code != "ExpiredIteratorException":
+                    raise
+                cursor.iterator = None  # made again from the position, once
+        else:
+            return []
+        cursor.last_read = time.monotonic()
+        cursor.iterator = out.get("NextShardIterator")
+        self._behind[shard] = out.get("MillisBehindLatest", 0) / 1000
+        entries = [Entry.decode(shard, r["SequenceNumber"], r["Data"]) for r in out["Records"]]
+        if entries:
+            cursor.position = entries[-1].sequence
+        elif cursor.iterator is None:
+            raise ShardEnded(f"shard {shard} is closed and read to its end")
+        return entries
+
+    async def _iterator(self, shard: str, after: str | None) -> str:
+        where: dict[str, str] = (
+            {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": after}
+            if after
+            else {"ShardIteratorType": "TRIM_HORIZON"}
+        )
+        out = await self.calls(
+            self.client.get_shard_iterator, StreamName=self.name, ShardId=shard, **where
+        )
+        return str(out["ShardIterator"])
+
+    def lag(self, shard: str) -> float | None:
+        return self._behind.get(shard)

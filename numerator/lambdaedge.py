@@ -1,0 +1,129 @@
+"""`numerator up --edge lambda`: HTTP served by the real Lambda handler, without a container.
+
+Each HTTP request becomes an API Gateway HTTP API event (payload 2.0) and is handed to
+`functions.handler.build()`'s handler in this process, as `sam local start-api` would hand it to a
+container. Each thread of a pool is one container — built on its first request (a cold start), one
+request at a time, its own event loop, AWS clients and Postgres connection — so the Lambda code
+path runs under load on a machine without Docker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from mangum import Mangum
+from starlette.types import Receive, Scope, Send
+
+from functions.handler import build
+from infra.settings import Settings
+
+INVOCATION_TIMEOUT_S = 30.0  # template.yaml's default function timeout
+
+
+class Context:
+    """The part of the Lambda context the app reads, with a deadline like Lambda's."""
+
+    def __init__(self, timeout: float) -> None:
+        self.deadline = time.monotonic() + timeout
+        self.aws_request_id = str(uuid.uuid4())
+        self.function_name = "numerator-edge"
+        self.memory_limit_in_mb = 512
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self.deadline - time.monotonic()) * 1000))
+
+
+def event(scope: Scope, body: bytes) -> dict[str, Any]:
+    """The API Gateway HTTP API (2.0) event for an ASGI request."""
+    headers: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers[key] = f"{headers[key]},{text}" if key in headers else text
+    query = scope["query_string"].decode("latin-1")
+    path = scope["path"]
+    client = scope.get("client") or ("127.0.0.1", 0)
+    now = time.time()
+    out: dict[str, Any] = {
+        "version": "2.0",
+        "routeKey": "$default",
+        "rawPath": path,
+        "rawQueryString": query,
+        "headers": headers,
+        "requestContext": {
+            "accountId": "000000000000",
+            "apiId": "local",
+            "domainName": headers.get("host", "localhost"),
+            "http": {
+                "method": scope["method"],
+                "path": path,
+                "protocol": "HTTP/1.1",
+                "sourceIp": client[0],
+                "userAgent": headers.get("user-agent", ""),
+            },
+            "requestId": uuid.uuid4().hex,
+            "routeKey": "$default",
+            "stage": "$default",
+            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
+            "timeEpoch": int(now * 1000),
+        },
+        "isBase64Encoded": bool(body),
+    }
+    if body:
+        out["body"] = base64.b64encode(body).decode()
+    return out
+
+
+class LambdaEdge:
+    """An ASGI app whose every HTTP request is one Lambda invocation."""
+
+    def __init__(self, containers: int, timeout: float = INVOCATION_TIMEOUT_S) -> None:
+        self.pool = ThreadPoolExecutor(containers, thread_name_prefix="container")
+        self.timeout = timeout
+        self._local = threading.local()
+
+    def _invoke(self, request: dict[str, Any]) -> dict[str, Any]:
+        handler: Mangum | None = getattr(self._local, "handler", None)
+        if handler is None:  # this container's cold start
+            handler = self._local.handler = build()
+        return handler(request, Context(self.timeout))  # type: ignore[arg-type]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                else:
+                    self.pool.shutdown(wait=False, cancel_futures=True)
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(self.pool, self._invoke, event(scope, body))
+        payload = result.get("body") or ""
+        content = base64.b64decode(payload) if result.get("isBase64Encoded") else payload.encode()
+        headers = [(k.encode(), str(v).encode()) for k, v in (result.get("headers") or {}).items()]
+        for cookie in result.get("cookies") or []:
+            headers.append((b"set-cookie", cookie.encode()))
+        await send(
+            {"type": "http.response.start", "status": result["statusCode"], "headers": headers}
+        )
+        await send({"type": "http.response.body", "body": content})
+
+
+def app_from_env() -> LambdaEdge:
+    """What a server worker runs for `--edge lambda`."""
+    settings = Settings.from_env()
+    return LambdaEdge(settings.lambda_containers)

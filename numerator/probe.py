@@ -1,0 +1,83 @@
+"""`numerator batcher`: the batcher as its own long-running process, with /healthz and /metrics on
+a port of its own for a container's health check and a scraper.
+
+SIGTERM (or SIGINT) finishes the open frame, publishes its replies and releases the leases, so
+that another batcher takes the shards over at once; SIGKILL leaves the leases to expire after
+LEASE_TTL_S, and the next owner publishes what was committed but not published.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from infra.errors import NumeratorError, StoreError, Unavailable
+from infra.settings import Settings
+from numerator.stack import BatcherStack
+
+log = logging.getLogger("numerator.batcher")
+
+
+async def run(settings: Settings, host: str, port: int) -> None:
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    async with BatcherStack(settings) as stack:
+
+        async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                line = await asyncio.wait_for(reader.readline(), 5)
+                while (await asyncio.wait_for(reader.readline(), 5)).strip():
+                    pass  # headers: nothing here needs them
+                parts = line.decode("latin-1").split()
+                path = parts[1] if len(parts) > 1 else ""
+                status, body, kind = await respond(stack, path)
+                head = (
+                    f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\n"
+                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+                )
+                writer.write(head.encode() + body)
+                await writer.drain()
+            except (TimeoutError, ConnectionError):
+                pass
+            finally:
+                writer.close()
+
+        server = await asyncio.start_server(answer, host, port)
+        print(
+            f"numerator batcher is up: stream {settings.stream_name}, replies in "
+            f"{settings.reply_table}; /healthz and /metrics at http://{host}:{port}",
+            flush=True,
+        )
+        await stopping.wait()
+        server.close()
+        log.info("stopping: finishing the open frames and releasing the leases")
+    print("numerator batcher stopped", file=sys.stderr, flush=True)
+
+
+async def respond(stack: BatcherStack, path: str) -> tuple[str, bytes, str]:
+    if path == "/metrics":
+        return "200 OK", stack.metrics.render().encode(), "text/plain; version=0.0.4"
+    if path == "/healthz":
+        problems = []
+        if not stack.batcher.healthy:
+            problems.append("frames are being retried")
+        try:
+            await asyncio.wait_for(stack.store.ping(), 1.0)
+        except (TimeoutError, Unavailable, StoreError) as exc:
+            problems.append(f"Postgres: {exc}")
+        if problems:
+            return "503 Service Unavailable", "; ".join(problems).encode(), "text/plain"
+        return "200 OK", b"ok", "text/plain"
+    return "404 Not Found", b"no such path: /healthz or /metrics", "text/plain"
+
+
+def main(settings: Settings, host: str, port: int) -> None:
+    try:
+        asyncio.run(run(settings, host, port))
+    except NumeratorError as exc:
+        print(f"numerator batcher: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None

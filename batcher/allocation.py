@@ -20,6 +20,7 @@ class Outcome:
     allocated: int = 0
     dead_letters: int = 0
     expired: int = 0
+    replays: int = 0
     held: int | None = None
     """The id under which the frame's replies are kept until published (durable streams)."""
 
@@ -57,16 +58,26 @@ async def apply(
     retention: float,
     hold: bool = False,
     published: Sequence[int] = (),
+    earlier: dict[str, Reply] | None = None,
 ) -> Outcome:
     """Apply one frame. `counters` holds the definitions of every counter the frame names that
     exists; `now` decides periods, `wall` (Unix seconds) decides which records have expired.
-    With `hold`, the frame's replies are kept in the same transaction until they are published;
-    `published` names earlier held replies that have been, to drop in the same transaction."""
+
+    On a durable stream, with `hold`, the frame's replies are kept in the same transaction (for
+    a republish after a crash, and for replays); `published` names earlier held replies that have
+    been published, marked in the same transaction. Entries at or below `lease.applied` are
+    replays: answered from `earlier` (their kept replies, by reply key), never allocated again."""
     out = Outcome()
     letters: list[DeadLetter] = []
     live: list[tuple[Record, Counter, str, date]] = []
     periods: dict[str, tuple[str, date]] = {}  # per counter, once per frame, not per record
+    applied = lease.applied
     for entry in entries:
+        if applied is not None and int(entry.sequence) <= applied:
+            out.replays += 1
+            if entry.key:
+                out.replies.append(_replayed(entry, earlier or {}))
+            continue
         record = entry.record
         if record is None:
             letters.append(
@@ -162,11 +173,27 @@ async def apply(
         await tx.remember(claims, retention)
         await tx.dead_letter(letters)
         await tx.checkpoint(lease, entries[-1].sequence, audit)
-        await tx.forget(published)
+        await tx.published(published)
         if hold:
-            out.held = await tx.hold(lease, entries[-1].sequence, encode_replies(out.replies))
+            out.held = await tx.hold(
+                lease, entries[0].sequence, entries[-1].sequence, encode_replies(out.replies)
+            )
     out.dead_letters = len(letters)
     return out
+
+
+def _replayed(entry: Entry, earlier: dict[str, Reply]) -> Reply:
+    assert entry.key is not None
+    kept = earlier.get(entry.key)
+    if kept is not None:
+        return kept
+    counter = entry.record.counter if entry.record is not None else ""
+    return error(
+        entry.key,
+        counter,
+        ReplyError.EXPIRED,
+        "this record was applied before and its reply is no longer kept; nothing allocated now",
+    )
 
 
 def _raw(entry: Entry) -> bytes:

@@ -62,6 +62,10 @@ class Frame:
         return min(sent) if sent else default
 
     @property
+    def first_sequence(self) -> str:
+        return self.entries[0].sequence
+
+    @property
     def last_sequence(self) -> str:
         return self.entries[-1].sequence
 

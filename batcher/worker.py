@@ -144,7 +144,7 @@ class Batcher:
     async def _end(self, lease: Lease) -> None:
         """The shard is closed and read to its end: say so, so that its children are read."""
         try:
-            await self.store.forget(self._published.pop(lease.shard, []))
+            await self.store.published(self._published.pop(lease.shard, []))
             await self.store.end(lease)
             log.info("shard %s is read to its end", lease.shard)
         except NumeratorError as exc:
@@ -177,13 +177,13 @@ class Batcher:
             self.metrics.republished.inc(len(replies))
         if held:
             log.warning("published again the replies of %d committed frame(s)", len(held))
-            await self.store.forget([number for number, _ in held])
+            await self.store.published([number for number, _ in held])
 
     async def _release(self, lease: Lease) -> None:
         """Give the shard up: a durable stream's lease expires now and keeps its checkpoint, for
         the next owner; a memory stream's shard dies with this process, so its row goes."""
         try:
-            await self.store.forget(self._published.pop(lease.shard, []))
+            await self.store.published(self._published.pop(lease.shard, []))
             await self.store.release(lease, forget=not self.stream.durable)
         except NumeratorError as exc:
             log.warning("cannot release shard %s: %s", lease.shard, exc)
@@ -223,10 +223,15 @@ class Batcher:
             metrics.frames_committed.inc()
             metrics.values_allocated.inc(outcome.allocated)
         metrics.dead_letters.inc(outcome.dead_letters)
+        metrics.replays.inc(outcome.replays)
         metrics.expired.inc(outcome.expired)
         frame.applied(outcome.replies)
-        lease = Lease(lease.stream, lease.shard, lease.owner, lease.epoch, frame.last_sequence)
-        self._published.pop(lease.shard, None)  # forgotten in this frame's transaction
+        durable = self.stream.durable
+        applied = max(lease.applied or 0, int(frame.last_sequence)) if durable else None
+        lease = Lease(
+            lease.stream, lease.shard, lease.owner, lease.epoch, frame.last_sequence, applied
+        )
+        self._published.pop(lease.shard, None)  # marked in this frame's transaction
         if await self._publish(frame) and outcome.held is not None:
             self._published.setdefault(lease.shard, []).append(outcome.held)
         return lease
@@ -247,6 +252,12 @@ class Batcher:
 
     async def _commit(self, frame: Frame, lease: Lease) -> Outcome:
         durable = self.stream.durable
+        earlier: dict[str, Reply] = {}
+        if durable and lease.applied is not None and int(frame.first_sequence) <= lease.applied:
+            for raw in await self.store.replayed(
+                lease.stream, lease.shard, frame.first_sequence, frame.last_sequence
+            ):
+                earlier.update((reply.key, reply) for reply in decode_replies(raw))
         names = {e.record.counter for e in frame.entries if e.record is not None}
         missing = [n for n in names if n not in self.counters]
         if missing:
@@ -262,6 +273,7 @@ class Batcher:
             self.settings.idempotency_retention_s,
             hold=durable,
             published=self._published.get(lease.shard, ()),
+            earlier=earlier,
         )
 
     async def _publish(self, frame: Frame) -> bool:
@@ -286,6 +298,8 @@ class Batcher:
     async def _prune(self) -> None:
         while await self._pause(PRUNE_EVERY_S):
             try:
-                await self.store.prune(utc_now(), self.settings.audit_retention_s)
+                await self.store.prune(
+                    utc_now(), self.settings.audit_retention_s, self.settings.reply_ttl_s
+                )
             except NumeratorError as exc:
                 log.warning("cannot prune expired keys and old audit rows: %s", exc)

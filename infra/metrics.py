@@ -141,6 +141,11 @@ class Metrics:
             "numerator_replies_republished_total",
             "Replies published again by a shard's next owner after a crash before publishing.",
         )
+        self.replays = Counter(
+            "numerator_records_replayed_total",
+            "Records read again after they were applied (a rewound checkpoint): answered from "
+            "their kept replies, never allocated twice.",
+        )
         self.aws_calls = LabeledCounter(
             "numerator_aws_calls_total", "Calls to Kinesis and DynamoDB, by API call.", "call"
         )

@@ -87,6 +87,9 @@ class Lease:
     owner: str
     epoch: int
     sequence: str | None
+    applied: int | None = None
+    """The highest sequence ever applied on the shard (durable streams): records at or below it
+    are replays, answered from the replies kept for them, never allocated again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +133,11 @@ class FrameTransaction(Protocol):
         """Advance the shard's checkpoint and record the frame's (counter, period, first, last)
         ranges; raise LeaseLost when `lease` is no longer current."""
 
-    async def hold(self, lease: Lease, sequence: str, replies: bytes) -> int:
-        """Keep the frame's encoded replies until they are known to be published; their id."""
+    async def hold(self, lease: Lease, first: str, last: str, replies: bytes) -> int:
+        """Keep the frame's encoded replies (sequences `first` to `last`); their id."""
 
-    async def forget(self, held: Sequence[int]) -> None:
-        """Drop held replies that have been published."""
+    async def published(self, held: Sequence[int]) -> None:
+        """Mark held replies as published."""
 
 
 class Store(Protocol):
@@ -162,15 +165,18 @@ class Store(Protocol):
     async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
         """Held replies of the shard's committed frames not known to be published, oldest first."""
 
-    async def forget(self, held: Sequence[int]) -> None: ...
+    async def published(self, held: Sequence[int]) -> None: ...
+
+    async def replayed(self, stream: str, shard: str, first: str, last: str) -> list[bytes]:
+        """Held replies of the frames that overlap sequences `first` to `last`."""
 
     async def end(self, lease: Lease) -> None:
         """Mark the lease's shard as read to its end (a closed shard, after a reshard)."""
 
     async def ended(self, stream: str, shard: str) -> bool: ...
 
-    async def prune(self, now: datetime, audit_retention: float) -> int:
-        """Drop idempotency keys past their expiry, and allocation rows and dead letters older
-        than `audit_retention` seconds; return how many rows went."""
+    async def prune(self, now: datetime, audit_retention: float, reply_retention: float) -> int:
+        """Drop idempotency keys past their expiry, allocation rows and dead letters older than
+        `audit_retention` seconds, and held replies older than `reply_retention`; how many went."""
 
     async def ping(self) -> None: ...

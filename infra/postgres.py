@@ -142,9 +142,10 @@ class PostgresFrame:
         self, lease: Lease, sequence: str, ranges: Sequence[tuple[str, str, int, int]]
     ) -> None:
         cur = await self.conn.execute(
-            "UPDATE leases SET sequence = %s"
+            "UPDATE leases SET sequence = %s,"
+            " applied = GREATEST(applied, %s::numeric)"
             " WHERE stream = %s AND shard = %s AND owner = %s AND epoch = %s",
-            (sequence, lease.stream, lease.shard, lease.owner, lease.epoch),
+            (sequence, sequence, lease.stream, lease.shard, lease.owner, lease.epoch),
         )
         if cur.rowcount != 1:
             raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
@@ -164,19 +165,21 @@ class PostgresFrame:
                 ),
             )
 
-    async def hold(self, lease: Lease, sequence: str, replies: bytes) -> int:
+    async def hold(self, lease: Lease, first: str, last: str, replies: bytes) -> int:
         cur = await self.conn.execute(
-            "INSERT INTO unpublished (stream, shard, sequence, replies)"
-            " VALUES (%s, %s, %s, %s) RETURNING id",
-            (lease.stream, lease.shard, sequence, replies),
+            "INSERT INTO frame_replies (stream, shard, first_sequence, last_sequence, replies)"
+            " VALUES (%s, %s, %s::numeric, %s::numeric, %s) RETURNING id",
+            (lease.stream, lease.shard, first, last, replies),
         )
         row = await cur.fetchone()
         assert row is not None
         return int(row[0])
 
-    async def forget(self, held: Sequence[int]) -> None:
+    async def published(self, held: Sequence[int]) -> None:
         if held:
-            await self.conn.execute("DELETE FROM unpublished WHERE id = ANY(%s)", (list(held),))
+            await self.conn.execute(
+                "UPDATE frame_replies SET published = true WHERE id = ANY(%s)", (list(held),)
+            )
 
 
 class PostgresStore:
@@ -281,12 +284,15 @@ class PostgresStore:
             " SET owner = excluded.owner, expires_at = excluded.expires_at,"
             "     epoch = CASE WHEN l.owner = excluded.owner THEN l.epoch ELSE l.epoch + 1 END"
             " WHERE l.owner = excluded.owner OR l.expires_at < now()"
-            " RETURNING epoch, sequence",
+            " RETURNING epoch, sequence, applied",
             (stream, shard, owner, ttl),
         )
         if not rows:
             return None
-        return Lease(stream, shard, owner, rows[0][0], rows[0][1])
+        epoch, sequence, applied = rows[0]
+        return Lease(
+            stream, shard, owner, epoch, sequence, None if applied is None else int(applied)
+        )
 
     async def release(self, lease: Lease, forget: bool) -> None:
         where = " WHERE stream = %s AND shard = %s AND owner = %s AND epoch = %s"
@@ -307,16 +313,26 @@ class PostgresStore:
 
     async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
         rows = await self._fetch(
-            "SELECT id, replies FROM unpublished WHERE stream = %s AND shard = %s ORDER BY id",
+            "SELECT id, replies FROM frame_replies"
+            " WHERE stream = %s AND shard = %s AND NOT published ORDER BY id",
             (stream, shard),
         )
         return [(int(row[0]), bytes(row[1])) for row in rows]
 
-    async def forget(self, held: Sequence[int]) -> None:
+    async def published(self, held: Sequence[int]) -> None:
         if held:
             await self._fetch(
-                "DELETE FROM unpublished WHERE id = ANY(%s) RETURNING 1", (list(held),)
+                "UPDATE frame_replies SET published = true WHERE id = ANY(%s) RETURNING 1",
+                (list(held),),
             )
+
+    async def replayed(self, stream: str, shard: str, first: str, last: str) -> list[bytes]:
+        rows = await self._fetch(
+            "SELECT replies FROM frame_replies WHERE stream = %s AND shard = %s"
+            " AND last_sequence >= %s::numeric AND first_sequence <= %s::numeric ORDER BY id",
+            (stream, shard, first, last),
+        )
+        return [bytes(row[0]) for row in rows]
 
     async def end(self, lease: Lease) -> None:
         rows = await self._fetch(
@@ -333,13 +349,14 @@ class PostgresStore:
         )
         return bool(rows and rows[0][0])
 
-    async def prune(self, now: datetime, audit_retention: float) -> int:
+    async def prune(self, now: datetime, audit_retention: float, reply_retention: float) -> int:
         # In batches, so that no single statement holds locks or bloats WAL for long.
         cutoff = now - timedelta(seconds=audit_retention)
         statements = [
             ("idempotency_keys", "ctid", "expires_at < %s", now),
             ("allocations", "id", "committed_at < %s", cutoff),
             ("dead_letters", "id", "created_at < %s", cutoff),
+            ("frame_replies", "id", "committed_at < %s", now - timedelta(seconds=reply_retention)),
         ]
         total = 0
         for table, key, condition, bound in statements:

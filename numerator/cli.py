@@ -284,6 +284,7 @@ def serve_http(
     # During an outage the pool logs every failed connection; the batcher's own warnings (one
     # per frame retry, with backoff) say the same once.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    logging.getLogger("botocore").setLevel(logging.WARNING)  # it logs where it found credentials
     print(
         f"numerator is up at http://{args.host}:{args.port} ({where}; "
         f"{args.workers} worker(s), MODE={settings.mode}, "
@@ -313,6 +314,7 @@ def run_batcher(args: argparse.Namespace) -> None:
         client.fail(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    logging.getLogger("botocore").setLevel(logging.WARNING)
     probe.main(settings, args.host, args.port)
 
 

@@ -186,8 +186,10 @@ async def test_prune_drops_expired_keys_and_old_audit_rows(
             return counts[0], counts[1], counts[2]
 
     assert await rows() == (1, 1, 1)
-    await store.prune(datetime.now(UTC), audit_retention=3600)  # nothing is old enough
+    await store.prune(
+        datetime.now(UTC), audit_retention=3600, reply_retention=3600
+    )  # nothing is old enough
     assert await rows() == (1, 1, 1)
     later = datetime.now(UTC) + timedelta(hours=2)
-    assert await store.prune(later, audit_retention=3600) >= 3
+    assert await store.prune(later, audit_retention=3600, reply_retention=3600) >= 3
     assert await rows() == (0, 0, 0)

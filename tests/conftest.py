@@ -94,3 +94,22 @@ async def client(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
 def name() -> str:
     """A counter name no other test uses: tests share one database."""
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def aws_endpoint() -> Iterator[str]:
+    """A real AWS API endpoint: AWS_ENDPOINT_URL (LocalStack), else moto server on loopback."""
+    from tests.aws import endpoint
+
+    with endpoint() as url:
+        yield url
+
+
+@pytest.fixture
+def aws(aws_endpoint: str, settings: Settings) -> Iterator[tuple[Settings, Any]]:
+    """Settings for the AWS path with a stream and a table of this test's own, and the clients."""
+    from tests.aws import resources
+
+    fast = replace(settings, read_interval_ms=20.0)  # moto has no per-shard read limit
+    with resources(fast) as made:
+        yield made

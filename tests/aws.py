@@ -1,0 +1,65 @@
+"""The AWS endpoint the tests talk to: the one AWS_ENDPOINT_URL names (LocalStack, say), else moto
+server started on a free loopback port — a real HTTP endpoint, spoken to by the real boto3 clients.
+Each test makes its own stream and table, so that tests never see each other's records."""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+from infra.aws import Clients, clients, create
+from infra.server import free_port
+from infra.settings import Settings
+
+DEFAULTS = {
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_ACCESS_KEY_ID": "test",
+    "AWS_SECRET_ACCESS_KEY": "test",
+}
+
+
+@contextmanager
+def endpoint() -> Iterator[str]:
+    for variable, value in DEFAULTS.items():
+        os.environ.setdefault(variable, value)
+    given = os.environ.get("AWS_ENDPOINT_URL")
+    if given:
+        yield given
+        return
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    url = f"http://127.0.0.1:{port}"
+    os.environ["AWS_ENDPOINT_URL"] = url
+    try:
+        yield url
+    finally:
+        del os.environ["AWS_ENDPOINT_URL"]
+        server.stop()
+
+
+@contextmanager
+def resources(settings: Settings, shards: int = 1) -> Iterator[tuple[Settings, Clients]]:
+    """A stream and a reply table of this test's own, deleted afterwards."""
+    suffix = uuid.uuid4().hex[:10]
+    own = replace(
+        settings,
+        mode="aws",
+        stream_name=f"test-{suffix}",
+        reply_table=f"test-replies-{suffix}",
+        shards=shards,
+    )
+    found = clients(own)
+    create(found, own)
+    try:
+        yield own, found
+    finally:
+        found.kinesis.delete_stream(StreamName=own.stream_name, EnforceConsumerDeletion=True)
+        found.dynamodb.delete_table(TableName=own.reply_table)

@@ -1,0 +1,145 @@
+"""What the Kinesis adapter promises beyond the Stream contract: batched puts within AWS's limits,
+partial failures put again without doubles, throttling retried and counted, expired iterators
+renewed, and a resharded stream read parents first."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from infra.aws import Calls
+from infra.errors import ShardEnded
+from infra.kinesis import KinesisStream
+from infra.metrics import Metrics
+from infra.settings import Settings
+from infra.wire import Record
+
+
+class Flaky:
+    """The real client, with faults injected into chosen calls the first `times` times."""
+
+    def __init__(self, client: Any, faults: dict[str, int]) -> None:
+        self.client, self.faults = client, dict(faults)
+
+    def _fault(self, name: str) -> bool:
+        if self.faults.get(name, 0) > 0:
+            self.faults[name] -= 1
+            return True
+        return False
+
+    def put_records(self, **kwargs: Any) -> dict[str, Any]:
+        if not self._fault("put_records"):
+            return dict(self.client.put_records(**kwargs))
+        # AWS's partial failure: every other record is refused, the rest are put.
+        records = kwargs["Records"]
+        out = self.client.put_records(**{**kwargs, "Records": records[::2]})
+        results, taken = [], iter(out["Records"])
+        for n in range(len(records)):
+            results.append(
+                next(taken)
+                if n % 2 == 0
+                else {"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "x"}
+            )
+        return {"FailedRecordCount": len(records) // 2, "Records": results}
+
+    def get_records(self, **kwargs: Any) -> dict[str, Any]:
+        if self._fault("throttle"):
+            raise ClientError(
+                {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
+                "GetRecords",
+            )
+        if self._fault("expire"):
+            raise ClientError(
+                {"Error": {"Code": "ExpiredIteratorException", "Message": "old"}}, "GetRecords"
+            )
+        return dict(self.client.get_records(**kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+def stream(settings: Settings, client: Any, metrics: Metrics) -> KinesisStream:
+    return KinesisStream(client, Calls(4, metrics), settings.stream_name, metrics, 1, 0.02)
+
+
+async def drain(kinesis: KinesisStream, shard: str, expect: int) -> list[Any]:
+    found: list[Any] = []
+    deadline = time.monotonic() + 15
+    while len(found) < expect and time.monotonic() < deadline:
+        after = found[-1].sequence if found else None
+        found += await kinesis.read(shard, after, 10_000, 0.2)
+    return found
+
+
+async def test_many_puts_go_out_in_few_calls_and_partial_failures_are_put_once(
+    aws: tuple[Settings, Any],
+) -> None:
+    settings, found = aws
+    metrics = Metrics()
+    kinesis = stream(settings, Flaky(found.kinesis, {"put_records": 1}), metrics)
+    records = [Record(f"k{i}", "inv") for i in range(700)]
+    await asyncio.gather(*(kinesis.put([r]) for r in records))
+    calls = metrics.aws_calls.values
+    assert calls["put_records"] <= 5, calls  # 700 puts, at most 500 records a call
+    assert metrics.aws_retries.values["throttled"] > 0
+    (shard,) = await kinesis.shards()
+    entries = await drain(kinesis, shard, 700)
+    keys = [e.record.key for e in entries]
+    assert sorted(keys) == sorted(r.key for r in records)  # each exactly once
+
+
+async def test_throttled_and_expired_reads_are_retried(aws: tuple[Settings, Any]) -> None:
+    settings, found = aws
+    metrics = Metrics()
+    kinesis = stream(settings, Flaky(found.kinesis, {"throttle": 2, "expire": 1}), metrics)
+    await kinesis.put([Record("a", "inv"), Record("b", "inv")])
+    (shard,) = await kinesis.shards()
+    entries = await drain(kinesis, shard, 2)
+    assert [e.record.key for e in entries] == ["a", "b"]
+    assert metrics.aws_retries.values["throttled"] == 2
+    assert metrics.aws_calls.values["get_shard_iterator"] == 2  # made again once it expired
+
+
+class Resharded:
+    """A client answering as AWS does after a split: the parent is closed (GetRecords gives no
+    NextShardIterator once it is read to its end) and the children name it as their parent.
+    moto cannot stand in here: its SplitShard moves the parent's records into the children."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+        return {
+            "Shards": [
+                {"ShardId": "shard-0"},
+                {"ShardId": "shard-1", "ParentShardId": "shard-0"},
+                {"ShardId": "shard-2", "ParentShardId": "shard-0"},
+            ]
+        }
+
+    def get_shard_iterator(self, **kwargs: Any) -> dict[str, Any]:
+        return {"ShardIterator": f"it-{kwargs['ShardId']}"}
+
+    def get_records(self, **kwargs: Any) -> dict[str, Any]:
+        self.reads += 1
+        if self.reads == 1:
+            data = b'{"v":1,"k":"a","c":"inv","n":1,"d":0,"s":0}'
+            records = [{"SequenceNumber": "1", "Data": data}]
+            return {"Records": records, "NextShardIterator": "it-2", "MillisBehindLatest": 1500}
+        return {"Records": [], "MillisBehindLatest": 0}  # closed, and read to its end
+
+
+async def test_a_closed_shard_ends_and_its_children_name_their_parent() -> None:
+    metrics = Metrics()
+    kinesis = KinesisStream(Resharded(), Calls(2, metrics), "s", metrics, 1, 0.0)
+    shards = await kinesis.shards()
+    assert shards == {"shard-0": (), "shard-1": ("shard-0",), "shard-2": ("shard-0",)}
+    entries = await kinesis.read("shard-0", None, 100, 0)
+    assert [e.record.key for e in entries] == ["a"]
+    assert kinesis.lag("shard-0") == 1.5
+    with pytest.raises(ShardEnded):
+        await kinesis.read("shard-0", "1", 100, 0)

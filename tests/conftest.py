@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from infra.postgres import migrate
+from infra.postgres import PostgresStore, migrate
 from infra.settings import Settings
 from numerator.stack import Stack
 
@@ -113,3 +113,11 @@ def aws(aws_endpoint: str, settings: Settings) -> Iterator[tuple[Settings, Any]]
     fast = replace(settings, read_interval_ms=20.0)  # moto has no per-shard read limit
     with resources(fast) as made:
         yield made
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[PostgresStore]:
+    store = PostgresStore(database_url)
+    await store.open()
+    yield store
+    await store.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 
 import psycopg
 import pytest
@@ -27,14 +27,6 @@ class Collect(MemoryReplies):
 
     async def publish(self, replies: Sequence[Reply]) -> None:
         self.seen.extend(replies)
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[PostgresStore]:
-    store = PostgresStore(database_url)
-    await store.open()
-    yield store
-    await store.close()
 
 
 async def run_until(batcher: Batcher, replies: Collect, count: int) -> None:

@@ -1,0 +1,148 @@
+"""The batcher on the AWS path — Kinesis in, Postgres, DynamoDB out — against real endpoints: a
+poison record put straight on the stream, a rewound checkpoint, and a crash between a frame's
+commit and its publish."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import orjson
+import psycopg
+
+from batcher.worker import Batcher
+from infra.counters import Counter
+from infra.metrics import Metrics
+from infra.postgres import PostgresStore
+from infra.serverless import AwsPorts, aws_ports
+from infra.settings import Settings
+from infra.wire import Record, Reply, ReplyError
+
+
+def record(key: str, counter: str) -> Record:
+    now = time.time()
+    return Record(key, counter, 1, None, now + 60, now)
+
+
+async def started(settings: Settings, found: Any, store: PostgresStore) -> tuple[Batcher, AwsPorts]:
+    metrics = Metrics()
+    ports = aws_ports(settings, metrics, found)
+    batcher = Batcher(ports.stream, ports.replies, store, settings, metrics)
+    await batcher.start()
+    return batcher, ports
+
+
+async def answers(ports: AwsPorts, keys: Sequence[str]) -> dict[str, Reply]:
+    got = await asyncio.gather(*(ports.replies.wait(k, 15) for k in keys))
+    return dict(zip(keys, got, strict=True))
+
+
+async def test_a_poison_record_is_dead_lettered_and_the_shard_moves_on(
+    aws: tuple[Settings, Any], store: PostgresStore, name: str, database_url: str
+) -> None:
+    settings, found = aws
+    await store.create(Counter(name))
+    for raw in (b"\x00\xffnot json", b'{"v": 1, "k": "r-bad", "c": "x", "n": 0, "d": 1}'):
+        found.kinesis.put_record(StreamName=settings.stream_name, Data=raw, PartitionKey="p")
+    batcher, ports = await started(settings, found, store)
+    try:
+        for key in ("r-bad", "r-good"):
+            ports.replies.expect(key)
+        await ports.stream.put([record("r-good", name)])
+        got = await answers(ports, ["r-bad", "r-good"])
+    finally:
+        await batcher.stop()
+    assert got["r-bad"].error is ReplyError.BAD_RECORD
+    assert got["r-good"].first == 1
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM dead_letters WHERE stream = %s", (settings.stream_name,)
+        )
+        assert (await cur.fetchone()) == (2,)
+
+
+async def test_a_rewound_checkpoint_allocates_nothing_and_publishes_the_same_values(
+    aws: tuple[Settings, Any], store: PostgresStore, name: str, database_url: str
+) -> None:
+    settings, found = aws
+    await store.create(Counter(name))
+    keys = [f"r{i}" for i in range(10)]
+    batcher, ports = await started(settings, found, store)
+    try:
+        for key in keys:
+            ports.replies.expect(key)
+        await asyncio.gather(*(ports.stream.put([record(k, name)]) for k in keys))
+        first = await answers(ports, keys)
+    finally:
+        await batcher.stop()
+    assert sorted(r.first for r in first.values()) == list(range(1, 11))
+    for key in keys:  # so that what the replay publishes is seen, not what the first run left
+        found.dynamodb.delete_item(TableName=settings.reply_table, Key={"k": {"S": key}})
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(
+            "UPDATE leases SET sequence = NULL WHERE stream = %s", (settings.stream_name,)
+        )
+    batcher, ports = await started(settings, found, store)
+    try:
+        again = await answers(ports, keys)
+    finally:
+        await batcher.stop()
+    assert {k: (r.first, r.last) for k, r in again.items()} == {
+        k: (r.first, r.last) for k, r in first.items()
+    }
+    assert batcher.metrics.replays.value == 10
+    assert batcher.metrics.values_allocated.value == 0
+    assert await store.allocated(name, "") == 10
+
+
+class Stuck:
+    """Replies whose publish never returns: the batcher dies after its commit, before publishing."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.committed = asyncio.Event()
+
+    async def publish(self, replies: Sequence[Reply]) -> None:
+        self.committed.set()
+        await asyncio.Event().wait()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_after_a_crash_between_commit_and_publish_the_next_owner_publishes(
+    aws: tuple[Settings, Any], store: PostgresStore, name: str
+) -> None:
+    settings, found = aws
+    settings = replace(settings, lease_ttl_s=1.0)
+    await store.create(Counter(name))
+    metrics = Metrics()
+    ports = aws_ports(settings, metrics, found)
+    stuck = Stuck(ports.replies)
+    crashing = Batcher(ports.stream, stuck, store, settings, metrics, owner="crashing")
+    await crashing.start()
+    keys = [f"c{i}" for i in range(5)]
+    await asyncio.gather(*(ports.stream.put([record(k, name)]) for k in keys))
+    await asyncio.wait_for(stuck.committed.wait(), 15)
+    for task in crashing._tasks:  # the process dies: no publish, no release
+        task.cancel()
+    assert await store.allocated(name, "") == 5
+    successor, fresh = await started(settings, found, store)
+    try:
+        got = await answers(fresh, keys)
+    finally:
+        await successor.stop()
+    assert sorted(r.first for r in got.values()) == [1, 2, 3, 4, 5]
+    assert successor.metrics.republished.value == 5
+    assert await store.allocated(name, "") == 5  # rebuilt from what was committed, not again
+
+
+def test_frame_replies_are_plain_json_a_person_can_read() -> None:
+    from batcher.allocation import decode_replies, encode_replies
+
+    replies = [Reply("k", "inv", error=ReplyError.EXPIRED, detail="late")]
+    assert orjson.loads(encode_replies(replies))[0]["e"] == "expired"
+    assert decode_replies(encode_replies(replies)) == replies

@@ -1,0 +1,165 @@
+"""The Lambda handler (Mangum around the app) fed the API Gateway events in events/ — the files
+`sam local invoke` takes — against Kinesis and DynamoDB on a real endpoint, Postgres, and a
+batcher running beside it."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from functions.handler import build
+from infra.settings import Settings
+from numerator.lambdaedge import Context
+from numerator.stack import BatcherStack
+
+EVENTS = Path(__file__).parents[2] / "events"
+
+
+def event(file: str, name: str) -> dict[str, Any]:
+    text = (EVENTS / file).read_text()
+    data: dict[str, Any] = json.loads(text.replace("events-demo", name))
+    if data.get("isBase64Encoded") and "body" in data:  # the name inside an encoded body too
+        body = base64.b64decode(data["body"]).decode().replace("events-demo", name)
+        data["body"] = base64.b64encode(body.encode()).decode()
+    return data
+
+
+def environment(settings: Settings) -> dict[str, str]:
+    return {k: v for k, v in settings.to_env().items() if v}
+
+
+class Container:
+    """One Lambda container: its own thread and event loop, the handler built once."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.thread = ThreadPoolExecutor(1)
+        self.handler = self.thread.submit(build, env).result()
+
+    def __call__(self, request: dict[str, Any], timeout: float = 30.0) -> dict[str, Any]:
+        answer: dict[str, Any] = self.thread.submit(
+            self.handler, request, Context(timeout)
+        ).result()
+        return answer
+
+    def close(self) -> None:
+        """What Lambda never does (it freezes the container): close the pool and the loop, so
+        that the test leaves nothing running."""
+        self.thread.submit(retire, self.handler).result()
+        self.thread.shutdown()
+
+
+def retire(handler: Any) -> None:
+    loop = asyncio.get_event_loop()
+    loop.run_until_complete(handler.app.edge.store.close())
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.close()
+
+
+@pytest.fixture
+def containers() -> Iterator[list[Container]]:
+    made: list[Container] = []
+    yield made
+    for container in made:
+        container.close()
+
+
+def body(answer: dict[str, Any]) -> Any:
+    raw = answer["body"]
+    return json.loads(base64.b64decode(raw) if answer.get("isBase64Encoded") else raw)
+
+
+@pytest.fixture
+def batcher(aws: tuple[Settings, Any]) -> Iterator[Settings]:
+    """A batcher on the test's stream and table, in a thread of its own."""
+    settings, _ = aws
+    ready, done = threading.Event(), threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        async def main() -> None:
+            async with BatcherStack(settings):
+                ready.set()
+                await asyncio.to_thread(done.wait)
+
+        try:
+            asyncio.run(main())
+        except BaseException as exc:
+            failed.append(exc)
+            ready.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert ready.wait(30) and not failed, failed
+    yield settings
+    done.set()
+    thread.join(30)
+
+
+def test_every_event_file_through_the_handler(
+    batcher: Settings, name: str, containers: list[Container]
+) -> None:
+    lam = Container(environment(batcher))
+    containers.append(lam)
+    created = lam(event("http-api-create.json", name))
+    assert created["statusCode"] == 201, created
+    assert body(created)["template"] == "INV-{yyyy}-{value:06d}"
+    one = lam(event("http-api-next.json", name))
+    assert one["statusCode"] == 200, one
+    year = time.gmtime().tm_year
+    assert body(one) == {"counter": name, "value": 1, "formatted": f"INV-{year}-000001"}
+    three = lam(event("http-api-next-count.json", name))
+    assert [v["value"] for v in body(three)["values"]] == [2, 3, 4]
+    retried = lam(event("http-api-next-count.json", name))  # the same Idempotency-Key
+    assert body(retried) == body(three)
+    bad = lam(event("http-api-next-bad-count.json", name))
+    assert bad["statusCode"] == 422
+    assert bad["headers"]["content-type"] == "application/problem+json"
+    assert body(bad)["field"] == "count"
+    got = lam(event("http-api-get.json", name))
+    assert got["statusCode"] == 200 and body(got)["value"] == 4
+    rest = lam(event("rest-api-next.json", name))
+    assert rest["statusCode"] == 200 and body(rest)["value"] == 5
+    rest_count = lam(event("rest-api-next-count.json", name))
+    assert [v["value"] for v in body(rest_count)["values"]] == [6, 7]
+    encoded = lam(event("http-api-create-base64.json", name))
+    assert encoded["statusCode"] == 201 and body(encoded)["name"] == f"{name}-b64"
+    missing = lam(event("http-api-next.json", name + "-missing"))
+    assert missing["statusCode"] == 404
+    assert body(missing)["type"] == "urn:numerator:problem:counter-not-found"
+
+
+def test_a_request_is_answered_504_before_lambda_times_out(
+    aws: tuple[Settings, Any], containers: list[Container]
+) -> None:
+    settings, _ = aws  # no batcher runs: no reply will come
+    lam = Container(environment(settings))
+    containers.append(lam)
+    began = time.monotonic()
+    answer = lam(event("http-api-next.json", "no-batcher"), timeout=1.2)
+    took = time.monotonic() - began
+    assert answer["statusCode"] == 504, answer
+    assert took < 1.2, f"answered after {took:.2f}s, past the invocation's 1.2s"
+
+
+def test_counter_crud_without_a_database_is_a_clear_503(
+    aws: tuple[Settings, Any], containers: list[Container]
+) -> None:
+    settings, _ = aws
+    lam = Container(environment(replace(settings, database_url="")))
+    containers.append(lam)
+    answer = lam(event("http-api-get.json", "x"))
+    assert answer["statusCode"] == 503
+    assert "DATABASE_URL" in body(answer)["detail"]

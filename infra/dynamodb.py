@@ -6,7 +6,8 @@ table's TTL removes it at — with BatchWriteItem, 25 a call, retrying Unprocess
 The edge awaits its key with strongly consistent reads. ONE poller per process (per event loop)
 reads every outstanding key together with BatchGetItem, 100 keys a call, not one loop per request:
 a key is first read when its reply is expected (about one shard read and one frame after the put)
-and then at growing intervals, until the request's deadline, then ReplyTimeout (504).
+and then at growing intervals, until the request's deadline, then ReplyTimeout (504). The poller
+wakes once a tick, so that the keys that fall due within it share one call.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ log = logging.getLogger("numerator.replies")
 WRITE_BATCH, READ_BATCH = 25, 100
 WRITE_ATTEMPTS = 8
 FIRST_STEP, GROWTH, LONGEST_STEP = 0.025, 1.5, 0.25
-IDLE_S = 0.05  # the poller's longest sleep while keys are outstanding
+TICK_S = 0.02  # the poller reads at most once a tick: keys due within one tick share a call
 
 
 @dataclass
@@ -111,11 +112,10 @@ class DynamoReplies:
     async def _poll(self) -> None:
         waits = self._poller.waits
         while waits:
+            await asyncio.sleep(TICK_S)
             now = time.monotonic()
             due = [k for k, w in waits.items() if w.due <= now and not w.future.done()]
             if not due:
-                soonest = min((w.due for w in waits.values()), default=now + IDLE_S)
-                await asyncio.sleep(min(IDLE_S, max(0.001, soonest - now)))
                 continue
             for key in due:
                 wait = waits[key]

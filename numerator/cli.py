@@ -285,6 +285,7 @@ def serve_http(
     # per frame retry, with backoff) say the same once.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     logging.getLogger("botocore").setLevel(logging.WARNING)  # it logs where it found credentials
+    logging.getLogger("mangum").setLevel(logging.WARNING)  # --edge lambda: a line per request
     print(
         f"numerator is up at http://{args.host}:{args.port} ({where}; "
         f"{args.workers} worker(s), MODE={settings.mode}, "

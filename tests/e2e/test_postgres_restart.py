@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from infra.settings import Settings
-from numerator.stack import Stack
+from numerator.stack import BatcherStack, EdgeStack, Stack
 from tests.conftest import temporary_pgserver
 
 pytestmark = pytest.mark.slow
@@ -41,46 +41,61 @@ async def test_postgres_restart_mid_load(own_postgres: Any) -> None:
     settings = replace(
         Settings(), database_url=own_postgres.get_uri(), back_frame_ms=5, reply_timeout_s=2.0
     )
+    async with Stack(settings) as stack:
+        await outage(stack.app(), own_postgres)
+
+
+async def test_postgres_restart_mid_load_on_the_aws_path(
+    own_postgres: Any, aws: tuple[Settings, Any]
+) -> None:
+    """The same outage with the edge on Kinesis and DynamoDB and the batcher on its own."""
+    settings = replace(
+        aws[0], database_url=own_postgres.get_uri(), back_frame_ms=5, reply_timeout_s=2.0
+    )
+    async with BatcherStack(settings), EdgeStack(settings) as edge:
+        await outage(edge.app(), own_postgres)
+
+
+async def outage(app: Any, own_postgres: Any) -> None:
+    """20 client loops on one hot counter; Postgres stopped for 3 s, then started again."""
     statuses: Counter[int] = Counter()
     values: list[int] = []
     timeline: list[tuple[float, int]] = []
-    async with Stack(settings) as stack:
-        app = stack.app()
-        async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://n", timeout=30
-        ) as client:
-            assert (await client.post("/counters", json={"name": "hot"})).status_code == 201
-            running = True
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://n", timeout=30
+    ) as client:
+        assert (await client.post("/counters", json={"name": "hot"})).status_code == 201
+        running = True
 
-            async def loop() -> None:
-                while running:
-                    response = await client.post("/counters/hot/next")
-                    statuses[response.status_code] += 1
-                    timeline.append((time.monotonic(), response.status_code))
-                    if response.status_code == 200:
-                        values.append(response.json()["value"])
-                    else:
-                        assert response.headers["content-type"] == "application/problem+json"
-                        if response.status_code == 503:
-                            assert "retry-after" in response.headers
-                        await asyncio.sleep(0.05)
+        async def loop() -> None:
+            while running:
+                response = await client.post("/counters/hot/next")
+                statuses[response.status_code] += 1
+                timeline.append((time.monotonic(), response.status_code))
+                if response.status_code == 200:
+                    values.append(response.json()["value"])
+                else:
+                    assert response.headers["content-type"] == "application/problem+json"
+                    if response.status_code == 503:
+                        assert "retry-after" in response.headers
+                    await asyncio.sleep(0.05)
 
-            loops = [asyncio.create_task(loop()) for _ in range(20)]
-            await asyncio.sleep(1.0)
-            await asyncio.to_thread(stop, own_postgres)
-            down = time.monotonic()
-            await asyncio.sleep(3.0)
-            created = await client.post("/counters", json={"name": "during-outage"})
-            assert created.status_code == 503, created.text
-            health = await client.get("/healthz")
-            assert health.status_code == 503
-            restarting = time.monotonic()
-            await asyncio.to_thread(start, own_postgres)
-            up = time.monotonic()
-            await asyncio.sleep(4.0)
-            running = False
-            await asyncio.gather(*loops)
-            assert (await client.get("/healthz")).status_code == 200
+        loops = [asyncio.create_task(loop()) for _ in range(20)]
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(stop, own_postgres)
+        down = time.monotonic()
+        await asyncio.sleep(3.0)
+        created = await client.post("/counters", json={"name": "during-outage"})
+        assert created.status_code == 503, created.text
+        health = await client.get("/healthz")
+        assert health.status_code == 503
+        restarting = time.monotonic()
+        await asyncio.to_thread(start, own_postgres)
+        up = time.monotonic()
+        await asyncio.sleep(4.0)
+        running = False
+        await asyncio.gather(*loops)
+        assert (await client.get("/healthz")).status_code == 200
     print(f"statuses over the restart: {dict(statuses)}")
     assert set(statuses) <= {200, 503, 504}, statuses
     assert statuses[503] + statuses[504] > 0, "the outage was not seen"

@@ -57,7 +57,10 @@ class KinesisStream:
         spread: int = 1,
         read_interval: float = 0.2,
     ) -> None:
-        self.client, self.calls, self.name, self.metrics = client, calls, name, metrics
+        self.client, self.calls, self.metrics = client, calls, metrics
+        self.stream_name = name
+        self.name = name  # in the lease table; made unique to this stream by shards()
+        self._identified = False
         self.spread, self.read_interval = spread, read_interval
         self._rotor = itertools.count()
         self._pending: list[Waiter] = []
@@ -104,13 +107,16 @@ class KinesisStream:
                 if len(todo) == 1:
                     data, key = rows[todo[0]]
                     await self.calls(
-                        self.client.put_record, StreamName=self.name, Data=data, PartitionKey=key
+                        self.client.put_record,
+                        StreamName=self.stream_name,
+                        Data=data,
+                        PartitionKey=key,
                     )
                     todo = []
                 else:
                     out = await self.calls(
                         self.client.put_records,
-                        StreamName=self.name,
+                        StreamName=self.stream_name,
                         Records=[{"Data": rows[i][0], "PartitionKey": rows[i][1]} for i in todo],
                     )
                     if out.get("FailedRecordCount"):
@@ -144,8 +150,16 @@ class KinesisStream:
                 done.set_result(None)
 
     async def shards(self) -> dict[str, tuple[str, ...]]:
+        if not self._identified:
+            # A stream deleted and made again under the same name (a restarted moto or
+            # LocalStack, say) numbers its records afresh: its checkpoints must not be the old
+            # stream's, so the lease table knows it by name and creation time.
+            out = await self.calls(self.client.describe_stream_summary, StreamName=self.stream_name)
+            created = out["StreamDescriptionSummary"]["StreamCreationTimestamp"]
+            self.name = f"{self.stream_name}@{created.timestamp():.0f}"
+            self._identified = True
         found: dict[str, tuple[str, ...]] = {}
-        arguments: dict[str, Any] = {"StreamName": self.name}
+        arguments: dict[str, Any] = {"StreamName": self.stream_name}
         while True:
             out = await self.calls(self.client.list_shards, **arguments)
             for shard in out["Shards"]:
@@ -205,7 +219,7 @@ class KinesisStream:
             else {"ShardIteratorType": "TRIM_HORIZON"}
         )
         out = await self.calls(
-            self.client.get_shard_iterator, StreamName=self.name, ShardId=shard, **where
+            self.client.get_shard_iterator, StreamName=self.stream_name, ShardId=shard, **where
         )
         return str(out["ShardIterator"])
 

@@ -77,8 +77,8 @@ def test_the_batcher_serves_health_and_releases_its_lease_on_sigterm(
         assert httpx.get(url + "/nothing", timeout=5).status_code == 404
         with psycopg.connect(database_url) as conn:
             held = conn.execute(
-                "SELECT count(*) FROM leases WHERE stream = %s AND expires_at > now()",
-                (settings.stream_name,),
+                "SELECT count(*) FROM leases WHERE stream LIKE %s AND expires_at > now()",
+                (settings.stream_name + "@%",),
             ).fetchone()
         assert held == (1,)
         process.send_signal(signal.SIGTERM)
@@ -90,8 +90,8 @@ def test_the_batcher_serves_health_and_releases_its_lease_on_sigterm(
     assert "numerator batcher stopped" in out
     with psycopg.connect(database_url) as conn:
         held = conn.execute(
-            "SELECT count(*) FROM leases WHERE stream = %s AND expires_at > now()",
-            (settings.stream_name,),
+            "SELECT count(*) FROM leases WHERE stream LIKE %s AND expires_at > now()",
+            (settings.stream_name + "@%",),
         ).fetchone()
     assert held == (0,)  # released: the next batcher takes the shard at once
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import orjson
 import pytest
 
-from bench.http import Client
+from bench.http import Client, HttpError
 from tests.checks import Answer, assert_unique_without_holes
 from tests.e2e.service import Service, data_dir
 
@@ -22,7 +23,9 @@ pytestmark = pytest.mark.slow
 TARGET = os.environ.get("AWS_ENDPOINT_URL") or "moto"
 
 
-async def burst(url: str, counter: str, requests: int) -> tuple[list[Answer], dict[int, int]]:
+async def burst(
+    url: str, counter: str, requests: int, answered: list[int] | None = None
+) -> tuple[list[Answer], dict[int, int]]:
     """`requests` concurrent POSTs to /next, each on a connection of its own (the bench's HTTP
     client: httpx queues 1,000 requests so slowly that it would measure itself)."""
     client = Client(url, requests)
@@ -30,10 +33,15 @@ async def burst(url: str, counter: str, requests: int) -> tuple[list[Answer], di
 
     async def one() -> tuple[int, Answer | None]:
         sent = time.monotonic()
-        status, body = await client.send(raw, 120)
+        try:
+            status, body = await client.send(raw, 120)
+        except HttpError:  # the service was killed under it
+            return 0, None
         if status != 200:
             return status, None
         value = orjson.loads(body)["value"]
+        if answered is not None:
+            answered.append(value)
         return 200, Answer(counter, value, value, sent, time.monotonic())
 
     try:
@@ -63,3 +71,41 @@ def test_up_aws_hands_out_unique_values_to_1000_concurrent_requests(
     assert "AWS path" in service.output and "batcher(s)" in service.output
     if edge == "server":  # one process: its metrics show the AWS calls it made
         assert "numerator_aws_calls_total{call=" in metrics
+
+
+def test_up_aws_url_uses_a_running_endpoint(tmp_path: Path, aws_endpoint: str) -> None:
+    """`--aws URL`, as with LocalStack on :4566: here the test session's own endpoint."""
+    with Service("--aws", aws_endpoint, "--ephemeral") as service:
+        assert httpx.post(service.url + "/counters", json={"name": "u"}, timeout=30).is_success
+        answers, statuses = asyncio.run(burst(service.url, "u", 100))
+    assert statuses == {200: 100}
+    assert_unique_without_holes(answers)
+    assert f"the endpoint at {aws_endpoint}" in service.output
+
+
+def test_up_aws_after_kill_9_of_everything_starts_again_without_a_value_twice(
+    tmp_path: Path,
+) -> None:
+    """SIGKILL of `up`, its batcher, moto and Postgres mid-load, then `up` again on the same data
+    directory: a new moto makes a new stream, which is read afresh, and no value comes twice."""
+    folder = data_dir(tmp_path)
+    service = Service("--aws", TARGET, "--data-dir", folder)
+    try:
+        assert httpx.post(service.url + "/counters", json={"name": "k"}, timeout=30).is_success
+        answered: list[int] = []
+        with ThreadPoolExecutor(1) as load:
+            running = load.submit(asyncio.run, burst(service.url, "k", 1500, answered))
+            deadline = time.monotonic() + 60
+            while len(answered) < 200 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            service.crash(tmp_path / "data")
+            first, killed = running.result()
+    finally:
+        service.stop()
+    assert first and killed.get(0), killed  # it died mid-load: some answered, some cut
+    with Service("--aws", TARGET, "--data-dir", folder) as again:
+        second, statuses = asyncio.run(burst(again.url, "k", 200))
+    assert statuses == {200: 200}
+    values = [a.first for a in first + second]
+    assert len(values) == len(set(values)) == len(first) + 200
+    assert min(a.first for a in second) > max(a.first for a in first)

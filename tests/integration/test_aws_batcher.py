@@ -59,7 +59,7 @@ async def test_a_poison_record_is_dead_lettered_and_the_shard_moves_on(
     assert got["r-good"].first == 1
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         cur = await conn.execute(
-            "SELECT count(*) FROM dead_letters WHERE stream = %s", (settings.stream_name,)
+            "SELECT count(*) FROM dead_letters WHERE stream LIKE %s", (settings.stream_name + "@%",)
         )
         assert (await cur.fetchone()) == (2,)
 
@@ -83,7 +83,7 @@ async def test_a_rewound_checkpoint_allocates_nothing_and_publishes_the_same_val
         found.dynamodb.delete_item(TableName=settings.reply_table, Key={"k": {"S": key}})
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await conn.execute(
-            "UPDATE leases SET sequence = NULL WHERE stream = %s", (settings.stream_name,)
+            "UPDATE leases SET sequence = NULL WHERE stream LIKE %s", (settings.stream_name + "@%",)
         )
     batcher, ports = await started(settings, found, store)
     try:
@@ -146,3 +146,32 @@ def test_frame_replies_are_plain_json_a_person_can_read() -> None:
     replies = [Reply("k", "inv", error=ReplyError.EXPIRED, detail="late")]
     assert orjson.loads(encode_replies(replies))[0]["e"] == "expired"
     assert decode_replies(encode_replies(replies)) == replies
+
+
+async def test_a_stream_made_again_under_its_name_is_read_afresh(
+    aws: tuple[Settings, Any], store: PostgresStore, name: str
+) -> None:
+    """A restarted moto (or LocalStack) makes the stream anew and numbers its records from the
+    start: the old stream's checkpoint and high-water mark must not swallow them as replays."""
+    from infra.aws import create
+
+    settings, found = aws
+    await store.create(Counter(name))
+    batcher, ports = await started(settings, found, store)
+    try:
+        ports.replies.expect("old")
+        await ports.stream.put([record("old", name)])
+        assert (await answers(ports, ["old"]))["old"].first == 1
+    finally:
+        await batcher.stop()
+    found.kinesis.delete_stream(StreamName=settings.stream_name)
+    await asyncio.sleep(1.1)  # a creation time of its own, to the second
+    create(found, settings)
+    batcher, ports = await started(settings, found, store)
+    try:
+        ports.replies.expect("new")
+        await ports.stream.put([record("new", name)])
+        assert (await answers(ports, ["new"]))["new"].first == 2
+    finally:
+        await batcher.stop()
+    assert batcher.metrics.replays.value == 0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -112,6 +113,10 @@ class Resharded:
     def __init__(self) -> None:
         self.reads = 0
 
+    def describe_stream_summary(self, **kwargs: Any) -> dict[str, Any]:
+        created = datetime(2026, 11, 30, tzinfo=UTC)
+        return {"StreamDescriptionSummary": {"StreamCreationTimestamp": created}}
+
     def list_shards(self, **kwargs: Any) -> dict[str, Any]:
         return {
             "Shards": [
@@ -138,6 +143,7 @@ async def test_a_closed_shard_ends_and_its_children_name_their_parent() -> None:
     kinesis = KinesisStream(Resharded(), Calls(2, metrics), "s", metrics, 1, 0.0)
     shards = await kinesis.shards()
     assert shards == {"shard-0": (), "shard-1": ("shard-0",), "shard-2": ("shard-0",)}
+    assert kinesis.name == "s@1795996800"  # the stream's name and creation time, for its leases
     entries = await kinesis.read("shard-0", None, 100, 0)
     assert [e.record.key for e in entries] == ["a"]
     assert kinesis.lag("shard-0") == 1.5

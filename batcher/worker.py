@@ -7,6 +7,7 @@ so that whoever owns the shard next publishes what a crash between commit and pu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -69,7 +70,15 @@ class Batcher:
                 self._reading.add(shard)
                 live = tuple(p for p in parents if p in shards)
                 task = asyncio.create_task(self._run(shard, live), name=f"shard-{shard}")
+                task.add_done_callback(self._died)
                 self._tasks.append(task)
+
+    def _died(self, task: asyncio.Task[None]) -> None:
+        """A shard's loop ends only when stopping or at a shard's end; anything else is a bug,
+        said loudly and shown on /healthz rather than left as a silently stuck shard."""
+        if not task.cancelled() and task.exception() is not None:
+            self.healthy = False
+            log.error("%s stopped: %r", task.get_name(), task.exception())
 
     async def _pause(self, seconds: float) -> bool:
         """Sleep up to `seconds`; False when the batcher is stopping."""
@@ -135,8 +144,9 @@ class Batcher:
                 # for a stream whose writers' clocks differ from ours.
                 waited = time.time() - frame.opened(default=time.time())
                 await asyncio.sleep(min(frame_s, max(0.0, frame_s - waited)))
-                more = await self.stream.read(shard, frame.last_sequence, limit - len(frame), 0)
-                frame.add(more)
+                with contextlib.suppress(ShardEnded, Unavailable):  # the next read says so again
+                    more = await self.stream.read(shard, frame.last_sequence, limit - len(frame), 0)
+                    frame.add(more)
             lease = await self._apply(frame, lease)
         if lease is not None:
             await self._release(lease)

@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
 import psycopg
 import pytest
 
 from batcher.worker import Batcher
 from infra.counters import Counter
-from infra.errors import LeaseLost
+from infra.errors import LeaseLost, ShardEnded
 from infra.memory import MemoryReplies
 from infra.metrics import Metrics
+from infra.ports import Entry
 from infra.postgres import PostgresStore
 from infra.settings import Settings
-from infra.wire import Reply, ReplyError
+from infra.wire import Record, Reply, ReplyError
 from tests.streams import ListStream
 
 
@@ -185,3 +187,44 @@ async def test_prune_drops_expired_keys_and_old_audit_rows(
     later = datetime.now(UTC) + timedelta(hours=2)
     assert await store.prune(later, audit_retention=3600, reply_retention=3600) >= 3
     assert await rows() == (0, 0, 0)
+
+
+class Resharded:
+    """Two durable shards, the second the child of the first: the parent holds records and then
+    ends, as a closed Kinesis shard does; the child holds later records."""
+
+    durable = True
+
+    def __init__(self, parent: ListStream, child: ListStream) -> None:
+        self.name = parent.name
+        self.lists = {"parent": parent, "child": child}
+
+    async def put(self, records: Sequence[Record]) -> None:
+        raise NotImplementedError
+
+    async def shards(self) -> dict[str, tuple[str, ...]]:
+        return {"child": ("parent",), "parent": ()}  # the child first: order must not matter
+
+    async def read(self, shard: str, after: str | None, limit: int, wait: float) -> list[Entry]:
+        found = await self.lists[shard].read("shard-0", after, limit, wait)
+        if shard == "parent" and not found and after == str(len(self.lists["parent"].entries)):
+            raise ShardEnded("parent is closed and read to its end")
+        return [replace(e, shard=shard) for e in found]
+
+    def lag(self, shard: str) -> float | None:
+        return None
+
+
+async def test_a_child_shard_is_read_only_after_its_parent_ended(
+    store: PostgresStore, settings: Settings, name: str
+) -> None:
+    await store.create(Counter(name))
+    parent = ListStream([raw(f"p{i}", name) for i in range(5)])
+    child = ListStream([raw(f"c{i}", name) for i in range(5)])
+    replies = Collect()
+    await run_until(
+        Batcher(Resharded(parent, child), replies, store, settings, Metrics()), replies, 10
+    )
+    values = {r.key: r.first for r in replies.seen}
+    assert max(values[f"p{i}"] for i in range(5)) < min(values[f"c{i}"] for i in range(5))
+    assert await store.ended(parent.name, "parent")

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from types import TracebackType
+from typing import Self
 
 from starlette.applications import Starlette
 
@@ -25,6 +26,7 @@ from infra.aws import check
 from infra.clock import utc_now
 from infra.memory import MemoryReplies, MemoryStream
 from infra.metrics import Metrics
+from infra.ports import Replies, Stream
 from infra.postgres import PostgresStore, migrate
 from infra.server import tune_gc
 from infra.serverless import AwsPorts, aws_ports
@@ -44,32 +46,29 @@ def describe(metrics: Metrics, settings: Settings, role: str) -> None:
     }
 
 
-class Stack:
-    """Everything one process needs to serve /next in embedded mode. Several processes may each
-    run one against the same Postgres: every batcher's UPDATE is atomic, so values stay unique."""
+class BatcherStack:
+    """The AWS path's batcher (`numerator batcher`): Kinesis in, Postgres, DynamoDB out."""
+
+    role = "batcher"
 
     def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
         if not settings.database_url:
-            raise ValueError("the stack needs settings.database_url")
+            raise ValueError("the batcher needs settings.database_url")
         self.settings = settings
         self.metrics = Metrics()
-        describe(self.metrics, settings, "edge+batcher")
+        describe(self.metrics, settings, self.role)
         self.store = PostgresStore(settings.database_url, settings.pool_max)
-        self.stream = MemoryStream(settings.stream_capacity)
-        self.replies = MemoryReplies(self.metrics)
+        self.aws: AwsPorts | None = None
+        self.stream, self.replies = self.ports()
         self.batcher = Batcher(self.stream, self.replies, self.store, settings, self.metrics, clock)
-        self.edge = Edge(
-            stream=self.stream,
-            replies=self.replies,
-            store=self.store,
-            settings=settings,
-            metrics=self.metrics,
-            clock=clock,
-            healthy=lambda: self.batcher.healthy,
-            observe=lambda: self.metrics.stream_depth.set(len(self.stream)),
-        )
 
-    async def __aenter__(self) -> Stack:
+    def ports(self) -> tuple[Stream, Replies]:
+        self.aws = aws_ports(self.settings, self.metrics)
+        return self.aws.stream, self.aws.replies
+
+    async def __aenter__(self) -> Self:
+        if self.aws is not None:
+            await check(self.aws.clients, self.aws.calls, self.settings)
         await migrate(self.settings.database_url)
         await self.store.open()
         await self.batcher.start()
@@ -83,6 +82,35 @@ class Stack:
     ) -> None:
         await self.batcher.stop()
         await self.store.close()
+        if self.aws is not None:
+            self.aws.close()
+
+
+class Stack(BatcherStack):
+    """Everything one process needs to serve /next in embedded mode: the batcher above on an
+    in-process stream and replies, and the edge. Several processes may each run one against the
+    same Postgres: every batcher's UPDATE is atomic, so values stay unique."""
+
+    role = "edge+batcher"
+
+    def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
+        if not settings.database_url:
+            raise ValueError("the stack needs settings.database_url")
+        super().__init__(settings, clock)
+        self.edge = Edge(
+            stream=self.stream,
+            replies=self.replies,
+            store=self.store,
+            settings=settings,
+            metrics=self.metrics,
+            clock=clock,
+            healthy=lambda: self.batcher.healthy,
+            observe=lambda: self.metrics.stream_depth.set(len(self.memory)),
+        )
+
+    def ports(self) -> tuple[Stream, Replies]:
+        self.memory = MemoryStream(self.settings.stream_capacity)
+        return self.memory, MemoryReplies(self.metrics)
 
     def app(self) -> FastPath:
         return create_app(self.edge)
@@ -123,39 +151,6 @@ class EdgeStack:
 
     def app(self) -> FastPath:
         return create_app(self.edge)
-
-
-class BatcherStack:
-    """The AWS path's batcher: Kinesis in, Postgres, DynamoDB out."""
-
-    def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
-        if not settings.database_url:
-            raise ValueError("the batcher needs settings.database_url")
-        self.settings = settings
-        self.metrics = Metrics()
-        describe(self.metrics, settings, "batcher")
-        self.aws = aws_ports(settings, self.metrics)
-        self.store = PostgresStore(settings.database_url, settings.pool_max)
-        self.batcher = Batcher(
-            self.aws.stream, self.aws.replies, self.store, settings, self.metrics, clock
-        )
-
-    async def __aenter__(self) -> BatcherStack:
-        await check(self.aws.clients, self.aws.calls, self.settings)
-        await migrate(self.settings.database_url)
-        await self.store.open()
-        await self.batcher.start()
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.batcher.stop()
-        await self.store.close()
-        self.aws.close()
 
 
 def app_from_env() -> FastPath:

@@ -175,3 +175,38 @@ async def test_a_stream_made_again_under_its_name_is_read_afresh(
     finally:
         await batcher.stop()
     assert batcher.metrics.replays.value == 0
+
+
+async def test_a_hot_counter_spread_over_shards_stays_unique_and_keys_meet_in_one_shard(
+    aws_endpoint: str, settings: Settings, store: PostgresStore, name: str, database_url: str
+) -> None:
+    from tests.aws import resources
+
+    await store.create(Counter(name))
+    spread = replace(settings, partition_spread=4, read_interval_ms=20.0)
+    with resources(spread, shards=2) as (own, found):
+        batcher, ports = await started(own, found, store)
+        try:
+            keys = [f"s{i}" for i in range(40)]
+            retries = [f"retry{i}" for i in range(6)]
+            for key in keys + retries:
+                ports.replies.expect(key)
+            now = time.time()
+            records = [record(k, name) for k in keys] + [
+                Record(k, name, 2, "order-1", now + 60, now) for k in retries
+            ]
+            await asyncio.gather(*(ports.stream.put([r]) for r in records))
+            got = await answers(ports, keys + retries)
+        finally:
+            await batcher.stop()
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM leases WHERE stream LIKE %s AND applied IS NOT NULL",
+            (own.stream_name + "@%",),
+        )
+        assert await cur.fetchone() == (2,)  # one counter's records went through both shards
+    values = [got[k].first for k in keys]
+    kept = {(got[k].first, got[k].last) for k in retries}
+    assert len(kept) == 1, kept  # every retry of the Idempotency-Key got the same two values
+    first, last = kept.pop()
+    assert sorted([*values, first, last]) == list(range(1, 43))

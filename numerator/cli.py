@@ -187,6 +187,13 @@ def run_up(args: argparse.Namespace) -> None:
         client.fail("--edge lambda runs the AWS path: add --aws moto (or --aws URL)")
     if args.batchers < 1:
         client.fail("--batchers must be at least 1")
+    if args.aws == "moto":
+        from numerator import local
+
+        try:
+            local.require_moto()
+        except NumeratorError as exc:
+            client.fail(str(exc))
     database: AbstractContextManager[Postgres]
     if args.database_url:
         where = "the database at --database-url / DATABASE_URL"

@@ -47,14 +47,19 @@ def aws_environment(endpoint: str) -> dict[str, str]:
     }
 
 
-@contextmanager
-def moto_server() -> Iterator[str]:
-    """moto server on a free loopback port, in its own process (it is CPU-bound, and must not
-    share a GIL with the edge): its URL."""
+def require_moto() -> None:
+    """Say what to install, before anything starts, when moto server is not there."""
     try:
         import moto.server  # noqa: F401
     except ImportError:
         raise NumeratorError(MOTO_MISSING) from None
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """moto server on a free loopback port, in its own process (it is CPU-bound, and must not
+    share a GIL with the edge): its URL."""
+    require_moto()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]

@@ -131,7 +131,7 @@ class Batcher:
                 await asyncio.sleep(Backoff(cap=1.0).next() + 0.1)
                 entries = []
             if time.monotonic() - renewed > self.settings.lease_ttl_s / 3:
-                lease = await self._acquire(shard) or lease
+                lease = await self._renew(lease)
                 renewed = time.monotonic()
             if not entries:
                 if stopping:
@@ -177,6 +177,21 @@ class Batcher:
             if self._stopping.is_set():
                 return None
             await asyncio.sleep(backoff.next())
+
+    async def _renew(self, lease: Lease) -> Lease:
+        """Extend the lease; and, since a quiet shard has no next frame to do it, mark the replies
+        published since the last frame as such, so that a later owner does not send them again."""
+        try:
+            await self.store.published(self._published.pop(lease.shard, []))
+            renewed = await self.store.acquire(
+                lease.stream, lease.shard, self.owner, self.settings.lease_ttl_s
+            )
+        except Unavailable as exc:
+            log.warning("cannot renew the lease of shard %s: %s", lease.shard, exc)
+            return lease
+        if renewed is None or renewed.epoch != lease.epoch:  # taken over: fenced from now on
+            return await self._acquire(lease.shard) or lease
+        return lease
 
     async def _republish(self, lease: Lease) -> None:
         """Publish the replies a crash left held: frames committed but not known published."""

@@ -5,8 +5,11 @@ of uvicorn with uvloop and httptools."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import gc
+import signal
 import socket
 
 from granian import Granian
@@ -25,6 +28,18 @@ def serve(factory: str, host: str, port: int, workers: int) -> None:
         log_access=False,
         backlog=2048,
     ).serve()
+
+
+def leave_interrupts_to_the_main_process() -> None:
+    """Call in a worker once it serves (its lifespan's startup). A terminal's Ctrl-C sends SIGINT
+    to every process of the group, workers included, while granian's main process also stops
+    each worker itself; a worker given both signals at once hung in granian's signal handler in
+    about one try in three here (py-spy: `set_loop_signals.<locals>.signal_handler`). Workers
+    ignore SIGINT and stop when the main process tells them (SIGTERM)."""
+    with contextlib.suppress(RuntimeError, ValueError):
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to do
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def tune_gc() -> None:

@@ -65,7 +65,12 @@ def moto_server() -> Iterator[str]:
     command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent, text=True
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent,
+            start_new_session=True,  # Ctrl-C reaches `up`, which stops the parts in order
+            text=True,
         )
         try:
             _wait(url + "/moto-api/", process, log, "moto server")
@@ -84,7 +89,11 @@ def batchers(count: int, env: dict[str, str]) -> Iterator[list[str]]:
             port = free_port()
             command = [sys.executable, "-m", "numerator", "batcher", "--port", str(port)]
             process = subprocess.Popen(
-                command, env={**os.environ, **env}, preexec_fn=_die_with_parent, text=True
+                command,
+                env={**os.environ, **env},
+                preexec_fn=_die_with_parent,
+                start_new_session=True,  # stopped by `up` after the edge, before moto
+                text=True,
             )
             processes.append((process, f"http://127.0.0.1:{port}"))
         for process, url in processes:

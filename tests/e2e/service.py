@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 from infra.server import free_port
 
@@ -59,11 +61,15 @@ class Service:
         return self.process.returncode
 
     def crash(self, data_dir: Path | None = None) -> None:
-        """SIGKILL to the service and its workers, and to the embedded Postgres whose files are
-        in `data_dir` when given (it runs in a process group of its own)."""
+        """SIGKILL to the service and every process it started — workers, and with --aws its
+        batchers and moto server (each in a session of its own) — and to the embedded Postgres
+        whose files are in `data_dir` when given."""
         if data_dir is not None:
             postmaster = data_dir / "pgdata" / "postmaster.pid"
             os.kill(int(postmaster.read_text().split()[0]), signal.SIGKILL)
+        for child in psutil.Process(self.process.pid).children(recursive=True):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
         os.killpg(self.process.pid, signal.SIGKILL)
         out, _ = self.process.communicate(timeout=30)
         self.output += out

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -143,3 +146,17 @@ async def test_a_crash_under_load_never_hands_out_a_value_twice(
             break
         await asyncio.sleep(0.1)
     assert not postmaster.exists(), "Postgres was left running after the restarted service stopped"
+
+
+@pytest.mark.parametrize("attempt", [1, 2, 3])
+def test_ctrl_c_in_a_terminal_stops_up_every_time(tmp_path: Path, attempt: int) -> None:
+    """A terminal's Ctrl-C signals the whole process group — `up` and its workers at once. One
+    try in three used to leave a worker hung in granian's signal handler."""
+    service = Service("--ephemeral")
+    os.killpg(service.process.pid, signal.SIGINT)
+    try:
+        out, _ = service.process.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(service.process.pid, signal.SIGKILL)
+        raise AssertionError("numerator up did not stop within 20 s of Ctrl-C") from None
+    assert "numerator stopped" in out

@@ -148,10 +148,11 @@ async def test_a_crash_under_load_never_hands_out_a_value_twice(
     assert not postmaster.exists(), "Postgres was left running after the restarted service stopped"
 
 
-@pytest.mark.parametrize("attempt", [1, 2, 3])
-def test_ctrl_c_in_a_terminal_stops_up_every_time(tmp_path: Path, attempt: int) -> None:
-    """A terminal's Ctrl-C signals the whole process group — `up` and its workers at once. One
-    try in three used to leave a worker hung in granian's signal handler."""
+def test_ctrl_c_in_a_terminal_stops_up(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C signals the whole process group — `up` and its workers at once. By
+    hand (setsid, 9 s idle, SIGINT to the group) one try in three used to leave a worker hung in
+    granian's signal handler; this harness did not reproduce that race, so this test guards the
+    group-signal path as such, and infra/server.py says why workers ignore SIGINT."""
     service = Service("--ephemeral")
     os.killpg(service.process.pid, signal.SIGINT)
     try:

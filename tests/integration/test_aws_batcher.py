@@ -183,7 +183,9 @@ async def test_a_hot_counter_spread_over_shards_stays_unique_and_keys_meet_in_on
     from tests.aws import resources
 
     await store.create(Counter(name))
-    spread = replace(settings, partition_spread=4, read_interval_ms=20.0)
+    spread = replace(
+        settings, partition_spread=16, read_interval_ms=20.0
+    )  # 2 shards: all 16 keys in one has odds 2**-15
     with resources(spread, shards=2) as (own, found):
         batcher, ports = await started(own, found, store)
         try:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -11,8 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
+
+from infra.errors import NumeratorError
 
 
 @dataclass
@@ -34,6 +38,11 @@ def embedded(data_dir: Path) -> Iterator[Postgres]:
 
     pgdata = data_dir / "pgdata"
     pgdata.parent.mkdir(parents=True, exist_ok=True)
+    with holding(data_dir):
+        yield from _serve(pgserver, pgdata)
+
+
+def _serve(pgserver: Any, pgdata: Path) -> Iterator[Postgres]:
     forget_dead_handles(pgdata)
     forget_dead_postmaster(pgdata)
     server = pgserver.get_server(pgdata, cleanup_mode="stop")
@@ -53,6 +62,39 @@ def ephemeral() -> Iterator[Postgres]:
             yield postgres
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@contextmanager
+def holding(data_dir: Path) -> Iterator[None]:
+    """Claim `data_dir` for this process for the block: refuse, naming it, when another live
+    numerator holds it (two services on one database would each believe they own its shards)."""
+    claim = data_dir / "numerator.pid"
+    try:
+        pid = int(claim.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pid = 0
+    if pid and pid != os.getpid() and _is_numerator(pid):
+        raise NumeratorError(
+            f"another numerator (pid {pid}) is using {data_dir}: stop it first, or choose "
+            "another --data-dir"
+        )
+    claim.write_text(f"{os.getpid()}\n")
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if int(claim.read_text().split()[0]) == os.getpid():
+                claim.unlink()
+
+
+def _is_numerator(pid: int) -> bool:
+    try:
+        process = psutil.Process(pid)
+        return process.status() != psutil.STATUS_ZOMBIE and any(
+            "numerator" in part for part in process.cmdline()
+        )
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
 
 
 def forget_dead_handles(pgdata: Path) -> None:

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import errno
 import gc
+import multiprocessing
+import os
 import signal
 import socket
 
@@ -30,12 +33,27 @@ def serve(factory: str, host: str, port: int, workers: int) -> None:
     ).serve()
 
 
-def leave_interrupts_to_the_main_process() -> None:
-    """Call in a worker once it serves (its lifespan's startup). A terminal's Ctrl-C sends SIGINT
-    to every process of the group, workers included, while granian's main process also stops
-    each worker itself; a worker given both signals at once hung in granian's signal handler in
-    about one try in three here (py-spy: `set_loop_signals.<locals>.signal_handler`). Workers
-    ignore SIGINT and stop when the main process tells them (SIGTERM)."""
+def die_with_parent() -> None:
+    """Have this process sent SIGTERM when the process that started it dies, even by SIGKILL
+    (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)
+
+
+def worker_signals() -> None:
+    """Call in a granian worker once it serves (its lifespan's startup).
+
+    - It stops with the main process: a SIGKILLed `numerator up` otherwise left its worker
+      serving the port and holding Postgres connections, so that a restart found the port taken.
+    - It leaves SIGINT to the main process. A terminal's Ctrl-C reaches every process of the
+      group, while granian's main process also stops each worker itself; a worker given both at
+      once hung in granian's signal handler in about one try in three here (py-spy:
+      `set_loop_signals.<locals>.signal_handler`). Workers stop on the main process's SIGTERM.
+    """
+    die_with_parent()
+    parent = multiprocessing.parent_process()
+    if parent is not None and parent.pid != os.getppid():  # it died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
     with contextlib.suppress(RuntimeError, ValueError):
         asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
     with contextlib.suppress(ValueError):  # not the main thread: nothing to do
@@ -62,13 +80,16 @@ def free_port() -> int:
 def cannot_listen(host: str, port: int) -> str | None:
     """Why this process cannot listen on host:port, or None. granian listens with SO_REUSEPORT,
     so a second numerator on a taken port would share it with the first — two services, two
-    databases, one address — instead of failing: probe with a plain bind first."""
+    databases, one address — instead of failing: probe with a bind of our own first. The probe
+    sets SO_REUSEADDR, as the server does, so that it refuses a port where something listens and
+    nothing else: a crashed numerator's connections in TIME-WAIT must not stop its restart."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         return f"cannot resolve {host}: {exc}"
     family, kind, _, _, address = infos[0]
     with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(address)
         except OSError as exc:

@@ -205,7 +205,11 @@ def run_up(args: argparse.Namespace) -> None:
         data_dir = (args.data_dir or default_data_dir()).expanduser().resolve()
         where = f"counter state in {data_dir}"
         database = embedded(data_dir)
-    with database as postgres:
+    with ExitStack() as running:
+        try:
+            postgres = running.enter_context(database)
+        except NumeratorError as exc:  # the data directory is held by another numerator
+            client.fail(str(exc))
         if args.aws:
             serve_aws(args, postgres.url, where)
         else:

@@ -21,7 +21,7 @@ from mangum import Mangum
 from starlette.types import Receive, Scope, Send
 
 from functions.handler import build
-from infra.server import leave_interrupts_to_the_main_process
+from infra.server import worker_signals
 from infra.settings import Settings
 
 INVOCATION_TIMEOUT_S = 30.0  # template.yaml's default function timeout
@@ -100,7 +100,7 @@ class LambdaEdge:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
-                    leave_interrupts_to_the_main_process()
+                    worker_signals()
                     await send({"type": "lifespan.startup.complete"})
                 else:
                     self.pool.shutdown(wait=False, cancel_futures=True)

@@ -3,8 +3,6 @@ batcher processes beside the HTTP edge."""
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -18,19 +16,12 @@ from typing import IO
 import httpx
 
 from infra.errors import NumeratorError
-from infra.server import free_port
+from infra.server import die_with_parent, free_port
 
 MOTO_MISSING = (
     "--aws moto needs moto server, which is not installed: "
     "pip install 'numerator[aws-local]' (from a clone: pip install -e '.[aws-local]')"
 )
-
-
-def _die_with_parent() -> None:
-    """Run in the child before exec: SIGTERM it when the process that started it dies, even by
-    SIGKILL, so that no batcher or moto server outlives `numerator up`."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG, Linux only
 
 
 def aws_environment(endpoint: str) -> dict[str, str]:
@@ -68,7 +59,7 @@ def moto_server() -> Iterator[str]:
             command,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
             start_new_session=True,  # Ctrl-C reaches `up`, which stops the parts in order
             text=True,
         )
@@ -91,7 +82,7 @@ def batchers(count: int, env: dict[str, str]) -> Iterator[list[str]]:
             process = subprocess.Popen(
                 command,
                 env={**os.environ, **env},
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
                 start_new_session=True,  # stopped by `up` after the edge, before moto
                 text=True,
             )

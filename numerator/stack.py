@@ -28,7 +28,7 @@ from infra.memory import MemoryReplies, MemoryStream
 from infra.metrics import Metrics
 from infra.ports import Replies, Stream
 from infra.postgres import PostgresStore, migrate
-from infra.server import leave_interrupts_to_the_main_process, tune_gc
+from infra.server import tune_gc, worker_signals
 from infra.serverless import AwsPorts, aws_ports
 from infra.settings import Settings
 
@@ -161,7 +161,7 @@ def app_from_env() -> FastPath:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        leave_interrupts_to_the_main_process()
+        worker_signals()
         stack = EdgeStack(settings) if settings.mode == "aws" else Stack(settings)
         async with stack as running:
             app.state.edge = running.edge

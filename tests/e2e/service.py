@@ -17,8 +17,8 @@ from infra.server import free_port
 
 
 class Service:
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+    def __init__(self, *args: str, env: dict[str, str] | None = None, port: int = 0) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         environment = {**os.environ, **(env or {})}
         if "--database-url" not in args:

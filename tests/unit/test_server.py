@@ -1,0 +1,40 @@
+"""The port probe refuses a port where something listens, and nothing else."""
+
+from __future__ import annotations
+
+import errno
+import socket
+
+from infra.server import cannot_listen
+
+
+def test_a_listening_port_is_refused() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cannot_listen("127.0.0.1", port) == (
+            f"127.0.0.1:{port} is in use (another numerator?); choose --port"
+        )
+
+
+def test_a_port_whose_connections_linger_in_time_wait_is_free() -> None:
+    """What a SIGKILLed server leaves behind: its side of closed connections in TIME-WAIT. The
+    server listened with SO_REUSEADDR, as granian does."""
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        accepted, _ = server.accept()
+        accepted.close()  # the server closes first: its end goes to TIME-WAIT
+        client.close()
+    with socket.socket() as plain:  # the scenario is real: a bind without SO_REUSEADDR fails
+        try:
+            plain.bind(("127.0.0.1", port))
+            failed = 0
+        except OSError as exc:
+            failed = exc.errno
+    assert failed == errno.EADDRINUSE
+    assert cannot_listen("127.0.0.1", port) is None

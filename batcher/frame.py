@@ -21,6 +21,35 @@ class IllegalStep(RuntimeError):
     pass
 
 
+class Policy(Enum):
+    """When a frame closes."""
+
+    FIXED = "fixed"
+    """The seed's: BACK_FRAME_MS after its oldest record was put."""
+    AUTO = "auto"
+    """Group commit: as soon as the previous frame's transaction is done and FRAME_MIN_MS has
+    passed since, so one commit of wait at low load and frames that grow by themselves at high
+    load; BACK_FRAME_MS is the longest a record waits."""
+
+
+def collect_for(
+    policy: Policy,
+    longest: float,
+    waited: float,
+    since_commit: float,
+    gap: float,
+    spacing: float = 0.0,
+    since_start: float = float("inf"),
+) -> float:
+    """Seconds a frame whose oldest record was put `waited` seconds ago keeps collecting.
+    `since_commit`: seconds since the previous transaction ended; `since_start`: since it began.
+    `spacing` (1 / MAX_FRAMES_PER_S) holds transactions apart whatever the policy: with a cap,
+    frames grow instead of transactions multiplying."""
+    left = max(0.0, longest - waited)  # clamped: writers' clocks may differ from ours
+    wait = min(longest, left) if policy is Policy.FIXED else min(max(0.0, gap - since_commit), left)
+    return max(wait, spacing - since_start, 0.0)
+
+
 class Frame:
     def __init__(self, entries: list[Entry] | None = None) -> None:
         self.entries: list[Entry] = entries or []

@@ -1,5 +1,6 @@
-"""The batcher: one loop per shard it holds a lease on. Each loop collects a frame for
-BACK_FRAME_MS, applies it in one transaction, then publishes its replies.
+"""The batcher: one loop per shard it holds a lease on. Each loop collects a frame (for
+BACK_FRAME_MS, or until the previous transaction is done: FRAME_POLICY), applies it in one
+transaction, then publishes its replies.
 
 On a durable stream a frame's replies are also held in its transaction until they are published,
 so that whoever owns the shard next publishes what a crash between commit and publish left out."""
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from batcher.allocation import Outcome, apply, decode_replies
-from batcher.frame import Frame
+from batcher.frame import Frame, Policy, collect_for
 from infra.backoff import Backoff
 from infra.clock import utc_now
 from infra.counters import Counter
@@ -116,6 +117,9 @@ class Batcher:
         renewed = time.monotonic()
         frame_s = self.settings.back_frame_ms / 1000
         limit = self.settings.frame_max_records
+        policy, gap = Policy(self.settings.frame_policy), self.settings.frame_min_ms / 1000
+        spacing = 1 / self.settings.max_frames_per_s if self.settings.max_frames_per_s else 0.0
+        began = ended = 0.0  # monotonic times the last frame's transaction began and ended
         while lease is not None:
             stopping = self._stopping.is_set()
             try:
@@ -140,14 +144,27 @@ class Batcher:
             frame = Frame(entries)
             if len(frame) < limit and not stopping:
                 # The frame opened when its oldest record was put, not when it was read: records
-                # that waited out the previous commit do not wait a whole frame more. Clamped,
-                # for a stream whose writers' clocks differ from ours.
-                waited = time.time() - frame.opened(default=time.time())
-                await asyncio.sleep(min(frame_s, max(0.0, frame_s - waited)))
-                with contextlib.suppress(ShardEnded, Unavailable):  # the next read says so again
-                    more = await self.stream.read(shard, frame.last_sequence, limit - len(frame), 0)
-                    frame.add(more)
+                # that waited out the previous commit do not wait a whole frame more.
+                now = time.monotonic()
+                delay = collect_for(
+                    policy,
+                    frame_s,
+                    time.time() - frame.opened(default=time.time()),
+                    now - ended,
+                    gap,
+                    spacing,
+                    now - began,
+                )
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                    with contextlib.suppress(ShardEnded, Unavailable):  # the next read says so
+                        more = await self.stream.read(
+                            shard, frame.last_sequence, limit - len(frame), 0
+                        )
+                        frame.add(more)
+            began = time.monotonic()
             lease = await self._apply(frame, lease)
+            ended = time.monotonic()
         if lease is not None:
             await self._release(lease)
 

@@ -12,6 +12,7 @@ from infra.errors import SettingsError
 
 T = TypeVar("T", int, float)
 MODES = ("embedded", "aws")
+POLICIES = ("fixed", "auto")
 RESOURCE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")  # Kinesis stream and DynamoDB table names
 
 
@@ -24,6 +25,9 @@ class Settings:
         10.0  # BACK_FRAME_MS: how long the batcher collects before one transaction
     )
     frame_max_records: int = 10_000  # FRAME_MAX_RECORDS: a frame closes early at this size
+    frame_policy: str = "fixed"  # FRAME_POLICY: fixed (BACK_FRAME_MS) or auto (group commit)
+    frame_min_ms: float = 0.5  # FRAME_MIN_MS: auto: least gap after a commit before the next
+    max_frames_per_s: float = 0.0  # MAX_FRAMES_PER_S: cap on transactions per shard (0: none)
     reply_timeout_s: float = 5.0  # REPLY_TIMEOUT_S: how long a request waits for its reply (504)
     idempotency_retention_s: float = 86_400.0  # IDEMPOTENCY_RETENTION_S: how long a key is kept
     audit_retention_s: float = (
@@ -89,6 +93,16 @@ class Settings:
                 raise SettingsError(variable, f"must be greater than 0, not {value}")
         if self.back_frame_ms > 10_000:
             raise SettingsError("BACK_FRAME_MS", "must be at most 10000 (10 s)")
+        if self.frame_policy not in POLICIES:
+            raise SettingsError(
+                "FRAME_POLICY", f"must be one of {', '.join(POLICIES)}, not {self.frame_policy!r}"
+            )
+        for variable, value in (
+            ("FRAME_MIN_MS", self.frame_min_ms),
+            ("MAX_FRAMES_PER_S", self.max_frames_per_s),
+        ):
+            if value < 0:
+                raise SettingsError(variable, f"must be 0 or more, not {value}")
         if self.mode not in MODES:
             raise SettingsError("MODE", f"must be one of {', '.join(MODES)}, not {self.mode!r}")
         for variable, name in (

@@ -40,3 +40,33 @@ def test_drop_takes_out_records_past_the_cutoff() -> None:
     dropped = frame.drop(20)
     assert [r.key for r in dropped] == ["k1"]
     assert [e.sequence for e in frame.entries] == ["2", "3"]
+
+
+def test_a_fixed_frame_collects_for_what_is_left_of_back_frame_ms() -> None:
+    from batcher.frame import Policy, collect_for
+
+    assert collect_for(Policy.FIXED, 0.010, waited=0.003, since_commit=9, gap=0) == 0.007
+    assert collect_for(Policy.FIXED, 0.010, waited=0.050, since_commit=9, gap=0) == 0
+    assert collect_for(Policy.FIXED, 0.010, waited=-5.0, since_commit=9, gap=0) == 0.010
+
+
+def test_an_auto_frame_closes_once_the_store_is_free_and_the_gap_has_passed() -> None:
+    from batcher.frame import Policy, collect_for
+
+    # the previous transaction ended long ago: nothing to wait for
+    assert collect_for(Policy.AUTO, 0.010, waited=0.0, since_commit=1.0, gap=0.0005) == 0
+    # it just ended: wait out the rest of the gap, never past BACK_FRAME_MS
+    assert collect_for(Policy.AUTO, 0.010, waited=0.0, since_commit=0.0002, gap=0.0005) == (
+        pytest.approx(0.0003)
+    )
+    assert collect_for(Policy.AUTO, 0.010, waited=0.0099, since_commit=0, gap=0.005) == (
+        pytest.approx(0.0001)
+    )
+
+
+def test_a_cap_on_transactions_holds_frames_apart_whatever_the_policy() -> None:
+    from batcher.frame import Policy, collect_for
+
+    for policy in Policy:
+        wait = collect_for(policy, 0.010, 0.0, 1.0, 0.0, spacing=0.1, since_start=0.02)
+        assert wait == pytest.approx(0.08)

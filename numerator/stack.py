@@ -41,6 +41,7 @@ def describe(metrics: Metrics, settings: Settings, role: str) -> None:
         "role": role,
         "back_frame_ms": f"{settings.back_frame_ms:g}",
         "frame_max_records": str(settings.frame_max_records),
+        "frame_policy": settings.frame_policy,
         "workers": str(settings.workers),
         "shards": "1" if settings.mode == "embedded" else str(settings.shards),
     }

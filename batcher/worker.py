@@ -51,7 +51,18 @@ class Batcher:
         self._tasks: list[asyncio.Task[None]] = []
         self._reading: set[str] = set()
         self._published: dict[str, list[int]] = {}  # per shard: held replies since published
-        self.healthy = True
+        self._trouble: set[str] = set()  # what is wrong now: "frames", "read <shard>", ...
+
+    @property
+    def healthy(self) -> bool:
+        """Nothing is wrong now: no frame being retried, no shard that cannot be read, no shard
+        loop dead. Each trouble clears itself when the thing works again, so a passing outage
+        does not leave a container's health check failing for ever."""
+        return not self._trouble
+
+    @property
+    def trouble(self) -> list[str]:
+        return sorted(self._trouble)
 
     async def start(self) -> None:
         await self._follow(await self.stream.shards())
@@ -78,7 +89,7 @@ class Batcher:
         """A shard's loop ends only when stopping or at a shard's end; anything else is a bug,
         said loudly and shown on /healthz rather than left as a silently stuck shard."""
         if not task.cancelled() and task.exception() is not None:
-            self.healthy = False
+            self._trouble.add(f"dead {task.get_name()}")
             log.error("%s stopped: %r", task.get_name(), task.exception())
 
     async def _pause(self, seconds: float) -> bool:
@@ -131,9 +142,11 @@ class Batcher:
                 return
             except Unavailable as exc:
                 log.warning("cannot read shard %s: %s", shard, exc)
-                self.healthy = False
+                self._trouble.add(f"read {shard}")
                 await asyncio.sleep(Backoff(cap=1.0).next() + 0.1)
                 entries = []
+            else:
+                self._trouble.discard(f"read {shard}")
             if time.monotonic() - renewed > self.settings.lease_ttl_s / 3:
                 lease = await self._renew(lease)
                 renewed = time.monotonic()
@@ -248,7 +261,7 @@ class Batcher:
                 log.error("%s; dropping the frame to its new owner", exc)
                 return await self._acquire(lease.shard)
             except (Unavailable, StoreError) as exc:
-                self.healthy = False
+                self._trouble.add("frames")
                 metrics.frame_retries.inc()
                 backoff = backoff or Backoff()
                 delay = backoff.next()
@@ -259,7 +272,7 @@ class Batcher:
                 if not len(frame):
                     return lease
                 await asyncio.sleep(delay)
-        self.healthy = True
+        self._trouble.discard("frames")
         metrics.frame_seconds.observe(time.monotonic() - began)
         if outcome.allocated:
             metrics.frames_committed.inc()

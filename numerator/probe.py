@@ -62,9 +62,7 @@ async def respond(stack: BatcherStack, path: str) -> tuple[str, bytes, str]:
     if path == "/metrics":
         return "200 OK", stack.metrics.render().encode(), "text/plain; version=0.0.4"
     if path == "/healthz":
-        problems = []
-        if not stack.batcher.healthy:
-            problems.append("frames are being retried")
+        problems = [f"batcher: {what}" for what in stack.batcher.trouble]
         try:
             await asyncio.wait_for(stack.store.ping(), 1.0)
         except (TimeoutError, Unavailable, StoreError) as exc:

@@ -12,7 +12,7 @@ import pytest
 
 from batcher.worker import Batcher
 from infra.counters import Counter
-from infra.errors import LeaseLost, ShardEnded
+from infra.errors import LeaseLost, ShardEnded, Unavailable
 from infra.memory import MemoryReplies
 from infra.metrics import Metrics
 from infra.ports import Entry
@@ -228,3 +228,39 @@ async def test_a_child_shard_is_read_only_after_its_parent_ended(
     values = {r.key: r.first for r in replies.seen}
     assert max(values[f"p{i}"] for i in range(5)) < min(values[f"c{i}"] for i in range(5))
     assert await store.ended(parent.name, "parent")
+
+
+class Flaky(ListStream):
+    """A stream that cannot be read for its first `failures` reads."""
+
+    def __init__(self, raws: Sequence[bytes], failures: int) -> None:
+        super().__init__(raws)
+        self.failures = failures
+
+    async def read(self, shard: str, after: str | None, limit: int, wait: float) -> list[Entry]:
+        if self.failures:
+            self.failures -= 1
+            raise Unavailable("the stream is away")
+        return await super().read(shard, after, limit, wait)
+
+
+async def test_health_comes_back_when_the_stream_does(
+    store: PostgresStore, settings: Settings, name: str
+) -> None:
+    await store.create(Counter(name))
+    stream = Flaky([], failures=1)
+    batcher = Batcher(stream, Collect(), store, settings, Metrics())
+    await batcher.start()
+    try:
+        for _ in range(100):
+            if not batcher.healthy:
+                break
+            await asyncio.sleep(0.01)
+        assert batcher.trouble == ["read shard-0"]
+        for _ in range(300):  # the next read works: healthy again, with no frame needed
+            if batcher.healthy:
+                break
+            await asyncio.sleep(0.01)
+        assert batcher.healthy
+    finally:
+        await batcher.stop()

@@ -47,9 +47,10 @@ class MemoryStream:
 
     async def read(self, shard: str, after: str | None, limit: int, wait: float) -> list[Entry]:
         entries = self._entries
-        if after is not None:
-            passed = int(after)
-            while entries and int(entries[0].sequence) <= passed:
+        if after is not None and entries:
+            # Sequences in the deque are consecutive: drop the passed ones by count, parsing
+            # one sequence per read rather than one per record.
+            for _ in range(min(len(entries), int(after) - int(entries[0].sequence) + 1)):
                 entries.popleft()
         if not entries and wait > 0:
             self._ready.clear()

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -12,7 +11,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psutil
 
@@ -39,18 +37,14 @@ def embedded(data_dir: Path) -> Iterator[Postgres]:
     pgdata = data_dir / "pgdata"
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     with holding(data_dir):
-        yield from _serve(pgserver, pgdata)
-
-
-def _serve(pgserver: Any, pgdata: Path) -> Iterator[Postgres]:
-    forget_dead_handles(pgdata)
-    forget_dead_postmaster(pgdata)
-    server = pgserver.get_server(pgdata, cleanup_mode="stop")
-    try:
-        pid = server.get_pid()
-        yield Postgres(str(server.get_uri()), [pid] if pid else [])
-    finally:
-        server.cleanup()
+        forget_dead_handles(pgdata)
+        forget_dead_postmaster(pgdata)
+        server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        try:
+            pid = server.get_pid()
+            yield Postgres(str(server.get_uri()), [pid] if pid else [])
+        finally:
+            server.cleanup()
 
 
 @contextmanager
@@ -69,10 +63,7 @@ def holding(data_dir: Path) -> Iterator[None]:
     """Claim `data_dir` for this process for the block: refuse, naming it, when another live
     numerator holds it (two services on one database would each believe they own its shards)."""
     claim = data_dir / "numerator.pid"
-    try:
-        pid = int(claim.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        pid = 0
+    pid = pid_in(claim)
     if pid and pid != os.getpid() and _is_numerator(pid):
         raise NumeratorError(
             f"another numerator (pid {pid}) is using {data_dir}: stop it first, or choose "
@@ -82,9 +73,16 @@ def holding(data_dir: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        with contextlib.suppress(OSError):
-            if int(claim.read_text().split()[0]) == os.getpid():
-                claim.unlink()
+        if pid_in(claim) == os.getpid():
+            claim.unlink(missing_ok=True)
+
+
+def pid_in(file: Path) -> int | None:
+    """The process id a pid file names first, or None (no file, or no number in it)."""
+    try:
+        return int(file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _is_numerator(pid: int) -> bool:
@@ -117,9 +115,8 @@ def forget_dead_postmaster(pgdata: Path) -> None:
     pgserver and Postgres take for a running server. Remove such files when the process they
     name is gone or a zombie, so that a fresh server starts and recovers from its WAL."""
     for marker in [pgdata / "postmaster.pid", *pgdata.glob(".s.PGSQL.*.lock")]:
-        try:
-            pid = int(marker.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
+        pid = pid_in(marker)
+        if pid is None:
             continue
         try:
             dead = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

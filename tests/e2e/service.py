@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from infra.embedded import pid_in
 from infra.server import free_port
 
 
@@ -66,7 +67,9 @@ class Service:
         whose files are in `data_dir` when given."""
         if data_dir is not None:
             postmaster = data_dir / "pgdata" / "postmaster.pid"
-            os.kill(int(postmaster.read_text().split()[0]), signal.SIGKILL)
+            pid = pid_in(postmaster)
+            assert pid is not None, f"no Postgres pid in {postmaster}"
+            os.kill(pid, signal.SIGKILL)
         for child in psutil.Process(self.process.pid).children(recursive=True):
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()

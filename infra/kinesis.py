@@ -19,6 +19,7 @@ import asyncio
 import itertools
 import time
 import zlib
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -63,7 +64,7 @@ class KinesisStream:
         self._identified = False
         self.spread, self.read_interval = spread, read_interval
         self._rotor = itertools.count()
-        self._pending: list[Waiter] = []
+        self._pending: deque[Waiter] = deque()
         self._flushing: asyncio.Task[None] | None = None
         self._cursors: dict[str, _Cursor] = {}
         self._behind: dict[str, float] = {}
@@ -94,7 +95,7 @@ class KinesisStream:
                 more = sum(len(data) + len(key) for data, key in rows)
                 if batch and (count + len(rows) > MAX_RECORDS or size + more > MAX_BYTES):
                     break
-                batch.append(self._pending.pop(0))
+                batch.append(self._pending.popleft())
                 size, count = size + more, count + len(rows)
             await self._put_batch(batch)
 

@@ -4,10 +4,12 @@ records (poison records among them). It passes the same Stream contract suite as
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Sequence
+from typing import Any
 
-from infra.ports import Entry
+from infra.ports import Entry, Stream
 from infra.wire import Record, encode
 
 
@@ -39,3 +41,17 @@ class ListStream:
 
     def lag(self, shard: str) -> float | None:
         return None
+
+
+async def read_all(
+    stream: Stream, after: str | None = None, expect: int = 1, shard: str | None = None
+) -> list[Any]:
+    """Read `shard` (the only one, when not named) until `expect` entries came, or 10 s."""
+    if shard is None:
+        (shard,) = await stream.shards()
+    found: list[Any] = []
+    deadline = time.monotonic() + 10
+    while len(found) < expect and time.monotonic() < deadline:
+        position = found[-1].sequence if found else after
+        found += await stream.read(shard, position, 1000, 0.2)
+    return found

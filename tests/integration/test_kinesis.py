@@ -5,7 +5,6 @@ renewed, and a resharded stream read parents first."""
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +17,7 @@ from infra.kinesis import KinesisStream
 from infra.metrics import Metrics
 from infra.settings import Settings
 from infra.wire import Record
+from tests.streams import read_all
 
 
 class Flaky:
@@ -67,15 +67,6 @@ def stream(settings: Settings, client: Any, metrics: Metrics) -> KinesisStream:
     return KinesisStream(client, Calls(4, metrics), settings.stream_name, metrics, 1, 0.02)
 
 
-async def drain(kinesis: KinesisStream, shard: str, expect: int) -> list[Any]:
-    found: list[Any] = []
-    deadline = time.monotonic() + 15
-    while len(found) < expect and time.monotonic() < deadline:
-        after = found[-1].sequence if found else None
-        found += await kinesis.read(shard, after, 10_000, 0.2)
-    return found
-
-
 async def test_many_puts_go_out_in_few_calls_and_partial_failures_are_put_once(
     aws: tuple[Settings, Any],
 ) -> None:
@@ -88,7 +79,7 @@ async def test_many_puts_go_out_in_few_calls_and_partial_failures_are_put_once(
     assert calls["put_records"] <= 5, calls  # 700 puts, at most 500 records a call
     assert metrics.aws_retries.values["throttled"] > 0
     (shard,) = await kinesis.shards()
-    entries = await drain(kinesis, shard, 700)
+    entries = await read_all(kinesis, expect=700, shard=shard)
     keys = [e.record.key for e in entries]
     assert sorted(keys) == sorted(r.key for r in records)  # each exactly once
 
@@ -99,7 +90,7 @@ async def test_throttled_and_expired_reads_are_retried(aws: tuple[Settings, Any]
     kinesis = stream(settings, Flaky(found.kinesis, {"throttle": 2, "expire": 1}), metrics)
     await kinesis.put([Record("a", "inv"), Record("b", "inv")])
     (shard,) = await kinesis.shards()
-    entries = await drain(kinesis, shard, 2)
+    entries = await read_all(kinesis, expect=2, shard=shard)
     assert [e.record.key for e in entries] == ["a", "b"]
     assert metrics.aws_retries.values["throttled"] == 2
     assert metrics.aws_calls.values["get_shard_iterator"] == 2  # made again once it expired

@@ -18,7 +18,7 @@ from infra.metrics import Metrics
 from infra.ports import Stream
 from infra.settings import Settings
 from infra.wire import Record
-from tests.streams import ListStream
+from tests.streams import ListStream, read_all
 
 
 @dataclass
@@ -26,8 +26,9 @@ class Made:
     stream: Stream
     reopen: Callable[[], Stream]
     """A new adapter over the same stream: a restarted batcher's view of it."""
-    poison: Callable[[bytes], Awaitable[None]]
-    """Put raw bytes straight on the stream, as a foreign or broken writer would."""
+    poison: Callable[[bytes], Awaitable[None]] | None
+    """Put raw bytes straight on the stream, as a foreign or broken writer would (durable
+    streams only: the memory stream holds records, not bytes)."""
 
 
 def kinesis(settings: Settings, found: Any, metrics: Metrics | None = None) -> KinesisStream:
@@ -39,7 +40,7 @@ def kinesis(settings: Settings, found: Any, metrics: Metrics | None = None) -> K
 def make(kind: str, request: pytest.FixtureRequest) -> Made:
     if kind == "memory":
         memory = MemoryStream()
-        return Made(memory, lambda: memory, lambda raw: None)
+        return Made(memory, lambda: memory, None)
     if kind == "list":
         listed = ListStream()
 
@@ -66,16 +67,6 @@ def made(request: pytest.FixtureRequest) -> Made:
 def durable(request: pytest.FixtureRequest) -> Made:
     """The adapters whose `durable` is True, for what only they promise."""
     return make(request.param, request)
-
-
-async def read_all(stream: Stream, after: str | None = None, expect: int = 1) -> list[Any]:
-    (shard,) = await stream.shards()
-    found: list[Any] = []
-    deadline = time.monotonic() + 10
-    while len(found) < expect and time.monotonic() < deadline:
-        position = found[-1].sequence if found else after
-        found += await stream.read(shard, position, 1000, 0.2)
-    return found
 
 
 async def test_records_come_back_in_order_with_increasing_sequences(made: Made) -> None:
@@ -132,6 +123,7 @@ async def test_a_durable_stream_replays_from_a_checkpoint_for_a_new_reader(
 
 
 async def test_bytes_that_are_no_record_come_back_as_poison_entries(durable: Made) -> None:
+    assert durable.poison is not None
     await durable.poison(b"{not json")
     await durable.poison(b'{"v": 9, "k": "r1", "c": "inv", "n": 1, "d": 1}')
     await durable.poison(b'{"k": "r2", "c": "inv", "n": 0, "d": 1}')

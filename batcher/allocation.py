@@ -71,6 +71,7 @@ async def apply(
     letters: list[DeadLetter] = []
     live: list[tuple[Record, Counter, str, date]] = []
     periods: dict[str, tuple[str, date]] = {}  # per counter, once per frame, not per record
+    days: dict[str, date] = {}  # per time zone: a frame over many counters has few zones
     applied = lease.applied
     for entry in entries:
         if applied is not None and int(entry.sequence) <= applied:
@@ -108,7 +109,9 @@ async def apply(
             )
             continue
         if counter.name not in periods:
-            day = counter.today(now)
+            day = days.get(counter.timezone)
+            if day is None:
+                day = days[counter.timezone] = counter.today(now)
             periods[counter.name] = (counter.reset.period(day), day)
         period, day = periods[counter.name]
         live.append((record, counter, period, day))

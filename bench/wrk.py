@@ -1,4 +1,5 @@
-"""wrk as a closed-model engine: POST at a URL for a while, and the rate it got."""
+"""wrk as a closed-model engine: POST at a URL (or at one of many counters) for a while, and the
+rate it got."""
 
 from __future__ import annotations
 
@@ -8,11 +9,40 @@ import tempfile
 
 from bench.errors import BenchError
 
+# Each request takes the next value of a counter drawn uniformly from `names`: the many-counters
+# case. Every wrk thread seeds its own generator, so threads do not walk the same sequence.
+SPREAD = """
+local names = {%s}
+local thread_id = 0
+function setup(thread)
+  thread_id = thread_id + 1
+  thread:set("seed", thread_id)
+end
+function init(args)
+  math.randomseed(seed * 7919 + os.time())
+end
+function request()
+  local name = names[math.random(#names)]
+  return wrk.format("POST", "/counters/" .. name .. "/next")
+end
+"""
 
-def run(url: str, connections: int, duration: float, threads: int = 1) -> float:
-    """Requests per second wrk got with POSTs to `url`; BenchError if any answer was not 2xx."""
+
+def run(
+    url: str,
+    connections: int,
+    duration: float,
+    threads: int = 1,
+    counters: list[str] | None = None,
+) -> float:
+    """Requests per second wrk got with POSTs to `url` — or, given `counters`, to
+    `url`/counters/NAME/next for a name drawn at random per request. BenchError if any answer was
+    not 2xx."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
-        script.write('wrk.method = "POST"\n')
+        if counters:
+            script.write(SPREAD % ", ".join(f'"{name}"' for name in counters))
+        else:
+            script.write('wrk.method = "POST"\n')
         script.flush()
         command = [
             "wrk",

@@ -1,11 +1,14 @@
-"""/next on one hot counter against a trivial route on the same server, driven by wrk.
+"""/next on one hot counter and on many counters, against a trivial route on the same server,
+driven by wrk.
 
-    python -m bench.wrk_next --connections 64,256,1024 --duration 10
+    python -m bench.wrk_next --connections 64,256,1024 --duration 10 --counters 1000
 
-Starts numerator on a throwaway embedded Postgres (BACK_FRAME_MS=10 unless set), creates a
-counter, and for each concurrency runs wrk on POST /ping (the trivial route) and POST
-/counters/hot/next in turn, then prints both rates, their ratio, and requests per Postgres
-transaction from /metrics.
+Starts numerator on a throwaway embedded Postgres (the service's own settings, e.g.
+FRAME_POLICY or BACK_FRAME_MS, are taken from the environment), creates the counters, and for
+each concurrency runs wrk on POST /ping (the trivial route), POST /counters/hot/next, and POST
+/next on a counter drawn uniformly from `--counters` of them (0 leaves that case out). It prints
+the rates, their ratios to the trivial route, the many-counter rate as a share of the hot one, and
+requests per Postgres transaction from /metrics.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from bench import local, wrk
 from bench.collect import totals
 from bench.scrape import scrape
 
+PASSED = ("FRAME_POLICY", "BACK_FRAME_MS", "FRAME_MIN_MS", "MAX_FRAMES_PER_S", "FRAME_MAX_RECORDS")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -25,35 +30,51 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=10)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--counters", type=int, default=1000, help="the many-counters case")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed: apt-get install wrk")
-    frame_ms = os.environ.get("BACK_FRAME_MS", "10")
+    env = {name: os.environ[name] for name in PASSED if name in os.environ}
+    many = [f"c{i}" for i in range(args.counters)]
     with (
         local.database() as db,
-        local.serve("numerator", db, args.workers, {"BACK_FRAME_MS": frame_ms}) as target,
+        local.serve("numerator", db, args.workers, env) as target,
     ):
         base = target.url
-        local.create_counters(base, ["hot"])
+        local.create_counters(base, ["hot", *many])
         wrk.run(base + "/ping", 64, 2, args.threads)  # warm up
         wrk.run(base + "/counters/hot/next", 64, 2, args.threads)
+        if many:
+            wrk.run(base, 64, 2, args.threads, many)
+        shown = " ".join(f"{k}={v}" for k, v in env.items()) or "defaults"
         print(
-            f"BACK_FRAME_MS={frame_ms} workers={args.workers} "
+            f"{shown} workers={args.workers} "
             f"wrk -t{args.threads}, {args.duration:g}s each, POST, loopback"
         )
-        print(f"{'conns':>6} {'trivial rps':>12} {'/next rps':>10} {'ratio':>6} {'req/txn':>8}")
-        for connections in (int(c) for c in args.connections.split(",")):
-            trivial = wrk.run(base + "/ping", connections, args.duration, args.threads)
+        print(
+            f"{'conns':>6} {'trivial rps':>12} {'hot rps':>9} {'ratio':>6} {'req/txn':>8}"
+            + (f" {'many rps':>9} {'ratio':>6} {'req/txn':>8} {'many/hot':>8}" if many else "")
+        )
+
+        def measured(connections: int, counters: list[str] | None) -> tuple[float, float]:
             before = totals(scrape(base))
-            rate = wrk.run(base + "/counters/hot/next", connections, args.duration, args.threads)
+            path = base if counters else base + "/counters/hot/next"
+            rate = wrk.run(path, connections, args.duration, args.threads, counters)
             after = totals(scrape(base))
             frames = after["transactions"] - before["transactions"]
             per_txn = (after["requests"] - before["requests"]) / frames if frames else float("nan")
-            print(
-                f"{connections:>6} {trivial:>12,.0f} {rate:>10,.0f} {rate / trivial:>6.2f} "
-                f"{per_txn:>8.1f}",
-                flush=True,
-            )
+            return rate, per_txn
+
+        for connections in (int(c) for c in args.connections.split(",")):
+            trivial = wrk.run(base + "/ping", connections, args.duration, args.threads)
+            hot, hot_per_txn = measured(connections, None)
+            line = f"{connections:>6} {trivial:>12,.0f} {hot:>9,.0f} {hot / trivial:>6.2f} "
+            line += f"{hot_per_txn:>8.1f}"
+            if many:
+                spread, spread_per_txn = measured(connections, many)
+                line += f" {spread:>9,.0f} {spread / trivial:>6.2f} {spread_per_txn:>8.1f}"
+                line += f" {spread / hot:>8.2f}"
+            print(line, flush=True)
         if args.workers > 1:
             print("(req/txn is read from whichever worker answered /metrics)")
 

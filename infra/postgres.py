@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any
 
+import orjson
 import psycopg
 import psycopg_pool
 from psycopg import errors as pgerrors
@@ -37,6 +38,14 @@ COUNTER_COLUMNS = "name, start, template, reset, timezone"
 def _counter(row: tuple[Any, ...]) -> Counter:
     name, start, template, reset, timezone = row
     return Counter(name=name, start=start, template=template, reset=Reset(reset), timezone=timezone)
+
+
+def rows(items: Iterable[Sequence[Any]]) -> str:
+    """Many rows as ONE parameter, a JSON array of arrays that the statement unpacks with
+    json_array_elements. psycopg dumps a Python list as an array element by element, in Python:
+    three lists of 370 took 2.3 ms here, against microseconds for orjson — and a frame over many
+    counters passes several such lists."""
+    return orjson.dumps(list(items)).decode()
 
 
 def migrations() -> list[tuple[int, str]]:
@@ -85,10 +94,9 @@ class PostgresFrame:
         cur = await self.conn.execute(
             "SELECT i.counter, i.key, i.count, i.first, i.last, i.day"
             " FROM idempotency_keys i"
-            " JOIN unnest(%s::text[], %s::text[]) AS k(counter, key)"
-            "   ON i.counter = k.counter AND i.key = k.key"
+            " JOIN json_array_elements(%s::json) AS k ON i.counter = k->>0 AND i.key = k->>1"
             " WHERE i.expires_at > now()",
-            ([c for c, _ in keys], [k for _, k in keys]),
+            (rows(keys),),
         )
         return {(row[0], row[1]): Claim(*row) for row in await cur.fetchall()}
 
@@ -98,11 +106,12 @@ class PostgresFrame:
         keys = sorted(deltas)
         cur = await self.conn.execute(
             "INSERT INTO counter_values AS cv (counter, period, allocated)"
-            " SELECT * FROM unnest(%s::text[], %s::text[], %s::bigint[]) ORDER BY 1, 2"
+            " SELECT d->>0, d->>1, (d->>2)::bigint FROM json_array_elements(%s::json) AS d"
+            " ORDER BY 1, 2"
             " ON CONFLICT (counter, period)"
             " DO UPDATE SET allocated = cv.allocated + excluded.allocated"
             " RETURNING counter, period, allocated",
-            ([c for c, _ in keys], [p for _, p in keys], [deltas[k] for k in keys]),
+            (rows((c, p, deltas[(c, p)]) for c, p in keys),),
         )
         return {(row[0], row[1]): row[2] for row in await cur.fetchall()}
 
@@ -111,21 +120,13 @@ class PostgresFrame:
             return
         await self.conn.execute(
             "INSERT INTO idempotency_keys (counter, key, count, first, last, day, expires_at)"
-            " SELECT c, k, n, f, l, d, now() + make_interval(secs => %s)"
-            " FROM unnest(%s::text[], %s::text[], %s::int[], %s::bigint[], %s::bigint[],"
-            "             %s::date[]) AS t(c, k, n, f, l, d)"
+            " SELECT c->>0, c->>1, (c->>2)::int, (c->>3)::bigint, (c->>4)::bigint,"
+            " (c->>5)::date, now() + make_interval(secs => %s)"
+            " FROM json_array_elements(%s::json) AS c"
             " ON CONFLICT (counter, key) DO UPDATE SET count = excluded.count,"
             " first = excluded.first, last = excluded.last, day = excluded.day,"
             " expires_at = excluded.expires_at",
-            (
-                retention,
-                [c.counter for c in claims],
-                [c.key for c in claims],
-                [c.count for c in claims],
-                [c.first for c in claims],
-                [c.last for c in claims],
-                [c.day for c in claims],
-            ),
+            (retention, rows((c.counter, c.key, c.count, c.first, c.last, c.day) for c in claims)),
         )
 
     async def dead_letter(self, letters: Sequence[DeadLetter]) -> None:
@@ -141,29 +142,29 @@ class PostgresFrame:
     async def checkpoint(
         self, lease: Lease, sequence: str, ranges: Sequence[tuple[str, str, int, int]]
     ) -> None:
+        # The fence, the checkpoint and the frame's audit row in one statement: one round trip.
         cur = await self.conn.execute(
-            "UPDATE leases SET sequence = %s,"
-            " applied = GREATEST(applied, %s::numeric)"
-            " WHERE stream = %s AND shard = %s AND owner = %s AND epoch = %s",
-            (sequence, sequence, lease.stream, lease.shard, lease.owner, lease.epoch),
+            "WITH fenced AS ("
+            " UPDATE leases SET sequence = %(sequence)s::text,"
+            " applied = GREATEST(applied, %(sequence)s::numeric)"
+            " WHERE stream = %(stream)s AND shard = %(shard)s AND owner = %(owner)s"
+            " AND epoch = %(epoch)s RETURNING 1),"
+            " audit AS ("
+            " INSERT INTO allocation_frames (stream, shard, sequence, ranges)"
+            " SELECT %(stream)s, %(shard)s, %(sequence)s::text, %(ranges)s::json FROM fenced"
+            " WHERE %(ranges)s::json IS NOT NULL RETURNING 1)"
+            " SELECT 1 FROM fenced",
+            {
+                "sequence": sequence,
+                "stream": lease.stream,
+                "shard": lease.shard,
+                "owner": lease.owner,
+                "epoch": lease.epoch,
+                "ranges": rows(ranges) if ranges else None,
+            },
         )
-        if cur.rowcount != 1:
+        if not await cur.fetchall():
             raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
-        if ranges:
-            await self.conn.execute(
-                "INSERT INTO allocations (counter, period, first, last, stream, shard, sequence)"
-                " SELECT c, p, f, l, %s, %s, %s"
-                " FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::bigint[]) AS t(c, p, f, l)",
-                (
-                    lease.stream,
-                    lease.shard,
-                    sequence,
-                    [r[0] for r in ranges],
-                    [r[1] for r in ranges],
-                    [r[2] for r in ranges],
-                    [r[3] for r in ranges],
-                ),
-            )
 
     async def hold(self, lease: Lease, first: str, last: str, replies: bytes) -> int:
         cur = await self.conn.execute(
@@ -354,7 +355,7 @@ class PostgresStore:
         cutoff = now - timedelta(seconds=audit_retention)
         statements = [
             ("idempotency_keys", "ctid", "expires_at < %s", now),
-            ("allocations", "id", "committed_at < %s", cutoff),
+            ("allocation_frames", "id", "committed_at < %s", cutoff),
             ("dead_letters", "id", "created_at < %s", cutoff),
             ("frame_replies", "id", "committed_at < %s", now - timedelta(seconds=reply_retention)),
         ]

@@ -1,0 +1,65 @@
+"""Migrations on a database of their own: each applies once, and 004 carries the audit rows
+written one per counter into one row per frame without losing a range."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from infra.postgres import migrate, migrations
+
+
+@pytest.fixture
+async def fresh(database_url: str) -> AsyncIterator[str]:
+    name = f"migrations_{uuid.uuid4().hex[:8]}"
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(f"CREATE DATABASE {name}")
+        try:
+            params = conninfo_to_dict(database_url)
+            params["dbname"] = name
+            yield make_conninfo(**params)  # type: ignore[arg-type]
+        finally:
+            await conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+async def test_each_migration_applies_once(fresh: str) -> None:
+    assert await migrate(fresh) == [version for version, _ in migrations()]
+    assert await migrate(fresh) == []
+
+
+async def test_004_keeps_every_range_of_the_old_audit_rows(fresh: str) -> None:
+    async with await psycopg.AsyncConnection.connect(fresh, autocommit=True) as conn:
+        await conn.execute(
+            "CREATE TABLE schema_migrations (version integer PRIMARY KEY,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version, sql in migrations():
+            if version < 4:
+                await conn.execute(sql.encode())
+                await conn.execute("INSERT INTO schema_migrations VALUES (%s)", (version,))
+        old = [  # two frames of one shard, one of another; frames are told apart by commit time
+            ("a", "", 1, 5, "s", "0", "10", "2026-11-01 10:00:00+00"),
+            ("b", "2026", 1, 2, "s", "0", "10", "2026-11-01 10:00:00+00"),
+            ("a", "", 6, 6, "s", "0", "11", "2026-11-01 10:00:01+00"),
+            ("a", "", 7, 9, "s", "1", "10", "2026-11-01 10:00:01+00"),
+        ]
+        for row in old:
+            await conn.execute(
+                "INSERT INTO allocations (counter, period, first, last, stream, shard, sequence,"
+                " committed_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+                row,
+            )
+    assert await migrate(fresh) == [v for v, _ in migrations() if v >= 4]
+    async with await psycopg.AsyncConnection.connect(fresh) as conn:
+        cur = await conn.execute("SELECT count(*) FROM allocation_frames")
+        assert (await cur.fetchone()) == (3,)
+        cur = await conn.execute(
+            "SELECT counter, period, first, last, stream, shard, sequence,"
+            " to_char(committed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS') || '+00'"
+            " FROM allocations ORDER BY frame, first"
+        )
+        assert sorted(await cur.fetchall()) == sorted(old)

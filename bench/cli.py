@@ -54,6 +54,13 @@ def add_bench(commands: Any) -> None:
         "--database-url", help="--local: use this Postgres instead of a throwaway embedded one"
     )
     parser.add_argument(
+        "--settings",
+        action="append",
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="--local: run numerator once per --settings with these settings (e.g. "
+        "FRAME_POLICY=auto), side by side in one report",
+    )
+    parser.add_argument(
         "--compare",
         action="store_true",
         help="also run the row-lock and nextval() baselines (needs --local)",
@@ -96,11 +103,18 @@ def run(args: argparse.Namespace) -> None:
     from bench.errors import BenchError
     from bench.run import Outputs, execute, headline
     from bench.scenario import Scenario, ScenarioError
+    from bench.variants import VariantError, parse
 
     if not args.url and not args.local:
         fail("say where: --url URL (a running numerator) or --local (start one)")
     if args.compare and not args.local:
         fail("--compare starts the baselines itself: use it with --local")
+    if args.settings and not args.local:
+        fail("--settings configures a service the bench starts: use it with --local")
+    try:
+        variants = parse(args.settings)
+    except VariantError as exc:
+        fail(str(exc))
     try:
         scenario = Scenario.load(scenario_path(args.scenario)) if args.scenario else Scenario()
         fields = (
@@ -129,6 +143,7 @@ def run(args: argparse.Namespace) -> None:
             compare=args.compare,
             outputs=out,
             quiet=args.quiet,
+            variants=variants,
         )
     except (BenchError, OSError, ValueError) as exc:
         fail(str(exc))

@@ -61,6 +61,7 @@ def serve(target: str, db: Postgres, workers: int, env: dict[str, str]) -> Itera
                 "workers": workers,
                 "back_frame_ms": float(environment.get("BACK_FRAME_MS", "10")),
                 "shards": workers if target == "numerator" else 0,
+                "environment": dict(env),
             }
             yield Target(target, url, [process.pid], settings)
         finally:

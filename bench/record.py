@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 from bench import histogram
 from bench.load import Outcome
 from bench.schedule import Schedule
+from bench.steps import steps
 
 # The summary row, in order: what a spreadsheet or SELECT sees.
 COLUMNS: dict[str, str] = {
@@ -150,6 +151,7 @@ def build(
             "per_second": [s.to_json(at) for at, s in sorted(outcome.per_second.items())],
         },
         "service": {"totals": service, "per_second": service_seconds},
+        "steps": steps(Schedule.parse(scenario["schedule"]), outcome, service_seconds),
     }
 
 

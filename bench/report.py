@@ -80,26 +80,56 @@ def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]], mark: str 
 
 
 def ratios(runs: list[dict[str, Any]]) -> str:
-    """numerator against each baseline of the same invocation."""
-    ours = next((r["summary"] for r in runs if r["summary"]["target"] == "numerator"), None)
-    others = [r["summary"] for r in runs if r["summary"]["target"] != "numerator"]
-    if ours is None or not others:
+    """The first run (numerator, or its first --settings) against each other run of the same
+    invocation: the baselines, or numerator under other settings."""
+    if len(runs) < 2:
         return ""
+    ours = runs[0]["summary"]
     rows = []
-    for base in others:
-        rps = ours["rps_mean"] / base["rps_mean"] if base["rps_mean"] else math.nan
+    for run in runs[1:]:
+        other = run["summary"]
+        rps = ours["rps_mean"] / other["rps_mean"] if other["rps_mean"] else math.nan
         p95 = (
-            base["latency_p95_ms"] / ours["latency_p95_ms"] if ours["latency_p95_ms"] else math.nan
+            other["latency_p95_ms"] / ours["latency_p95_ms"] if ours["latency_p95_ms"] else math.nan
         )
-        txn = (base["transactions"] / ours["transactions"]) if ours["transactions"] else math.nan
-        rows.append({"target": base["target"], "rps": rps, "p95": p95, "txn": txn})
+        txn = (other["transactions"] / ours["transactions"]) if ours["transactions"] else math.nan
+        rows.append({"target": other["target"], "rps": rps, "p95": p95, "txn": txn})
+    first = escape(ours["target"])
     columns = [
-        ("target", "against"),
-        ("rps", "achieved rps: numerator ÷ baseline"),
-        ("p95", "p95: baseline ÷ numerator"),
-        ("txn", "Postgres transactions: baseline ÷ numerator"),
+        ("target", f"against {first}"),
+        ("rps", "achieved rps: first ÷ this"),
+        ("p95", "p95: this ÷ first"),
+        ("txn", "Postgres transactions: this ÷ first"),
     ]
     return "<h2>Ratios, measured side by side</h2>" + table(rows, columns)
+
+
+def sweep(runs: list[dict[str, Any]]) -> str:
+    """Each step of a sweep (a constant offered rate), every run side by side."""
+    swept = [run for run in runs if run.get("steps")]
+    if not swept:
+        return ""
+    head = "<th rowspan='2'>offered rps</th>" + "".join(
+        f"<th colspan='4'>{escape(run['summary']['target'])}</th>" for run in swept
+    )
+    sub = "".join(
+        "<th>p50 ms</th><th>p99 ms</th><th>Postgres txn/s</th><th>achieved rps</th>" for _ in swept
+    )
+    body = []
+    for i, step in enumerate(swept[0]["steps"]):
+        cells = [f"<td>{cell(step['offered_rps'])}</td>"]
+        for run in swept:
+            mine = run["steps"][i] if i < len(run["steps"]) else {}
+            cells += [
+                f"<td>{cell(mine.get(k))}</td>"
+                for k in ("latency_p50_ms", "latency_p99_ms", "transactions_per_s", "achieved_rps")
+            ]
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return (
+        "<h2>Steps</h2><p class='meta'>each constant offered rate, its first second left out"
+        "</p>"
+        f"<table><tr>{head}</tr><tr>{sub}</tr>{''.join(body)}</table>"
+    )
 
 
 def charts(run: dict[str, Any]) -> str:
@@ -174,6 +204,7 @@ def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:
         "<h2>This run</h2>",
         table([r["summary"] for r in runs], HEADLINE),
         ratios(runs),
+        sweep(runs),
         distribution(runs),
     ]
     for run in runs:
@@ -185,7 +216,11 @@ def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:
             f"{client['missed_sends']} (worst {client['worst_late_ms']:.1f} ms late)</p>"
         )
         workers = run["settings"].get("workers") or 1
-        if workers > 1 and run["summary"]["target"] == "numerator":
+        environment = run["settings"].get("environment") or {}
+        if environment:
+            shown = ", ".join(f"{k}={v}" for k, v in environment.items())
+            sections.append(f"<p class='meta'>service settings: {escape(shown)}</p>")
+        if workers > 1 and run["summary"]["target"].startswith("numerator"):
             sections.append(
                 f"<p class='meta'>{workers} workers: the service's counters above are those of "
                 "the one worker that answered the bench's /metrics connection.</p>"

@@ -16,10 +16,12 @@ from typing import Any, TypeVar
 
 from bench import local, record, report
 from bench.collect import Collector, Processes
+from bench.errors import BenchError
 from bench.http import Client
 from bench.load import Load, Outcome, drive
 from bench.scenario import Scenario
 from bench.schedule import Schedule
+from bench.variants import Variant
 from infra import __version__
 
 T = TypeVar("T")
@@ -114,18 +116,25 @@ def execute(
     compare: bool,
     outputs: Outputs,
     quiet: bool = False,
+    variants: list[Variant] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the scenario; return the run records (numerator first, then any baselines)."""
+    """Run the scenario; return the run records: numerator once per configuration (`variants`,
+    `--settings`), then any baselines."""
     run_id = uuid.uuid4().hex[:12]
     started = datetime.now(UTC).isoformat(timespec="seconds")
     load = scenario.load_plan()
     names = load.mix.names()
-    targets = ["numerator", "baseline-rowlock", "baseline-sequence"] if compare else ["numerator"]
-    env = {"BACK_FRAME_MS": f"{scenario.back_frame_ms:g}"}
+    variants = variants or [Variant({})]
+    if url and variants[0].env:
+        raise BenchError("--settings configures a service the bench starts: use it with --local")
+    base = {"BACK_FRAME_MS": f"{scenario.back_frame_ms:g}"}
+    targets = [(v.name, "numerator", {**base, **v.env}) for v in variants]
+    if compare:
+        targets += [(name, name, base) for name in ("baseline-rowlock", "baseline-sequence")]
     runs = []
     with ExitStack() as stack:
         db = None if url else stack.enter_context(local.database(database_url))
-        for name in targets:
+        for name, kind, env in targets:
             with ExitStack() as serving:
                 if url:
                     settings: dict[str, object] = {
@@ -136,7 +145,8 @@ def execute(
                     target, mode = local.Target(name, url, [], settings), "remote"
                 else:
                     assert db is not None
-                    target = serving.enter_context(local.serve(name, db, scenario.workers, env))
+                    target = serving.enter_context(local.serve(kind, db, scenario.workers, env))
+                    target.name = name
                     mode = scenario.mode
                 local.create_counters(target.url, names)
                 progress = Progress(name, load.schedule, quiet)
@@ -188,7 +198,7 @@ def headline(runs: list[dict[str, Any]]) -> str:
                 f"{s['generator_cpu_pct']:.0f}%): latencies count from the scheduled time, but "
                 "the offered rate was not fully met; see `numerator bench selfcheck`"
             )
-    return table(runs) + ("\n" + "\n".join(warnings) if warnings else "")
+    return table(runs) + sweep(runs) + ("\n" + "\n".join(warnings) if warnings else "")
 
 
 def save(runs: list[dict[str, Any]], outputs: Outputs) -> None:
@@ -208,16 +218,39 @@ def save(runs: list[dict[str, Any]], outputs: Outputs) -> None:
 
 
 def table(runs: list[dict[str, Any]]) -> str:
+    width = max(18, *(len(run["summary"]["target"]) for run in runs))
     lines = [
-        f"{'target':<18} {'rps':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
+        f"{'target':<{width}} {'rps':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} "
         f"{'non-2xx':>8} {'errors':>7} {'missed':>7} {'req/txn':>8}"
     ]
     for run in runs:
         s = run["summary"]
         per_txn = f"{s['requests_per_txn']:.1f}" if s["requests_per_txn"] else "-"
         lines.append(
-            f"{s['target']:<18} {s['rps_mean']:>8.0f} {s['latency_p50_ms']:>8.2f} "
+            f"{s['target']:<{width}} {s['rps_mean']:>8.0f} {s['latency_p50_ms']:>8.2f} "
             f"{s['latency_p95_ms']:>8.2f} {s['latency_p99_ms']:>8.2f} {s['bad_responses']:>8} "
             f"{s['errors']:>7} {s['missed_sends']:>7} {per_txn:>8}"
         )
+    return "\n".join(lines)
+
+
+def sweep(runs: list[dict[str, Any]]) -> str:
+    """Each step of a sweep, the runs side by side: p50 / p99 ms and Postgres transactions/s."""
+    if not any(run.get("steps") for run in runs):
+        return ""
+    lines = ["", "steps: p50 / p99 ms, Postgres transactions per second, achieved rps"]
+    for run in runs:
+        lines.append(run["summary"]["target"])
+        for step in run.get("steps") or []:
+            txn = step["transactions_per_s"]
+            lines.append(
+                f"  {step['offered_rps']:>8,.0f} rps offered: {step['latency_p50_ms']:>7.2f} / "
+                f"{step['latency_p99_ms']:>7.2f} ms  {'-' if txn is None else f'{txn:,.0f}':>6} "
+                f"txn/s  {step['achieved_rps']:>8,.0f} achieved"
+                + (
+                    f"  {step['bad_responses'] + step['errors']} failed"
+                    if step["bad_responses"] or step["errors"]
+                    else ""
+                )
+            )
     return "\n".join(lines)

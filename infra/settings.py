@@ -25,7 +25,7 @@ class Settings:
         10.0  # BACK_FRAME_MS: how long the batcher collects before one transaction
     )
     frame_max_records: int = 10_000  # FRAME_MAX_RECORDS: a frame closes early at this size
-    frame_policy: str = "fixed"  # FRAME_POLICY: fixed (BACK_FRAME_MS) or auto (group commit)
+    frame_policy: str = "auto"  # FRAME_POLICY: auto (group commit) or fixed (BACK_FRAME_MS)
     frame_min_ms: float = 0.5  # FRAME_MIN_MS: auto: least gap after a commit before the next
     max_frames_per_s: float = 0.0  # MAX_FRAMES_PER_S: cap on transactions per shard (0: none)
     reply_timeout_s: float = 5.0  # REPLY_TIMEOUT_S: how long a request waits for its reply (504)

@@ -83,6 +83,8 @@ def test_compare_runs_the_baselines_side_by_side(tmp_path: Path) -> None:
         "--local",
         "--compare",
         "--quiet",
+        "--settings",
+        "FRAME_POLICY=fixed",
         "--schedule",
         "const(300,2s)",
         "--json",
@@ -92,17 +94,56 @@ def test_compare_runs_the_baselines_side_by_side(tmp_path: Path) -> None:
     )
     runs = json.loads(out.read_text())["runs"]
     assert [r["summary"]["target"] for r in runs] == [
-        "numerator",
+        "numerator[FRAME_POLICY=fixed]",
         "baseline-rowlock",
         "baseline-sequence",
     ]
     for run in runs:
         assert run["summary"]["ok"] == 600, run["summary"]
-    # a baseline pays one transaction per request; numerator shares them
+    # a baseline pays one transaction per request; numerator shares them (with fixed 10 ms
+    # frames here: group commit at this light load commits about as often as requests come)
     assert runs[1]["service"]["totals"]["transactions"] == 600
     assert runs[0]["service"]["totals"]["transactions"] < 300
     assert "Ratios, measured side by side" in html.read_text()
     assert "baseline-rowlock" in done.stdout
+
+
+def test_settings_run_numerator_once_per_configuration_and_sweep_steps(tmp_path: Path) -> None:
+    out, html = tmp_path / "sweep.json", tmp_path / "sweep.html"
+    done = bench(
+        "--local",
+        "--quiet",
+        "--settings",
+        "FRAME_POLICY=fixed,BACK_FRAME_MS=20",
+        "--settings",
+        "FRAME_POLICY=auto",
+        "--schedule",
+        "const(50,3s) const(400,3s)",
+        "--json",
+        str(out),
+        "--html",
+        str(html),
+    )
+    runs = json.loads(out.read_text())["runs"]
+    names = [r["summary"]["target"] for r in runs]
+    assert names == [
+        "numerator[FRAME_POLICY=fixed,BACK_FRAME_MS=20]",
+        "numerator[FRAME_POLICY=auto]",
+    ]
+    for run in runs:
+        assert run["summary"]["ok"] == 150 + 1200, run["summary"]
+        assert [s["offered_rps"] for s in run["steps"]] == [50, 400]
+        for step in run["steps"]:
+            assert 0 < step["latency_p50_ms"] <= step["latency_p99_ms"]
+            assert step["transactions_per_s"] is not None and step["transactions_per_s"] > 0
+    fixed, auto = runs
+    assert fixed["settings"]["environment"]["BACK_FRAME_MS"] == "20"
+    assert fixed["settings"]["back_frame_ms"] == 20.0
+    # fixed 20 ms frames commit at most about 50 times a second; group commit at 400 rps more
+    assert fixed["steps"][1]["transactions_per_s"] < 70 < auto["steps"][1]["transactions_per_s"]
+    page = html.read_text()
+    assert "Steps" in page and all(name in page for name in names)
+    assert "steps: p50 / p99 ms" in done.stdout
 
 
 def test_bad_options_are_refused_clearly() -> None:
@@ -120,3 +161,10 @@ def test_bad_options_are_refused_clearly() -> None:
         timeout=60,
     )
     assert done.returncode == 2 and "--url" in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "numerator", "bench", "--local", "--settings", "FRAME_POLICY=x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "FRAME_POLICY: must be one of fixed, auto" in done.stderr

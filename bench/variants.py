@@ -1,0 +1,66 @@
+"""`--settings`: one scenario against several configurations of numerator in one invocation,
+side by side in one report (as `--compare` puts the baselines beside it).
+
+    numerator bench --local --settings FRAME_POLICY=fixed --settings FRAME_POLICY=auto
+
+Each `--settings` is one configuration, `KEY=VALUE[,KEY=VALUE…]` in the service's own
+environment variables (README, "Settings"); each is checked as the service would check it before
+anything starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from infra.errors import SettingsError
+from infra.settings import Settings
+
+# Set by the bench itself: where the database is, and the scenario's own fields.
+NOT_HERE = {"DATABASE_URL": "the bench's Postgres", "WORKERS": "--workers", "MODE": "--mode"}
+
+
+class VariantError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Variant:
+    env: dict[str, str]
+
+    @property
+    def name(self) -> str:
+        if not self.env:
+            return "numerator"
+        return "numerator[" + ",".join(f"{k}={v}" for k, v in self.env.items()) + "]"
+
+
+def parse(texts: list[str] | None) -> list[Variant]:
+    """The configurations named by `--settings` flags; one with the defaults when none is."""
+    if not texts:
+        return [Variant({})]
+    known = {f.name.upper() for f in fields(Settings)}
+    variants = []
+    for text in texts:
+        env: dict[str, str] = {}
+        for pair in filter(None, (p.strip() for p in text.split(","))):
+            key, equals, value = pair.partition("=")
+            key = key.strip().upper()
+            if not equals or not key:
+                raise VariantError(f"--settings {text!r}: expected KEY=VALUE[,KEY=VALUE…]")
+            if key in NOT_HERE:
+                raise VariantError(f"--settings: {key} is set by {NOT_HERE[key]}, not here")
+            if key not in known:
+                raise VariantError(
+                    f"--settings: unknown setting {key!r}; known: {', '.join(sorted(known))}"
+                )
+            env[key] = value.strip()
+        if not env:
+            raise VariantError(f"--settings {text!r}: expected KEY=VALUE[,KEY=VALUE…]")
+        try:
+            Settings.from_env(env)
+        except SettingsError as exc:
+            raise VariantError(f"--settings {text!r}: {exc}") from None
+        variants.append(Variant(env))
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise VariantError("--settings: the same configuration is given twice")
+    return variants

@@ -117,7 +117,9 @@ class FrameTransaction(Protocol):
     """One Postgres transaction applying one frame. Leaving the block commits it."""
 
     async def claims(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Claim]:
-        """Earlier answers for (counter, idempotency key) pairs still within retention."""
+        """Earlier answers for (counter, idempotency key) pairs still within retention. The
+        keys without one are reserved until the transaction ends: a concurrent frame asking for
+        the same key waits, then finds this frame's answer (which `remember` must record)."""
 
     async def allocate(self, deltas: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
         """Add each delta to its (counter, period) row, locking rows in a fixed order; return how

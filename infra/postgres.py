@@ -91,12 +91,31 @@ class PostgresFrame:
         self.conn = conn
 
     async def claims(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Claim]:
+        # First reserve every key that has no live answer, with a placeholder row this
+        # transaction will fill in (`remember`). A concurrent frame holding the same key — another
+        # worker's batcher — makes this insert wait until that frame ends; once it commits, its
+        # answer is read below and shared, instead of a second allocation overwriting it. Keys go
+        # in sorted order, so two frames never wait on each other in a cycle.
+        wanted = rows(sorted(keys))
+        cur = await self.conn.execute(
+            "INSERT INTO idempotency_keys AS i"
+            " (counter, key, count, first, last, day, expires_at)"
+            " SELECT k->>0, k->>1, 0, 0, 0, current_date, now()"
+            " FROM json_array_elements(%s::json) AS k"
+            " ON CONFLICT (counter, key) DO UPDATE SET expires_at = now()"
+            " WHERE i.expires_at <= now()"  # an expired answer is reserved anew
+            " RETURNING counter, key",
+            (wanted,),
+        )
+        reserved = {(row[0], row[1]) for row in await cur.fetchall()}
+        if len(reserved) == len(keys):
+            return {}
         cur = await self.conn.execute(
             "SELECT i.counter, i.key, i.count, i.first, i.last, i.day"
             " FROM idempotency_keys i"
             " JOIN json_array_elements(%s::json) AS k ON i.counter = k->>0 AND i.key = k->>1"
             " WHERE i.expires_at > now()",
-            (rows(keys),),
+            (rows(k for k in keys if k not in reserved),),
         )
         return {(row[0], row[1]): Claim(*row) for row in await cur.fetchall()}
 

@@ -77,3 +77,36 @@ async def test_two_batchers_share_one_hot_counter(settings: Settings, name: str)
     frames = one.metrics.frames_committed.value + two.metrics.frames_committed.value
     assert one.metrics.frames_committed.value > 0 and two.metrics.frames_committed.value > 0
     assert frames < len(hot) / 3, "frames should carry many requests each"
+
+
+async def test_one_idempotency_key_on_two_batchers_is_allocated_once(
+    settings: Settings, name: str
+) -> None:
+    """The same request, key and all, sent to two stacks at once (two server workers, each with
+    its own stream and batcher, on one Postgres): both answers are the one value, never two."""
+    one, two = Stack(replace(settings, back_frame_ms=2)), Stack(replace(settings, back_frame_ms=2))
+    async with one, two:
+        clients = [
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=s.app()), base_url="http://n")
+            for s in (one, two)
+        ]
+        await clients[0].post("/counters", json={"name": name})
+
+        async def both(key: str) -> list[int]:
+            responses = await asyncio.gather(
+                *(
+                    c.post(f"/counters/{name}/next", headers={"Idempotency-Key": key})
+                    for c in clients
+                )
+            )
+            assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+            return [r.json()["value"] for r in responses]
+
+        pairs = await asyncio.gather(*(both(f"k{i}") for i in range(300)))
+        allocated = await one.store.allocated(name, "")
+        for c in clients:
+            await c.aclose()
+    assert all(a == b for a, b in pairs), [p for p in pairs if p[0] != p[1]][:5]
+    values = [a for a, _ in pairs]
+    assert sorted(values) == list(range(1, 301)), "one value per key, none wasted"
+    assert allocated == 300

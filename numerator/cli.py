@@ -300,7 +300,8 @@ def serve_http(
     print(
         f"numerator is up at http://{args.host}:{args.port} ({where}; "
         f"{args.workers} worker(s), MODE={settings.mode}, "
-        f"BACK_FRAME_MS={settings.back_frame_ms:g}). Ctrl-C stops it.",
+        f"FRAME_POLICY={settings.frame_policy}, BACK_FRAME_MS={settings.back_frame_ms:g}). "
+        "Ctrl-C stops it.",
         flush=True,
     )
     serve(factory, args.host, args.port, args.workers)

@@ -118,7 +118,7 @@ async def apply(
 
     async with store.frame() as tx:
         keyed = {(r.counter, r.idempotency_key) for r, *_ in live if r.idempotency_key is not None}
-        found = await tx.claims(sorted(keyed)) if keyed else {}
+        found = await tx.claims(list(keyed)) if keyed else {}
         demand: dict[tuple[str, str], list[int]] = {}
         takers: list[tuple[Record, Counter, str, date]] = []
         sharers: list[tuple[Record, Counter]] = []

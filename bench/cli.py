@@ -109,8 +109,6 @@ def run(args: argparse.Namespace) -> None:
         fail("say where: --url URL (a running numerator) or --local (start one)")
     if args.compare and not args.local:
         fail("--compare starts the baselines itself: use it with --local")
-    if args.settings and not args.local:
-        fail("--settings configures a service the bench starts: use it with --local")
     try:
         variants = parse(args.settings)
     except VariantError as exc:

@@ -16,6 +16,7 @@ from infra.settings import Settings
 
 # Set by the bench itself: where the database is, and the scenario's own fields.
 NOT_HERE = {"DATABASE_URL": "the bench's Postgres", "WORKERS": "--workers", "MODE": "--mode"}
+SETTINGS = frozenset(f.name.upper() for f in fields(Settings))  # every service setting
 
 
 class VariantError(ValueError):
@@ -37,7 +38,6 @@ def parse(texts: list[str] | None) -> list[Variant]:
     """The configurations named by `--settings` flags; one with the defaults when none is."""
     if not texts:
         return [Variant({})]
-    known = {f.name.upper() for f in fields(Settings)}
     variants = []
     for text in texts:
         env: dict[str, str] = {}
@@ -48,9 +48,9 @@ def parse(texts: list[str] | None) -> list[Variant]:
                 raise VariantError(f"--settings {text!r}: expected KEY=VALUE[,KEY=VALUE…]")
             if key in NOT_HERE:
                 raise VariantError(f"--settings: {key} is set by {NOT_HERE[key]}, not here")
-            if key not in known:
+            if key not in SETTINGS:
                 raise VariantError(
-                    f"--settings: unknown setting {key!r}; known: {', '.join(sorted(known))}"
+                    f"--settings: unknown setting {key!r}; known: {', '.join(sorted(SETTINGS))}"
                 )
             env[key] = value.strip()
         if not env:

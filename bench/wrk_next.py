@@ -20,8 +20,7 @@ import shutil
 from bench import local, wrk
 from bench.collect import totals
 from bench.scrape import scrape
-
-PASSED = ("FRAME_POLICY", "BACK_FRAME_MS", "FRAME_MIN_MS", "MAX_FRAMES_PER_S", "FRAME_MAX_RECORDS")
+from bench.variants import NOT_HERE, SETTINGS
 
 
 def main() -> None:
@@ -34,11 +33,12 @@ def main() -> None:
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed: apt-get install wrk")
-    env = {name: os.environ[name] for name in PASSED if name in os.environ}
+    # The service inherits this environment (bench.local.serve); these are the settings in it.
+    env = {k: v for k, v in os.environ.items() if k in SETTINGS and k not in NOT_HERE}
     many = [f"c{i}" for i in range(args.counters)]
     with (
         local.database() as db,
-        local.serve("numerator", db, args.workers, env) as target,
+        local.serve("numerator", db, args.workers, {}) as target,
     ):
         base = target.url
         local.create_counters(base, ["hot", *many])

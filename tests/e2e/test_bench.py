@@ -146,25 +146,20 @@ def test_settings_run_numerator_once_per_configuration_and_sweep_steps(tmp_path:
     assert "steps: p50 / p99 ms" in done.stdout
 
 
+def refused(*args: str) -> str:
+    """`numerator bench ARGS`, which must exit 2; what it said on stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", "numerator", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    return done.stderr
+
+
 def test_bad_options_are_refused_clearly() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "numerator", "bench", "--local", "--schedule", "const(10)"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2 and "const() takes 2 arguments" in done.stderr
-    done = subprocess.run(
-        [sys.executable, "-m", "numerator", "bench", "--schedule", "const(1,1s)"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2 and "--url" in done.stderr
-    done = subprocess.run(
-        [sys.executable, "-m", "numerator", "bench", "--local", "--settings", "FRAME_POLICY=x"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2 and "FRAME_POLICY: must be one of fixed, auto" in done.stderr
+    assert "const() takes 2 arguments" in refused("--local", "--schedule", "const(10)")
+    assert "--url" in refused("--schedule", "const(1,1s)")
+    said = refused("--local", "--settings", "FRAME_POLICY=x")
+    assert "FRAME_POLICY: must be one of fixed, auto" in said

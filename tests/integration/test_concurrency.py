@@ -57,14 +57,15 @@ async def test_many_counters(client: httpx.AsyncClient, name: str) -> None:
     assert_ordered(answers)
 
 
+def client_of(stack: Stack) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=stack.app()), base_url="http://n")
+
+
 async def test_two_batchers_share_one_hot_counter(settings: Settings, name: str) -> None:
     """Two stacks (as two server workers would run) on one Postgres, each with its batcher."""
     one, two = Stack(replace(settings, back_frame_ms=3)), Stack(replace(settings, back_frame_ms=5))
     async with one, two:
-        clients = [
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=s.app()), base_url="http://n")
-            for s in (one, two)
-        ]
+        clients = [client_of(one), client_of(two)]
         await clients[0].post("/counters", json={"name": name})
         await clients[1].post("/counters", json={"name": name + "-x"})
         answers = await drive(clients, [name, name + "-x"], workers=80, each=30)
@@ -86,10 +87,7 @@ async def test_one_idempotency_key_on_two_batchers_is_allocated_once(
     its own stream and batcher, on one Postgres): both answers are the one value, never two."""
     one, two = Stack(replace(settings, back_frame_ms=2)), Stack(replace(settings, back_frame_ms=2))
     async with one, two:
-        clients = [
-            httpx.AsyncClient(transport=httpx.ASGITransport(app=s.app()), base_url="http://n")
-            for s in (one, two)
-        ]
+        clients = [client_of(one), client_of(two)]
         await clients[0].post("/counters", json={"name": name})
 
         async def both(key: str) -> list[int]:

@@ -58,10 +58,9 @@ async def burst(
 def test_up_aws_hands_out_unique_values_to_concurrent_requests(
     tmp_path: Path, edge: str, requests: int
 ) -> None:
-    # With --edge lambda every simulated container (32) puts and polls on its own, as in Lambda,
-    # and moto serves only ~100 calls/s here, all of them shared with the batcher's reads: 1,000
-    # at once took 63 s and its tail waited past any sensible reply timeout, which says nothing of
-    # AWS. 300 keep every container busy for several invocations in about 20 s.
+    # With --edge lambda every simulated container (LAMBDA_CONTAINERS, 8) puts and polls on its
+    # own, as in Lambda, and moto serves only ~100 calls/s here, shared with the batcher's reads.
+    # 300 requests keep every container busy for many invocations (about 11 s).
     env = {"REPLY_TIMEOUT_S": "25"} if edge == "lambda" else {}
     args = ("--aws", TARGET, "--edge", edge, "--data-dir", data_dir(tmp_path))
     with Service(*args, env=env) as service:

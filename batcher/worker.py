@@ -2,6 +2,12 @@
 BACK_FRAME_MS, or until the previous transaction is done: FRAME_POLICY), applies it in one
 transaction, then publishes its replies.
 
+Several batchers share a durable stream's shards: each says it is alive every LEASE_TTL_S / 3 and
+holds its share of the open shards (the live batchers sorted by name, the first ones taking one
+more when the shards do not divide evenly). One that holds more gives the surplus up between two
+frames; one that holds fewer takes free or expired leases. A dead batcher's leases expire after
+LEASE_TTL_S and the others' shares grow to take them.
+
 On a durable stream a frame's replies are also held in its transaction until they are published,
 so that whoever owns the shard next publishes what a crash between commit and publish left out."""
 
@@ -10,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import uuid
 from collections.abc import Callable
@@ -52,6 +59,10 @@ class Batcher:
         self._reading: set[str] = set()
         self._published: dict[str, list[int]] = {}  # per shard: held replies since published
         self._trouble: set[str] = set()  # what is wrong now: "frames", "read <shard>", ...
+        self._held: set[str] = set()  # shards whose lease this batcher holds (or is taking)
+        self._share = math.inf  # how many shards it should hold: all, until it knows the others
+        self._ended: set[str] = set()  # shards read to their end, by this batcher or another
+        self._epochs: dict[str, int] = {}  # per shard: the lease epoch this batcher last held
 
     @property
     def healthy(self) -> bool:
@@ -65,7 +76,10 @@ class Batcher:
         return sorted(self._trouble)
 
     async def start(self) -> None:
-        await self._follow(await self.stream.shards())
+        shards = await self.stream.shards()
+        if self.stream.durable:
+            await self._balance(shards)
+        await self._follow(shards)
         self._tasks.append(asyncio.create_task(self._prune(), name="prune"))
         if self.stream.durable:
             self._tasks.append(asyncio.create_task(self._watch_shards(), name="shards"))
@@ -75,6 +89,9 @@ class Batcher:
         self._stopping.set()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.stream.durable:
+            with contextlib.suppress(NumeratorError):
+                await self.store.leave(self.stream.name, self.owner)
 
     async def _follow(self, shards: dict[str, tuple[str, ...]]) -> None:
         for shard, parents in shards.items():
@@ -101,30 +118,76 @@ class Batcher:
         return False
 
     async def _watch_shards(self) -> None:
-        while await self._pause(SHARDS_EVERY_S):
+        while await self._pause(min(SHARDS_EVERY_S, self.settings.lease_ttl_s / 3)):
             try:
-                await self._follow(await self.stream.shards())
+                shards = await self.stream.shards()
+                await self._balance(shards)
+                await self._follow(shards)
             except NumeratorError as exc:
-                log.warning("cannot list the stream's shards: %s", exc)
+                log.warning("cannot list the stream's shards or the batchers: %s", exc)
+
+    async def _balance(self, shards: dict[str, tuple[str, ...]]) -> None:
+        """Say this batcher is alive, and work out its share of the shards not yet ended."""
+        for shard in shards:
+            if shard not in self._ended and await self._is_ended(shard):
+                self._ended.add(shard)
+        open_shards = sum(1 for shard in shards if shard not in self._ended)
+        members = await self.store.members(self.stream.name, self.owner, self.settings.lease_ttl_s)
+        share = open_shards // len(members)
+        if members.index(self.owner) < open_shards % len(members):
+            share += 1
+        if share != self._share:
+            log.info(
+                "%d batcher(s) share %d open shard(s): this one takes %d",
+                len(members),
+                open_shards,
+                share,
+            )
+        self._share = share
+        self.metrics.batchers.set(len(members))
 
     async def _parents_ended(self, parents: tuple[str, ...]) -> bool:
         """Wait until every parent shard has been read to its end (False if stopping first)."""
         for parent in parents:
-            while not await self._ended(parent):
+            while not await self._is_ended(parent):
                 if not await self._pause(1.0):
                     return False
         return True
 
-    async def _ended(self, shard: str) -> bool:
+    async def _is_ended(self, shard: str) -> bool:
         try:
             return await self.store.ended(self.stream.name, shard)
         except Unavailable:
             return False
 
     async def _run(self, shard: str, parents: tuple[str, ...] = ()) -> None:
+        """Hold the shard's lease whenever this batcher's share allows, and read it while held."""
         if not await self._parents_ended(parents):
             return
-        lease = await self._acquire(shard)
+        while shard not in self._ended and not self._stopping.is_set():
+            lease = await self._acquire(shard)
+            if lease is None:
+                return
+            kept = await self._serve(shard, lease)
+            if kept is not None:
+                await self._release(kept)
+            self._held.discard(shard)
+            self.metrics.leases.set(len(self._held))
+
+    def _surplus(self, shard: str) -> bool:
+        """Whether to give the shard up, to a batcher with fewer than its share. Decided and
+        counted at once (no await between), so that shard loops never give up too many."""
+        if len(self._held) <= self._share or self._stopping.is_set():
+            return False
+        self._held.discard(shard)
+        log.info(
+            "giving shard %s up: %d held, a share of %d", shard, len(self._held) + 1, self._share
+        )
+        return True
+
+    async def _serve(self, shard: str, lease: Lease | None) -> Lease | None:
+        """Read and apply the shard until stopping, or its share goes to another batcher: the
+        lease to release then; None when there is none (the shard ended, or was taken over)."""
         renewed = time.monotonic()
         frame_s = self.settings.back_frame_ms / 1000
         limit = self.settings.frame_max_records
@@ -132,6 +195,8 @@ class Batcher:
         spacing = 1 / self.settings.max_frames_per_s if self.settings.max_frames_per_s else 0.0
         began = ended = 0.0  # monotonic times the last frame's transaction began and ended
         while lease is not None:
+            if self._surplus(shard):
+                break
             stopping = self._stopping.is_set()
             try:
                 entries = await self.stream.read(
@@ -139,7 +204,7 @@ class Batcher:
                 )
             except ShardEnded:
                 await self._end(lease)
-                return
+                return None
             except Unavailable as exc:
                 log.warning("cannot read shard %s: %s", shard, exc)
                 self._trouble.add(f"read {shard}")
@@ -148,8 +213,9 @@ class Batcher:
             else:
                 self._trouble.discard(f"read {shard}")
             if time.monotonic() - renewed > self.settings.lease_ttl_s / 3:
-                lease = await self._renew(lease)
                 renewed = time.monotonic()
+                if (lease := await self._renew(lease)) is None:
+                    return None
             if not entries:
                 if stopping:
                     break
@@ -178,39 +244,53 @@ class Batcher:
             began = time.monotonic()
             lease = await self._apply(frame, lease)
             ended = time.monotonic()
-        if lease is not None:
-            await self._release(lease)
+        return lease
 
     async def _end(self, lease: Lease) -> None:
         """The shard is closed and read to its end: say so, so that its children are read."""
         try:
             await self.store.published(self._published.pop(lease.shard, []))
             await self.store.end(lease)
+            self._ended.add(lease.shard)
             log.info("shard %s is read to its end", lease.shard)
         except NumeratorError as exc:
             log.warning("cannot mark shard %s as ended: %s", lease.shard, exc)
 
     async def _acquire(self, shard: str) -> Lease | None:
+        """Wait until this batcher's share has room and the shard's lease is free or expired,
+        and take it; None when stopping first."""
         backoff = Backoff(cap=1.0)
-        while True:
-            try:
-                lease = await self.store.acquire(
-                    self.stream.name, shard, self.owner, self.settings.lease_ttl_s
-                )
-                if lease is not None:
-                    if self.stream.durable:
-                        await self._republish(lease)
-                    return lease
-                log.info("shard %s is held by another batcher; waiting", shard)
-            except Unavailable as exc:
-                log.warning("cannot take the lease of shard %s: %s", shard, exc)
-            if self._stopping.is_set():
-                return None
-            await asyncio.sleep(backoff.next())
+        while not self._stopping.is_set():
+            if len(self._held) < self._share:
+                self._held.add(shard)  # counted before the await: no other loop takes its room
+                try:
+                    lease = await self.store.acquire(
+                        self.stream.name, shard, self.owner, self.settings.lease_ttl_s
+                    )
+                    if lease is not None:
+                        if self.stream.durable:
+                            await self._republish(lease)
+                        self._took(lease)
+                        return lease
+                    log.debug("shard %s is held by another batcher; waiting", shard)
+                except Unavailable as exc:
+                    log.warning("cannot take the lease of shard %s: %s", shard, exc)
+                self._held.discard(shard)
+            await self._pause(backoff.next())
+        return None
 
-    async def _renew(self, lease: Lease) -> Lease:
-        """Extend the lease; and, since a quiet shard has no next frame to do it, mark the replies
-        published since the last frame as such, so that a later owner does not send them again."""
+    def _took(self, lease: Lease) -> None:
+        before = self._epochs.get(lease.shard)
+        if lease.epoch > 1 and before != lease.epoch:
+            self.metrics.takeovers.inc()
+            log.info("took shard %s over (epoch %d)", lease.shard, lease.epoch)
+        self._epochs[lease.shard] = lease.epoch
+        self.metrics.leases.set(len(self._held))
+
+    async def _renew(self, lease: Lease) -> Lease | None:
+        """Extend the lease (None when another batcher has taken it); and, since a quiet shard
+        has no next frame to do it, mark the replies published since the last frame as such, so
+        that a later owner does not send them again."""
         try:
             await self.store.published(self._published.pop(lease.shard, []))
             renewed = await self.store.acquire(
@@ -220,7 +300,8 @@ class Batcher:
             log.warning("cannot renew the lease of shard %s: %s", lease.shard, exc)
             return lease
         if renewed is None or renewed.epoch != lease.epoch:  # taken over: fenced from now on
-            return await self._acquire(lease.shard) or lease
+            log.error("lost the lease of shard %s to another batcher", lease.shard)
+            return None
         return lease
 
     async def _republish(self, lease: Lease) -> None:
@@ -259,7 +340,7 @@ class Batcher:
                 break
             except LeaseLost as exc:
                 log.error("%s; dropping the frame to its new owner", exc)
-                return await self._acquire(lease.shard)
+                return None
             except (Unavailable, StoreError) as exc:
                 self._trouble.add("frames")
                 metrics.frame_retries.inc()

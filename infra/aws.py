@@ -98,6 +98,8 @@ class Calls:
                 if code not in THROTTLED and code not in TRANSIENT:
                     raise AwsRefused(code, f"{name}: {code}: {message}") from exc
                 reason = "throttled" if code in THROTTLED else "transient"
+                if code in THROTTLED:
+                    self.metrics.aws_throttles.inc(name)
                 problem = f"{name}: {code}"
             except (ConnectionError, HTTPClientError) as exc:
                 reason, problem = "connection", f"{name}: {exc}"

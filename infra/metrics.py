@@ -146,6 +146,20 @@ class Metrics:
             "Records read again after they were applied (a rewound checkpoint): answered from "
             "their kept replies, never allocated twice.",
         )
+        self.batchers = Gauge(
+            "numerator_batchers", "Live batchers sharing the stream's shards, as this one sees."
+        )
+        self.leases = Gauge("numerator_leases_held", "Shard leases this batcher holds.")
+        self.takeovers = Counter(
+            "numerator_lease_takeovers_total",
+            "Shard leases taken from another batcher: expired (a dead batcher's) or given up "
+            "to balance the shards.",
+        )
+        self.aws_throttles = LabeledCounter(
+            "numerator_aws_throttles_total",
+            "AWS calls answered with throttling (retried), by API call.",
+            "call",
+        )
         self.aws_calls = LabeledCounter(
             "numerator_aws_calls_total", "Calls to Kinesis and DynamoDB, by API call.", "call"
         )

@@ -160,6 +160,13 @@ class Store(Protocol):
     async def acquire(self, stream: str, shard: str, owner: str, ttl: float) -> Lease | None:
         """Take the shard's lease if it is free or expired (or ours); None when another holds it."""
 
+    async def members(self, stream: str, owner: str, ttl: float) -> list[str]:
+        """Say that batcher `owner` is alive, and return the live batchers of `stream` (seen
+        within `ttl` seconds), `owner` among them, sorted: the shards are shared among these."""
+
+    async def leave(self, stream: str, owner: str) -> None:
+        """Batcher `owner` stops: the others share its shards from their next look."""
+
     async def release(self, lease: Lease, forget: bool) -> None: ...
 
     def frame(self) -> AbstractAsyncContextManager[FrameTransaction]: ...

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from importlib import resources
@@ -251,7 +251,9 @@ class PostgresStore:
         except psycopg.Error as exc:
             raise StoreError(f"Postgres refused: {exc}") from exc
 
-    async def _fetch(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    async def _fetch(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
         async with self._connection() as conn:
             cur = await conn.execute(sql, params)
             return await cur.fetchall()
@@ -312,6 +314,23 @@ class PostgresStore:
         epoch, sequence, applied = rows[0]
         return Lease(
             stream, shard, owner, epoch, sequence, None if applied is None else int(applied)
+        )
+
+    async def members(self, stream: str, owner: str, ttl: float) -> list[str]:
+        rows = await self._fetch(
+            "WITH seen AS (INSERT INTO batchers (stream, owner) VALUES (%(stream)s, %(owner)s)"
+            "  ON CONFLICT (stream, owner) DO UPDATE SET seen_at = now()),"
+            " gone AS (DELETE FROM batchers WHERE stream = %(stream)s"
+            "  AND seen_at < now() - make_interval(secs => %(ttl)s * 10))"
+            " SELECT owner FROM batchers WHERE stream = %(stream)s AND owner <> %(owner)s"
+            "  AND seen_at >= now() - make_interval(secs => %(ttl)s)",
+            {"stream": stream, "owner": owner, "ttl": ttl},
+        )
+        return sorted([owner, *(str(row[0]) for row in rows)])
+
+    async def leave(self, stream: str, owner: str) -> None:
+        await self._fetch(
+            "DELETE FROM batchers WHERE stream = %s AND owner = %s RETURNING 1", (stream, owner)
         )
 
     async def release(self, lease: Lease, forget: bool) -> None:

@@ -1,0 +1,67 @@
+"""Several batchers share a multi-shard Kinesis stream (moto server): a new batcher gets its share
+of the shards within about a lease period, from a batcher that gives its surplus up; a batcher
+that stops leaves its shards to the others; values stay unique while the shards move."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+
+from batcher.worker import Batcher
+from infra.counters import Counter
+from infra.postgres import PostgresStore
+from infra.serverless import AwsPorts
+from infra.settings import Settings
+from infra.wire import Record
+from tests.aws import resources
+from tests.integration.test_aws_batcher import started
+
+
+async def settle(batchers: list[Batcher], shares: list[int], within: float) -> float:
+    """Seconds until each batcher holds its expected number of leases; fail after `within`."""
+    began = time.monotonic()
+    while [b.metrics.leases.value for b in batchers] != shares:
+        if time.monotonic() - began > within:
+            held = [b.metrics.leases.value for b in batchers]
+            raise AssertionError(f"leases held {held}, expected {shares} within {within}s")
+        await asyncio.sleep(0.1)
+    return time.monotonic() - began
+
+
+async def take(ports: AwsPorts, name: str, tag: str, n: int) -> list[int]:
+    now = time.time()
+    keys = [f"{tag}-{i}" for i in range(n)]
+    for key in keys:
+        ports.replies.expect(key)
+    await ports.stream.put([Record(k, name, 1, None, now + 60, now) for k in keys])
+    got = await asyncio.gather(*(ports.replies.wait(k, 20) for k in keys))
+    return [reply.first for reply in got]
+
+
+async def test_a_new_batcher_gets_its_share_and_a_leaving_one_gives_its_shards_back(
+    aws_endpoint: str, settings: Settings, store: PostgresStore, name: str
+) -> None:
+    await store.create(Counter(name))
+    ttl = 3.0
+    quick = replace(settings, lease_ttl_s=ttl, read_interval_ms=50.0, partition_spread=8)
+    with resources(quick, shards=4) as (own, found):
+        first, ports = await started(own, found, store)
+        second: Batcher | None = None
+        try:
+            await settle([first], [4], ttl)
+            values = await take(ports, name, "alone", 40)
+            second, _ = await started(own, found, store)
+            moved = await settle([first, second], [2, 2], 2 * ttl)
+            values += await take(ports, name, "shared", 40)
+            await second.stop()
+            back = await settle([first], [4], 2 * ttl)
+            values += await take(ports, name, "after", 40)
+        finally:
+            await first.stop()
+            if second is not None:
+                await second.stop()
+    assert moved < 2 * ttl and back < 2 * ttl
+    assert second.metrics.takeovers.value == 2  # the two shards the first gave up
+    assert first.metrics.takeovers.value == 2  # and took back when the second stopped
+    assert sorted(values) == list(range(1, 121))

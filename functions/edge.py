@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from functions.front import Front
 from infra.clock import utc_now
 from infra.metrics import Metrics
 from infra.ports import Replies, Store, Stream
@@ -34,6 +35,9 @@ class Edge:
     healthy: Callable[[], bool] = always
     observe: Callable[[], None] = nothing
     """Refresh gauges just before /metrics renders them."""
+    front: Front | None = None
+    """Front frames (the AWS path's long-running edge): /next without an Idempotency-Key goes
+    through them, one record per counter per frame."""
 
     def timeout(self, context: Any = None) -> float:
         """Seconds a request waits for its reply: REPLY_TIMEOUT_S, and in Lambda no longer than

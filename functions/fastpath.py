@@ -56,18 +56,15 @@ async def _take(
     validation.idempotency_key(key)
     settings = edge.settings
     sent = time.time()
-    record = Record(
-        f"{_PREFIX}-{next(_SEQUENCE)}", name, count, key, sent + edge.budget(timeout), sent
-    )
-    edge.replies.expect(record.key)
     try:
-        await edge.stream.put((record,))
+        if edge.front is not None and key is None:
+            reply = await edge.front.take(name, count, timeout)
+        else:
+            reply = await _own_record(edge, name, count, key, timeout, sent)
     except StreamFull as exc:
         raise unavailable(f"the batcher is saturated: {exc}", settings.retry_after_s) from None
     except Unavailable as exc:
         raise unavailable(str(exc), settings.retry_after_s) from None
-    try:
-        reply = await edge.replies.wait(record.key, timeout)
     except ReplyTimeout as exc:
         raise Problem(504, "reply-timeout", str(exc)) from None
     except BadReply as exc:
@@ -75,6 +72,23 @@ async def _take(
     finally:
         edge.metrics.reply_wait.observe(time.time() - sent)
     return answer(reply, count, settings.retry_after_s)
+
+
+async def _own_record(
+    edge: Edge, name: str, count: int, key: str | None, timeout: float, sent: float
+) -> Reply:
+    """Put a record for this request alone and await its reply."""
+    record = Record(
+        f"{_PREFIX}-{next(_SEQUENCE)}", name, count, key, sent + edge.budget(timeout), sent
+    )
+    edge.replies.expect(record.key)
+    try:
+        await edge.stream.put((record,))
+    except Unavailable:
+        edge.replies.forget(record.key)
+        raise
+    edge.metrics.records_put.inc()
+    return await edge.replies.wait(record.key, timeout)
 
 
 def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:

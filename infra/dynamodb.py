@@ -65,6 +65,9 @@ class DynamoReplies:
         loop = asyncio.get_running_loop()
         self._poller.waits[key] = _Wait(loop.create_future(), time.monotonic() + self.expected)
 
+    def forget(self, key: str) -> None:
+        self._poller.waits.pop(key, None)
+
     async def publish(self, replies: Sequence[Reply]) -> None:
         expires = str(int(time.time() + self.ttl))
         requests = [

@@ -86,6 +86,9 @@ class MemoryReplies:
         """Register interest before the record is put, so a fast reply is never missed."""
         self._waiting[key] = asyncio.get_running_loop().create_future()
 
+    def forget(self, key: str) -> None:
+        self._waiting.pop(key, None)
+
     async def publish(self, replies: Sequence[Reply]) -> None:
         waiting = self._waiting
         for reply in replies:

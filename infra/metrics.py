@@ -146,6 +146,16 @@ class Metrics:
             "Records read again after they were applied (a rewound checkpoint): answered from "
             "their kept replies, never allocated twice.",
         )
+        self.records_put = Counter(
+            "numerator_records_put_total",
+            "Records the edge put on the stream: divided by /next requests, what front frames "
+            "save (one record per counter per front frame).",
+        )
+        self.front_frame_size = Histogram(
+            "numerator_front_frame_requests",
+            "Requests one front frame answered with one counter's record.",
+            SIZES,
+        )
         self.batchers = Gauge(
             "numerator_batchers", "Live batchers sharing the stream's shards, as this one sees."
         )

@@ -72,6 +72,9 @@ class Replies(Protocol):
     def expect(self, key: str) -> None:
         """Called before the record is put, so that a fast reply is never missed."""
 
+    def forget(self, key: str) -> None:
+        """An expected key whose record could not be put: stop awaiting it."""
+
     async def publish(self, replies: Sequence[Reply]) -> None: ...
 
     async def wait(self, key: str, timeout: float) -> Reply:

@@ -44,6 +44,9 @@ class Settings:
     reply_table: str = "numerator-replies"  # REPLY_TABLE: the DynamoDB reply table (aws mode)
     shards: int = 1  # SHARDS: shards of the stream `numerator aws init` creates
     partition_spread: int = 1  # PARTITION_SPREAD: shards one counter's records spread over
+    front_frame_ms: float = (
+        20.0  # FRONT_FRAME_MS: aws server edge: gathers /next this long (0: off)
+    )
     read_interval_ms: float = 200.0  # READ_INTERVAL_MS: least time between reads of a shard
     reply_ttl_s: int = 3600  # REPLY_TTL_S: a reply item's time to live in the reply table
     aws_threads: int = 16  # AWS_THREADS: threads (and connections) for boto3 calls per process
@@ -100,7 +103,10 @@ class Settings:
             raise SettingsError(
                 "FRAME_POLICY", f"must be one of {', '.join(POLICIES)}, not {self.frame_policy!r}"
             )
+        if self.front_frame_ms > 10_000:
+            raise SettingsError("FRONT_FRAME_MS", "must be at most 10000 (10 s)")
         for variable, value in (
+            ("FRONT_FRAME_MS", self.front_frame_ms),
             ("FRAME_MIN_MS", self.frame_min_ms),
             ("MAX_FRAMES_PER_S", self.max_frames_per_s),
         ):

@@ -14,6 +14,9 @@ from typing import Any
 import orjson
 
 MAX_COUNT = 1000
+"""The most values one request may ask for."""
+MAX_RECORD_COUNT = 1_000_000
+"""The most values one record may ask for: a front frame's record sums its requests' counts."""
 VERSION = 1
 """The wire version every record and reply carries as `v`. A reader meets a version it does not
 know as a poison record (dead-lettered) or a bad reply (502), never as a crash."""
@@ -88,8 +91,12 @@ class Record:
         deadline, sent = data.get("d"), data.get("s", 0.0)
         if not isinstance(counter, str) or not counter:
             raise BadRecord("record has no counter", key)
-        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_COUNT:
-            raise BadRecord(f"count must be an integer from 1 to {MAX_COUNT}", key)
+        if (
+            not isinstance(count, int)
+            or isinstance(count, bool)
+            or not 1 <= count <= MAX_RECORD_COUNT
+        ):
+            raise BadRecord(f"count must be an integer from 1 to {MAX_RECORD_COUNT}", key)
         if idem is not None and not isinstance(idem, str):
             raise BadRecord("idempotency key must be a string", key)
         for field, number in (("deadline", deadline), ("sent", sent)):

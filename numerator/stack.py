@@ -21,6 +21,7 @@ from batcher.worker import Batcher
 from functions.app import create_app
 from functions.edge import Edge
 from functions.fastpath import FastPath
+from functions.front import Front
 from infra import __version__
 from infra.aws import check
 from infra.clock import utc_now
@@ -134,6 +135,14 @@ class EdgeStack:
             metrics=self.metrics,
             clock=clock,
         )
+        if settings.front_frame_ms > 0:
+            self.edge.front = Front(
+                self.aws.stream,
+                self.aws.replies,
+                self.metrics,
+                settings.front_frame_ms / 1000,
+                self.edge.budget,
+            )
 
     async def __aenter__(self) -> EdgeStack:
         await check(self.aws.clients, self.aws.calls, self.settings)
@@ -147,6 +156,8 @@ class EdgeStack:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if self.edge.front is not None:
+            await self.edge.front.close()
         await self.store.close()
         self.aws.close()
 

@@ -10,6 +10,8 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
 
 from infra.aws import Clients, clients, create
 from infra.server import free_port
@@ -63,3 +65,29 @@ def resources(settings: Settings, shards: int = 1) -> Iterator[tuple[Settings, C
     finally:
         found.kinesis.delete_stream(StreamName=own.stream_name, EnforceConsumerDeletion=True)
         found.dynamodb.delete_table(TableName=own.reply_table)
+
+
+class Throttle:
+    """Makes one client's calls of one operation answer a throttling error, injected at the
+    client with botocore's `before-call` hook (the request never leaves): `times` calls, or every
+    call while `on` is True. `calls` counts the calls refused."""
+
+    def __init__(self, client: Any, operation: str, code: str, times: int = 0) -> None:
+        self.client, self.code = client, code
+        self.event = f"before-call.{client.meta.service_model.service_id.hyphenize()}.{operation}"
+        self.left, self.on, self.calls = times, times == 0, 0
+
+    def _hook(self, **_: Any) -> tuple[SimpleNamespace, dict[str, Any]] | None:
+        if not self.on and self.left <= 0:
+            return None
+        self.left -= 1
+        self.calls += 1
+        error = {"Code": self.code, "Message": "injected by the test"}
+        return SimpleNamespace(status_code=400), {"Error": error, "ResponseMetadata": {}}
+
+    def __enter__(self) -> Throttle:
+        self.client.meta.events.register(self.event, self._hook)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.client.meta.events.unregister(self.event, self._hook)

@@ -1,0 +1,137 @@
+"""Front frames on the AWS path's server edge, against moto server and a real batcher: one record
+per counter per frame, its range split in arrival order; Idempotency-Key requests as records of
+their own; and stream or table throttling, injected at the boto3 client, retried and then answered
+503 with Retry-After without allocating anything."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter as Tally
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from typing import Any
+
+import httpx
+
+from infra.postgres import PostgresStore
+from infra.settings import Settings
+from numerator.stack import BatcherStack, EdgeStack
+from tests.aws import Throttle
+
+TIMEOUT = 10.0
+
+
+@asynccontextmanager
+async def running(
+    settings: Settings, name: str, **changes: Any
+) -> AsyncIterator[tuple[EdgeStack, httpx.AsyncClient, BatcherStack]]:
+    """A batcher and a server edge on this test's stream and table, and a client of the edge."""
+    own = replace(settings, reply_timeout_s=TIMEOUT, **changes)
+    async with BatcherStack(own) as batcher, EdgeStack(own) as edge:
+        transport = httpx.ASGITransport(app=edge.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://n") as client:
+            assert (await client.post("/counters", json={"name": name})).status_code == 201
+            yield edge, client, batcher
+
+
+async def burst(client: httpx.AsyncClient, name: str, n: int, **kw: Any) -> list[httpx.Response]:
+    return list(
+        await asyncio.gather(*(client.post(f"/counters/{name}/next", **kw) for _ in range(n)))
+    )
+
+
+def values(responses: Sequence[httpx.Response]) -> list[int]:
+    out: list[int] = []
+    for response in responses:
+        body = response.json()
+        out.extend([body["value"]] if "value" in body else [v["value"] for v in body["values"]])
+    return out
+
+
+async def test_a_front_frame_puts_one_record_per_counter_and_splits_it_in_arrival_order(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    settings, _ = aws
+    async with running(settings, name, front_frame_ms=200.0) as (edge, client, _):
+        other = name + "-b"
+        await client.post("/counters", json={"name": other})
+        tasks = []
+        for i in range(30):  # started in this order, within one 200 ms frame
+            url = f"/counters/{name if i % 3 else other}/next"
+            tasks.append(asyncio.create_task(client.post(url, params={"count": 1 + i % 2})))
+            await asyncio.sleep(0)
+        got = await asyncio.gather(*tasks)
+        keyed = await burst(client, name, 3, headers={"Idempotency-Key": "k-1"})
+        metrics = edge.metrics
+    assert [r.status_code for r in got] == [200] * 30
+    mine = [r.json() for i, r in enumerate(got) if i % 3]
+    firsts = [b.get("value", b.get("first")) for b in mine]
+    assert firsts == sorted(firsts), "a frame's range is split in the order requests arrived"
+    assert sorted(values(got[i] for i in range(30) if i % 3)) == list(range(1, 31))
+    assert sorted(values(got[i] for i in range(30) if not i % 3)) == list(range(1, 16))
+    assert len({tuple(values([r])) for r in keyed}) == 1 and values(keyed[:1]) == [31]
+    assert metrics.next_requests.value == 33
+    # 30 requests in (usually) one frame: two records, one per counter; the keyed ones alone.
+    assert metrics.records_put.value <= 2 * 2 + 3, metrics.records_put.value
+    assert metrics.front_frame_size.count >= 2
+
+
+async def test_the_embedded_default_and_lambda_put_one_record_per_request(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    settings, _ = aws
+    async with running(settings, name, front_frame_ms=0.0) as (edge, client, _):
+        got = await burst(client, name, 20)
+    assert sorted(values(got)) == list(range(1, 21))
+    assert edge.metrics.records_put.value == 20
+
+
+async def test_a_throttled_put_is_retried_and_then_answered_503_allocating_nothing(
+    aws: tuple[Settings, Any], name: str, store: PostgresStore
+) -> None:
+    settings, _ = aws
+    async with running(settings, name) as (edge, client, _):
+        kinesis = edge.aws.clients.kinesis
+        code = "ProvisionedThroughputExceededException"
+        with Throttle(kinesis, "PutRecords", code, 2), Throttle(kinesis, "PutRecord", code, 2):
+            brief = await burst(client, name, 10)
+        with (
+            Throttle(kinesis, "PutRecords", code) as one,
+            Throttle(kinesis, "PutRecord", code) as two,
+        ):
+            refused = await burst(client, name, 10)
+            keyed = await burst(client, name, 1, headers={"Idempotency-Key": "k-2"})
+        after = await burst(client, name, 5)
+        throttles = edge.metrics.aws_throttles.values
+    assert sorted(values(brief)) == list(range(1, 11))
+    assert [r.status_code for r in refused + keyed] == [503] * 11
+    assert all(r.headers["retry-after"] == "1" for r in refused + keyed)
+    assert {r.json()["type"].rsplit(":", 1)[-1] for r in refused} == {"unavailable"}
+    assert one.calls + two.calls >= 6  # each put tried six times before giving up
+    assert sum(throttles.values()) >= 4 + 6
+    # Nothing was allocated for the 503s: the next values follow on from the first ten.
+    assert sorted(values(after)) == list(range(11, 16))
+    assert await store.allocated(name, "") == 15
+
+
+async def test_throttled_reads_of_the_stream_and_the_table_are_retried(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    settings, _ = aws
+    async with running(settings, name, front_frame_ms=5.0) as (edge, client, back):
+        assert back.aws is not None
+        reads = Throttle(
+            back.aws.clients.kinesis, "GetRecords", "ProvisionedThroughputExceededException", 3
+        )
+        writes = Throttle(back.aws.clients.dynamodb, "BatchWriteItem", "ThrottlingException", 3)
+        polls = Throttle(edge.aws.clients.dynamodb, "BatchGetItem", "ThrottlingException", 3)
+        with reads, writes, polls:
+            got = await burst(client, name, 10)
+        batcher_throttles = back.metrics.aws_throttles.values
+        edge_throttles = edge.metrics.aws_throttles.values
+    assert Tally(r.status_code for r in got) == {200: 10}
+    assert sorted(values(got)) == list(range(1, 11))
+    assert (reads.calls, writes.calls, polls.calls) == (3, 3, 3)
+    assert batcher_throttles == {"get_records": 3, "batch_write_item": 3}
+    assert edge_throttles == {"batch_get_item": 3}

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import time
 import uuid
 from collections.abc import Callable
@@ -36,6 +37,9 @@ from infra.wire import Reply, ReplyError
 log = logging.getLogger("numerator.batcher")
 
 PRUNE_EVERY_S = 60.0
+# A fault for the crash tests, not a setting: every frame waits this long between its commit and
+# its publish, and says so, so that a test can SIGKILL the batcher at the worst moment.
+PAUSE_BEFORE_PUBLISH_S = float(os.environ.get("NUMERATOR_PAUSE_BEFORE_PUBLISH_S") or 0)
 SHARDS_EVERY_S = 10.0  # how often the shard list is read again, to find a reshard's children
 
 
@@ -368,6 +372,13 @@ class Batcher:
             lease.stream, lease.shard, lease.owner, lease.epoch, frame.last_sequence, applied
         )
         self._published.pop(lease.shard, None)  # marked in this frame's transaction
+        if PAUSE_BEFORE_PUBLISH_S:
+            log.warning(
+                "fault: frame committed on shard %s, pausing %gs before publishing",
+                lease.shard,
+                PAUSE_BEFORE_PUBLISH_S,
+            )
+            await asyncio.sleep(PAUSE_BEFORE_PUBLISH_S)
         if await self._publish(frame) and outcome.held is not None:
             self._published.setdefault(lease.shard, []).append(outcome.held)
         return lease

@@ -49,7 +49,19 @@ def add_bench(commands: Any) -> None:
     parser.add_argument(
         "--back-frame-ms", type=float, dest="back_frame_ms", help="--local: BACK_FRAME_MS"
     )
-    parser.add_argument("--mode", choices=["embedded"], help="--local: how the stack runs")
+    parser.add_argument(
+        "--aws",
+        metavar="moto|URL",
+        help="start numerator on the AWS path (`numerator up --aws`): moto server, or the "
+        "endpoint at URL (LocalStack); --mode server or lambda says which edge",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["embedded", "server", "lambda"],
+        help="how the stack runs: embedded (--local), or with --aws its edge: server (HTTP "
+        "workers, front frames) or lambda (each request through the Lambda handler)",
+    )
+    parser.add_argument("--batchers", type=int, default=1, help="--aws: batcher processes")
     parser.add_argument(
         "--database-url", help="--local: use this Postgres instead of a throwaway embedded one"
     )
@@ -105,8 +117,13 @@ def run(args: argparse.Namespace) -> None:
     from bench.scenario import Scenario, ScenarioError
     from bench.variants import VariantError, parse
 
+    if args.aws:
+        if args.url:
+            fail("--aws starts numerator on the AWS path: not with --url")
+        args.local = True
+        args.mode = args.mode or "server"
     if not args.url and not args.local:
-        fail("say where: --url URL (a running numerator) or --local (start one)")
+        fail("say where: --url URL (a running numerator), --local or --aws moto (start one)")
     if args.compare and not args.local:
         fail("--compare starts the baselines itself: use it with --local")
     try:
@@ -142,6 +159,8 @@ def run(args: argparse.Namespace) -> None:
             outputs=out,
             quiet=args.quiet,
             variants=variants,
+            aws=args.aws,
+            batchers=args.batchers,
         )
     except (BenchError, OSError, ValueError) as exc:
         fail(str(exc))

@@ -24,12 +24,16 @@ RATES = {
     "transactions": "numerator_frames_committed_total",
     "dead_letters": "numerator_dead_letters_total",
     "frame_retries": "numerator_frame_retries_total",
+    "records_put": "numerator_records_put_total",
+    "republished": "numerator_replies_republished_total",
+    "takeovers": "numerator_lease_takeovers_total",
 }
 BASELINE_TRANSACTIONS = "baseline_transactions_total"
 BASELINE_REQUESTS = "baseline_requests_total"
 FRAME_SUM, FRAME_COUNT = "numerator_frame_size_records_sum", "numerator_frame_size_records_count"
 LAG = "numerator_batcher_lag_seconds"
 AWS = "numerator_aws_calls_total"
+THROTTLES = "numerator_aws_throttles_total"
 
 
 def totals(metrics: dict[str, float]) -> dict[str, float]:
@@ -40,9 +44,24 @@ def totals(metrics: dict[str, float]) -> dict[str, float]:
         out["requests"] = metrics.get(BASELINE_REQUESTS, 0.0)
     out["frame_sum"] = metrics.get(FRAME_SUM, 0.0)
     out["frame_count"] = metrics.get(FRAME_COUNT, 0.0)
+    out["throttles"] = 0.0
     for name, value in metrics.items():
-        if name.startswith(AWS + "{"):
-            out["aws:" + name[len(AWS) + 1 : -1]] = value
+        if name.startswith(AWS + "{"):  # numerator_aws_calls_total{call="put_records"}
+            out["aws:" + name[len(AWS) + 1 : -1].removeprefix('call="').removesuffix('"')] = value
+        elif name.startswith(THROTTLES + "{"):
+            out["throttles"] += value
+    return out
+
+
+def combined(scrapes: list[dict[str, float]]) -> dict[str, float]:
+    """Several processes' totals as one service's (the edge and its batchers): counters add up,
+    the lag is the worst."""
+    out: dict[str, float] = {}
+    for scrape in scrapes:
+        for name, value in scrape.items():
+            out[name] = (
+                max(out.get(name, 0.0), value) if name == "lag" else out.get(name, 0.0) + value
+            )
     return out
 
 
@@ -99,6 +118,8 @@ class Processes:
 class Collector:
     url: str
     processes: Processes | None = None
+    others: list[str] = field(default_factory=list)
+    """More /metrics of the same service (the AWS path's batchers), added to the edge's."""
     interval: float = 1.0
     samples: list[dict[str, Any]] = field(default_factory=list)
     first: dict[str, float] = field(default_factory=dict)
@@ -107,7 +128,7 @@ class Collector:
     info: dict[str, str] = field(default_factory=dict)
 
     async def run(self, stop: asyncio.Event) -> None:
-        async with httpx.AsyncClient(base_url=self.url, timeout=5) as client:
+        async with httpx.AsyncClient(timeout=5) as client:
             previous = await self._scrape(client)
             self.first = dict(previous or {})
             if self.processes:
@@ -127,17 +148,21 @@ class Collector:
                 self.last = previous
 
     async def _scrape(self, client: httpx.AsyncClient) -> dict[str, float] | None:
-        try:
-            response = await client.get("/metrics")
-            response.raise_for_status()
-        except httpx.HTTPError:
-            self.failures += 1
-            return None
-        scraped = parse(response.text)
-        self.info = info(response.text) or self.info
-        out = totals(scraped)
-        out["lag"] = scraped.get(LAG, 0.0)
-        return out
+        scrapes = []
+        for url in [self.url, *self.others]:
+            try:
+                response = await client.get(url + "/metrics")
+                response.raise_for_status()
+            except httpx.HTTPError:
+                self.failures += 1
+                return None
+            scraped = parse(response.text)
+            if url == self.url:
+                self.info = info(response.text) or self.info
+            out = totals(scraped)
+            out["lag"] = scraped.get(LAG, 0.0)
+            scrapes.append(out)
+        return combined(scrapes)
 
     def _delta(
         self, at: float, span: float, before: dict[str, float], after: dict[str, float]
@@ -179,5 +204,7 @@ class Collector:
         out["lag_max_s"] = max((s.get("lag_s", 0.0) for s in self.samples), default=0.0)
         requests, transactions = out.get("requests", 0.0), out.get("transactions", 0.0)
         out["requests_per_txn"] = requests / transactions if transactions else None
+        calls = sum(v for k, v in out.items() if k.startswith("aws:"))
+        out["aws_calls_per_request"] = calls / requests if calls and requests else None
         out["scrape_failures"] = self.failures
         return out

@@ -4,14 +4,16 @@ baseline as child processes on free ports."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -19,7 +21,9 @@ from bench.errors import BenchError
 from infra.embedded import Postgres, ephemeral
 from infra.server import free_port
 
-MODES = ("embedded",)
+MODES = ("embedded", "server", "lambda")
+"""embedded: `numerator serve` on the in-process stream; server and lambda: the AWS path (`--aws`),
+its edge as HTTP workers with front frames, or each request through the Lambda handler."""
 TARGETS = ("numerator", "baseline-rowlock", "baseline-sequence")
 
 
@@ -29,6 +33,8 @@ class Target:
     url: str
     pids: list[int]
     settings: dict[str, object]
+    others: list[str] = field(default_factory=list)
+    """Further /metrics of the same service: the AWS path's batchers."""
 
 
 @contextmanager
@@ -69,6 +75,54 @@ def serve(target: str, db: Postgres, workers: int, env: dict[str, str]) -> Itera
                 process.send_signal(signal.SIGINT)
                 try:
                     process.wait(30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
+@contextmanager
+def serve_aws(
+    db: Postgres, endpoint: str, edge: str, workers: int, batchers: int, env: dict[str, str]
+) -> Iterator[Target]:
+    """`numerator up --aws ENDPOINT --edge EDGE` on `db`, on a stream and table of this run's
+    own; yield it once /healthz answers, with its batchers' URLs; stop it with SIGINT (the edge,
+    then the batchers, then moto)."""
+    port = free_port()
+    own = f"bench-{uuid.uuid4().hex[:8]}"
+    environment = {
+        **os.environ,
+        "STREAM_NAME": own,
+        "REPLY_TABLE": own + "-replies",
+        **env,
+        "DATABASE_URL": db.url,
+    }
+    command = [sys.executable, "-m", "numerator", "up", "--aws", endpoint, "--edge", edge]
+    command += ["--database-url", db.url, "--port", str(port), "--workers", str(workers)]
+    command += ["--batchers", str(batchers)]
+    url = f"http://127.0.0.1:{port}"
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_healthy(url, process, log)
+            log.seek(0)
+            found = re.search(r"batcher\(s\) \(([^)]*)\)", log.read())
+            others = found.group(1).split(", ") if found else []
+            settings: dict[str, object] = {
+                "workers": workers,
+                "back_frame_ms": float(environment.get("BACK_FRAME_MS", "10")),
+                "shards": int(environment.get("SHARDS", "1")),
+                "batchers": batchers,
+                "edge": edge,
+                "front_frame_ms": float(environment.get("FRONT_FRAME_MS", "20"))
+                if edge == "server"
+                else 0.0,
+                "environment": dict(env),
+            }
+            yield Target(f"numerator-aws-{edge}", url, [process.pid], settings, others)
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(60)
                 except subprocess.TimeoutExpired:
                     process.kill()
 

@@ -53,6 +53,7 @@ COLUMNS: dict[str, str] = {
     "frame_size_mean": "double precision",
     "dead_letters": "bigint",
     "lag_max_s": "double precision",
+    "aws_calls_per_request": "double precision",
     "back_frame_ms": "double precision",
     "workers": "integer",
     "connections": "integer",
@@ -125,6 +126,7 @@ def build(
         "frame_size_mean": _round(service.get("frame_size_mean")),
         "dead_letters": int(service.get("dead_letters", 0)),
         "lag_max_s": _round(service.get("lag_max_s")),
+        "aws_calls_per_request": _round(service.get("aws_calls_per_request")),
         "back_frame_ms": settings.get("back_frame_ms"),
         "workers": settings.get("workers"),
         "connections": scenario["connections"],
@@ -199,6 +201,12 @@ TABLE = (
 )
 
 
+# A table made by an older version gains the columns added since.
+UPGRADE = "ALTER TABLE bench_runs " + ", ".join(
+    f"ADD COLUMN IF NOT EXISTS {name} {kind}" for name, kind in COLUMNS.items()
+)
+
+
 def insert_db(url: str, runs: list[dict[str, Any]]) -> None:
     names = list(COLUMNS)
     sql = (
@@ -207,6 +215,7 @@ def insert_db(url: str, runs: list[dict[str, Any]]) -> None:
     )
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(TABLE)
+        conn.execute(UPGRADE)
         for run in runs:
             summary = run["summary"]
             conn.execute(sql, [*(summary[n] for n in names), Jsonb(run)])
@@ -216,6 +225,7 @@ def read_db(url: str, limit: int = 50) -> tuple[list[dict[str, Any]], list[dict[
     """The latest runs' rows (newest first) and the whole runs of the newest invocation."""
     with psycopg.connect(url) as conn:
         conn.execute(TABLE)
+        conn.execute(UPGRADE)
         cur = conn.execute(
             f"SELECT {', '.join(COLUMNS)} FROM bench_runs ORDER BY started_at DESC LIMIT %s",
             (limit,),

@@ -21,6 +21,7 @@ HEADLINE = [
     ("errors", "errors"),
     ("missed_sends", "missed sends"),
     ("requests_per_txn", "requests / txn"),
+    ("aws_calls_per_request", "AWS calls / request"),
     ("cpu_pct", "service CPU %"),
     ("rss_mb", "service RSS MB"),
     ("generator_cpu_pct", "generator CPU %"),
@@ -173,6 +174,58 @@ def charts(run: dict[str, Any]) -> str:
     )
 
 
+def aws(run: dict[str, Any]) -> str:
+    """The AWS path's bill and its bottlenecks: AWS calls per request by call, and per second
+    the stream's lag, takeovers, throttles, republished replies and dead letters."""
+    totals = run["service"]["totals"]
+    requests = totals.get("requests") or 0
+    made = {k[4:]: v for k, v in totals.items() if k.startswith("aws:") and v}
+    if not made or not requests:
+        return ""
+    seconds = max(float(run["summary"]["duration_s"]), 1e-9)
+    rows = [
+        {"call": call, "calls": int(v), "per request": v / requests, "per second": v / seconds}
+        for call, v in sorted(made.items(), key=lambda item: -item[1])
+    ]
+    total = sum(made.values())
+    rows.append(
+        {
+            "call": "all",
+            "calls": int(total),
+            "per request": total / requests,
+            "per second": total / seconds,
+        }
+    )
+    columns = [(k, k) for k in ("call", "calls", "per request", "per second")]
+    service = run["service"]["per_second"]
+    trouble: list[Series] = [
+        (name, [(s["t"], s.get(key, 0.0)) for s in service])
+        for key, name in (
+            ("lag_s", "lag behind the stream (s)"),
+            ("takeovers", "lease takeovers / s"),
+            ("throttles", "throttled AWS calls / s"),
+            ("republished", "republished replies / s"),
+            ("dead_letters", "dead letters / s"),
+        )
+    ]
+    calls: list[Series] = [
+        (call, [(s["t"], s.get("aws:" + call, 0.0)) for s in service]) for call in sorted(made)
+    ]
+    return (
+        "<h3>AWS calls (what AWS bills)</h3>"
+        f"<p class='meta'>{totals.get('records_put', 0) / requests:.3f} records put per request "
+        "(front frames put one per counter per frame)</p>"
+        + table(rows, columns)
+        + line_chart("AWS calls per second, by call", calls, "second", "calls / s")
+        + line_chart(
+            "Where the pipeline waits: lag, takeovers, throttles, republished, dead letters",
+            trouble,
+            "second",
+            "s / count per s",
+        )
+    )
+
+
 def distribution(runs: list[dict[str, Any]]) -> str:
     names = {0.0: "p0", 1.0: "p90", 2.0: "p99", 3.0: "p99.9", 4.0: "p99.99"}
     series: list[Series] = []
@@ -226,6 +279,7 @@ def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:
                 "the one worker that answered the bench's /metrics connection.</p>"
             )
         sections.append(charts(run))
+        sections.append(aws(run))
     if history:
         sections.append("<h2>Compared with earlier runs</h2>")
         sections.append(table(history, HISTORY, mark=summary["run_id"]))

@@ -87,10 +87,10 @@ class Progress:
 
 
 async def measure(
-    url: str, load: Load, pids: list[int], progress: Progress
+    url: str, load: Load, pids: list[int], progress: Progress, others: list[str] | None = None
 ) -> tuple[Outcome, Collector]:
     client = Client(url, load.connections)
-    collector = Collector(url, Processes(pids) if pids else None)
+    collector = Collector(url, Processes(pids) if pids else None, others or [])
     stop = asyncio.Event()
     scraping = asyncio.create_task(collector.run(stop))
     await asyncio.sleep(0.2)  # the collector's first scrape: the totals before the load
@@ -117,9 +117,13 @@ def execute(
     outputs: Outputs,
     quiet: bool = False,
     variants: list[Variant] | None = None,
+    aws: str | None = None,
+    batchers: int = 1,
 ) -> list[dict[str, Any]]:
     """Run the scenario; return the run records: numerator once per configuration (`variants`,
-    `--settings`), then any baselines."""
+    `--settings`), then any baselines. With `aws` (moto, or an endpoint URL) numerator runs on
+    the AWS path with the scenario's mode as its edge (server or lambda), and `compare` runs the
+    embedded path beside it instead of the baselines."""
     run_id = uuid.uuid4().hex[:12]
     started = datetime.now(UTC).isoformat(timespec="seconds")
     load = scenario.load_plan()
@@ -128,9 +132,21 @@ def execute(
     if url and variants[0].env:
         raise BenchError("--settings configures a service the bench starts: use it with --local")
     base = {"BACK_FRAME_MS": f"{scenario.back_frame_ms:g}"}
-    targets = [(v.name, "numerator", {**base, **v.env}) for v in variants]
-    if compare:
-        targets += [(name, name, base) for name in ("baseline-rowlock", "baseline-sequence")]
+    if aws and scenario.mode == "embedded":
+        raise BenchError("--aws runs the AWS path: --mode server (front frames) or lambda")
+    if not aws and scenario.mode != "embedded":
+        raise BenchError(f"--mode {scenario.mode} is the AWS path's: add --aws moto (or a URL)")
+    if aws:
+        tag = f"numerator-aws-{scenario.mode}"
+        targets = [
+            (v.name.replace("numerator", tag, 1), "aws", {**base, **v.env}) for v in variants
+        ]
+        if compare:
+            targets.append(("numerator-embedded", "numerator", base))
+    else:
+        targets = [(v.name, "numerator", {**base, **v.env}) for v in variants]
+        if compare:
+            targets += [(name, name, base) for name in ("baseline-rowlock", "baseline-sequence")]
     runs = []
     with ExitStack() as stack:
         db = None if url else stack.enter_context(local.database(database_url))
@@ -143,16 +159,22 @@ def execute(
                         "shards": None,
                     }
                     target, mode = local.Target(name, url, [], settings), "remote"
+                elif kind == "aws":
+                    assert db is not None and aws is not None
+                    target = serving.enter_context(
+                        local.serve_aws(db, aws, scenario.mode, scenario.workers, batchers, env)
+                    )
+                    target.name, mode = name, f"aws-{scenario.mode}"
                 else:
                     assert db is not None
                     target = serving.enter_context(local.serve(kind, db, scenario.workers, env))
                     target.name = name
-                    mode = scenario.mode
+                    mode = "embedded"
                 local.create_counters(target.url, names)
                 progress = Progress(name, load.schedule, quiet)
                 pids = target.pids + (db.pids if db else [])
                 outcome, collector = run_async(
-                    lambda t=target, p=pids, g=progress: measure(t.url, load, p, g)  # type: ignore[misc]
+                    lambda t=target, p=pids, g=progress: measure(t.url, load, p, g, t.others)  # type: ignore[misc]
                 )
             runs.append(
                 record.build(
@@ -198,7 +220,28 @@ def headline(runs: list[dict[str, Any]]) -> str:
                 f"{s['generator_cpu_pct']:.0f}%): latencies count from the scheduled time, but "
                 "the offered rate was not fully met; see `numerator bench selfcheck`"
             )
-    return table(runs) + sweep(runs) + ("\n" + "\n".join(warnings) if warnings else "")
+    return (
+        table(runs) + calls(runs) + sweep(runs) + ("\n" + "\n".join(warnings) if warnings else "")
+    )
+
+
+def calls(runs: list[dict[str, Any]]) -> str:
+    """The AWS path's bill: AWS calls per request, by API call, for the runs that made any."""
+    lines = []
+    for run in runs:
+        totals = run["service"]["totals"]
+        requests = totals.get("requests") or 0
+        made = {k[4:]: v for k, v in totals.items() if k.startswith("aws:") and v}
+        if not made or not requests:
+            continue
+        kinds = ", ".join(f"{k} {v / requests:.3f}" for k, v in sorted(made.items()))
+        lines.append(
+            f"{run['summary']['target']}: {sum(made.values()) / requests:.3f} AWS calls per "
+            f"request ({kinds}); {totals.get('records_put', 0) / requests:.3f} records put per "
+            f"request; throttled {totals.get('throttles', 0):.0f}, takeovers "
+            f"{totals.get('takeovers', 0):.0f}, republished {totals.get('republished', 0):.0f}"
+        )
+    return "\n\n" + "\n".join(lines) if lines else ""
 
 
 def save(runs: list[dict[str, Any]], outputs: Outputs) -> None:

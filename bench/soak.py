@@ -45,6 +45,7 @@ class Tally:
     handed: int = 0
     answers: Counter[str] = field(default_factory=Counter)
     longest: float = 0.0
+    kills: int = 0
     events: list[str] = field(default_factory=list)
 
 
@@ -131,6 +132,7 @@ async def chaos(batchers: Batchers, postgres: Any, tally: Tally, every: float, t
     while tally.handed < target:
         await asyncio.sleep(every)
         pid = batchers.kill_one()
+        tally.kills += 1
         batchers.start()
         say(tally, began, f"SIGKILL batcher {pid}, {tally.handed:,} values so far")
         if not restarted and tally.handed >= target // 2:
@@ -218,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"distinct values    {len(tally.values):,}")
     print(f"answers            {dict(sorted(tally.answers.items()))}")
     print(f"longest wait       {tally.longest:.2f} s (a request that got its values)")
+    print(f"batchers killed    {tally.kills} (SIGKILL), Postgres restarted once")
     print(f"took               {seconds:.0f} s")
     ok = tally.handed == len(tally.values) and clean
     print("OK: every value once, every failure a clean 503/504" if ok else "FAILED")

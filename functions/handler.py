@@ -20,10 +20,11 @@ from infra.serverless import aws_ports
 from infra.settings import Settings
 
 
-def build(env: Mapping[str, str] | None = None) -> Mangum:
-    """A container's handler: settings from the environment, AWS clients, the app."""
+def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) -> Mangum:
+    """A container's handler: settings from the environment, AWS clients, the app; its signals
+    counted in `metrics` when given."""
     settings = Settings.from_env(env)
-    metrics = Metrics()
+    metrics = metrics or Metrics()
     metrics.info.labels = {"mode": "aws", "role": "lambda"}
     aws = aws_ports(settings, metrics)
     edge = Edge(

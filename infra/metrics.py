@@ -197,3 +197,24 @@ class Metrics:
         for item in vars(self).values():
             lines.extend(item.render())
         return "\n".join(lines) + "\n"
+
+    @classmethod
+    def total(cls, many: list[Metrics]) -> Metrics:
+        """Several processes' (or simulated Lambda containers') metrics as one: counters and
+        histograms add up, gauges too (leases held, depth), the info is the first's."""
+        out = cls()
+        for metrics in many:
+            for name, item in vars(metrics).items():
+                into = getattr(out, name)
+                if isinstance(item, Info):
+                    into.labels = into.labels or dict(item.labels)
+                elif isinstance(item, LabeledCounter):
+                    for value, count in item.values.items():
+                        into.inc(value, count)
+                elif isinstance(item, Histogram):
+                    into.counts = [a + b for a, b in zip(into.counts, item.counts, strict=True)]
+                    into.sum += item.sum
+                    into.count += item.count
+                else:
+                    into.value += item.value
+        return out

@@ -21,6 +21,7 @@ from mangum import Mangum
 from starlette.types import Receive, Scope, Send
 
 from functions.handler import build
+from infra.metrics import Metrics
 from infra.server import worker_signals
 from infra.settings import Settings
 
@@ -88,12 +89,23 @@ class LambdaEdge:
         self.pool = ThreadPoolExecutor(containers, thread_name_prefix="container")
         self.timeout = timeout
         self._local = threading.local()
+        self.containers: list[Metrics] = []
 
     def _invoke(self, request: dict[str, Any]) -> dict[str, Any]:
         handler: Mangum | None = getattr(self._local, "handler", None)
         if handler is None:  # this container's cold start
-            handler = self._local.handler = build()
+            metrics = Metrics()
+            self.containers.append(metrics)
+            handler = self._local.handler = build(metrics=metrics)
         return handler(request, Context(self.timeout))  # type: ignore[arg-type]
+
+    async def _metrics(self, send: Send) -> None:
+        """GET /metrics here: every simulated container's metrics added up (in Lambda each
+        container has its own, and a scrape would reach one at random)."""
+        body = Metrics.total(self.containers).render().encode()
+        headers = [(b"content-type", b"text/plain; version=0.0.4")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -106,6 +118,9 @@ class LambdaEdge:
                     self.pool.shutdown(wait=False, cancel_futures=True)
                     await send({"type": "lifespan.shutdown.complete"})
                     return
+        if scope["method"] == "GET" and scope["path"] == "/metrics" and self.containers:
+            await self._metrics(send)
+            return
         body = b""
         while True:
             message = await receive()

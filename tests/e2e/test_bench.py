@@ -158,8 +158,63 @@ def refused(*args: str) -> str:
     return done.stderr
 
 
+def test_aws_modes_report_the_calls_per_request_beside_the_embedded_path(tmp_path: Path) -> None:
+    out, html = tmp_path / "aws.json", tmp_path / "aws.html"
+    done = bench(
+        "--aws",
+        "moto",
+        "--mode",
+        "server",
+        "--compare",
+        "--quiet",
+        "--schedule",
+        "const(100,3s)",
+        "--json",
+        str(out),
+        "--html",
+        str(html),
+    )
+    server, embedded = json.loads(out.read_text())["runs"]
+    assert server["summary"]["target"] == "numerator-aws-server"
+    assert embedded["summary"]["target"] == "numerator-embedded"
+    assert server["summary"]["mode"] == "aws-server" and embedded["summary"]["mode"] == "embedded"
+    for run in (server, embedded):
+        assert run["summary"]["ok"] == 300, run["summary"]
+    totals = server["service"]["totals"]
+    # the edge's and the batcher's counters together: what the edge put, the batcher read
+    assert totals["requests"] == 300 and totals["values"] == 300
+    assert totals["records_in"] == totals["records_put"] < 300, "front frames share records"
+    calls = {k: v for k, v in totals.items() if k.startswith("aws:")}
+    assert {"aws:get_records", "aws:batch_write_item", "aws:batch_get_item"} <= set(calls), calls
+    assert calls.get("aws:put_record", 0) + calls.get("aws:put_records", 0) > 0, calls
+    assert server["summary"]["aws_calls_per_request"] == round(sum(calls.values()) / 300, 3)
+    assert embedded["summary"]["aws_calls_per_request"] is None
+    assert "AWS calls per request" in done.stdout
+    assert "AWS calls (what AWS bills)" in html.read_text()
+
+    lam = tmp_path / "lambda.json"
+    bench(
+        "--aws",
+        "moto",
+        "--mode",
+        "lambda",
+        "--quiet",
+        "--schedule",
+        "const(10,2s)",
+        "--json",
+        str(lam),
+    )
+    run = json.loads(lam.read_text())
+    assert run["summary"]["ok"] == 20 and run["summary"]["target"] == "numerator-aws-lambda"
+    assert run["service"]["totals"]["records_in"] == 20, "Lambda puts one record per request"
+
+
 def test_bad_options_are_refused_clearly() -> None:
     assert "const() takes 2 arguments" in refused("--local", "--schedule", "const(10)")
     assert "--url" in refused("--schedule", "const(1,1s)")
+    assert "--mode server (front frames) or lambda" in refused(
+        "--aws", "moto", "--mode", "embedded"
+    )
+    assert "add --aws moto" in refused("--local", "--mode", "lambda")
     said = refused("--local", "--settings", "FRAME_POLICY=x")
     assert "FRAME_POLICY: must be one of fixed, auto" in said

@@ -87,6 +87,9 @@ class Processes:
     refresh: float = 10.0
     known: dict[int, psutil.Process] = field(default_factory=dict)
     found_at: float = -float("inf")
+    tier_of: dict[int, str] = field(default_factory=dict)
+    tiers: dict[str, float] = field(default_factory=dict)
+    """CPU percent per tier at the last sample: edge, stream (moto), batcher, postgres."""
 
     def _family(self) -> None:
         family: dict[int, psutil.Process] = {}
@@ -95,6 +98,8 @@ class Processes:
                 root = self.known.get(pid) or psutil.Process(pid)
                 for process in (root, *root.children(recursive=True)):
                     family[process.pid] = self.known.get(process.pid, process)
+                    if process.pid not in self.tier_of:
+                        self.tier_of[process.pid] = tier(process)
             except psutil.Error:
                 continue
         self.known, self.found_at = family, time.monotonic()
@@ -104,14 +109,35 @@ class Processes:
         if time.monotonic() - self.found_at >= self.refresh:
             self._family()
         cpu = rss = 0.0
+        tiers: dict[str, float] = {}
         for pid, process in list(self.known.items()):
             try:
                 with process.oneshot():
-                    cpu += process.cpu_percent(None)
+                    used = process.cpu_percent(None)
                     rss += process.memory_info().rss / 2**20
             except psutil.Error:
                 del self.known[pid]
+                continue
+            cpu += used
+            name = self.tier_of.get(pid, "edge")
+            tiers[name] = tiers.get(name, 0.0) + used
+        self.tiers = tiers
         return cpu, rss
+
+
+def tier(process: psutil.Process) -> str:
+    """Which part of the service a process is, from its command line."""
+    try:
+        line = " ".join(process.cmdline())
+    except psutil.Error:
+        return "edge"
+    if "moto.server" in line:
+        return "stream"
+    if "numerator batcher" in line:
+        return "batcher"
+    if "postgres" in process.name() or "/bin/postgres" in line:
+        return "postgres"
+    return "edge"
 
 
 @dataclass
@@ -181,6 +207,8 @@ class Collector:
         )
         if self.processes:
             sample["cpu_pct"], sample["rss_mb"] = self.processes.sample()
+            for name, used in self.processes.tiers.items():
+                sample[f"cpu_pct:{name}"] = used
         return sample
 
     def summary(self) -> dict[str, Any]:
@@ -200,6 +228,12 @@ class Collector:
         cpu = [s["cpu_pct"] for s in busy if "cpu_pct" in s]
         rss = [s["rss_mb"] for s in self.samples if "rss_mb" in s]
         out["cpu_pct"] = sum(cpu) / len(cpu) if cpu else None
+        tiers = sorted({k for s in busy for k in s if k.startswith("cpu_pct:")})
+        if len(tiers) > 1:
+            out["cpu_pct_by_tier"] = {
+                k.split(":", 1)[1]: round(sum(s.get(k, 0.0) for s in busy) / len(busy), 1)
+                for k in tiers
+            }
         out["rss_mb"] = max(rss) if rss else None
         out["lag_max_s"] = max((s.get("lag_s", 0.0) for s in self.samples), default=0.0)
         requests, transactions = out.get("requests", 0.0), out.get("transactions", 0.0)

@@ -160,6 +160,12 @@ def charts(run: dict[str, Any]) -> str:
         ("service CPU %", [(s["t"], s["cpu_pct"]) for s in service if "cpu_pct" in s]),
         ("service RSS MB", [(s["t"], s["rss_mb"]) for s in service if "rss_mb" in s]),
     ]
+    tiers = sorted({k for s in service for k in s if k.startswith("cpu_pct:")})
+    if len(tiers) > 1:  # the AWS path: whether the edge, the stream, the batcher or Postgres
+        resources += [
+            (f"CPU % {k.split(':', 1)[1]}", [(s["t"], s.get(k, 0.0)) for s in service])
+            for k in tiers
+        ]
     return "".join(
         [
             line_chart(

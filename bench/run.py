@@ -241,6 +241,11 @@ def calls(runs: list[dict[str, Any]]) -> str:
             f"request; throttled {totals.get('throttles', 0):.0f}, takeovers "
             f"{totals.get('takeovers', 0):.0f}, republished {totals.get('republished', 0):.0f}"
         )
+        tiers = totals.get("cpu_pct_by_tier") or {}
+        if tiers:
+            lines.append(
+                "  CPU % by tier: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(tiers.items()))
+            )
     return "\n\n" + "\n".join(lines) if lines else ""
 
 

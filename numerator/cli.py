@@ -69,6 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="run HTTP workers against an existing Postgres (MODE=aws: the AWS edge)"
     )
     serving(serve)
+    serve.add_argument(
+        "--aws",
+        nargs="?",
+        const="aws",
+        metavar="URL",
+        help="the AWS path's edge (MODE=aws, front frames): on AWS itself, or on the endpoint at "
+        "URL (LocalStack, moto server); the batchers run apart (`numerator batcher`)",
+    )
     serve.set_defaults(run=run_serve)
 
     batcher = commands.add_parser(
@@ -217,6 +225,14 @@ def run_up(args: argparse.Namespace) -> None:
 
 
 def run_serve(args: argparse.Namespace) -> None:
+    if args.aws:
+        os.environ["MODE"] = "aws"
+        if args.aws != "aws":
+            from numerator import local
+
+            if not args.aws.startswith(("http://", "https://")):
+                client.fail(f"--aws takes an endpoint URL (or nothing, for AWS), not {args.aws!r}")
+            os.environ.update(local.aws_environment(args.aws))
     settings_or_exit()
     port_or_exit(args)
     if not args.database_url:

@@ -18,14 +18,16 @@ from infra.server import free_port
 
 
 class Service:
-    def __init__(self, *args: str, env: dict[str, str] | None = None, port: int = 0) -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, port: int = 0, command: str = "up"
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         environment = {**os.environ, **(env or {})}
         if "--database-url" not in args:
             environment.pop("DATABASE_URL", None)  # the embedded default, as a user gets it
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "numerator", "up", "--port", str(self.port), *args],
+            [sys.executable, "-m", "numerator", command, "--port", str(self.port), *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

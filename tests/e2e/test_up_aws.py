@@ -9,12 +9,15 @@ import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
 import pytest
 
 from bench.http import Client, HttpError
+from infra.settings import Settings
+from numerator import local as numerator_local
 from tests.checks import Answer, assert_unique_without_holes
 from tests.e2e.service import Service, data_dir
 
@@ -86,6 +89,29 @@ def test_up_aws_url_uses_a_running_endpoint(tmp_path: Path, aws_endpoint: str) -
     assert statuses == {200: 100}
     assert_unique_without_holes(answers)
     assert f"the endpoint at {aws_endpoint}" in service.output
+
+
+def test_serve_aws_url_is_the_edge_alone_beside_a_batcher(
+    aws: tuple[Settings, Any], database_url: str
+) -> None:
+    """`numerator serve --aws URL`: the AWS path's edge (front frames) on its own, with a
+    `numerator batcher` started apart, as they run in production."""
+    settings, _ = aws
+    env = {"STREAM_NAME": settings.stream_name, "REPLY_TABLE": settings.reply_table}
+    with numerator_local.batchers(1, {**env, "MODE": "aws", "DATABASE_URL": database_url}):
+        args = ("--aws", os.environ["AWS_ENDPOINT_URL"], "--database-url", database_url)
+        with Service(*args, env=env, command="serve") as service:
+            made = httpx.post(service.url + "/counters", json={"name": "s"}, timeout=30)
+            assert made.is_success, made.text
+            answers, statuses = asyncio.run(burst(service.url, "s", 100))
+            metrics = httpx.get(service.url + "/metrics", timeout=5).text
+    assert statuses == {200: 100}
+    assert_unique_without_holes(answers)
+    assert 'role="edge"' in metrics
+    put = next(
+        line for line in metrics.splitlines() if line.startswith("numerator_records_put_total")
+    )
+    assert float(put.split()[-1]) < 100, "front frames: fewer records than requests"
 
 
 def test_up_aws_after_kill_9_of_everything_starts_again_without_a_value_twice(

@@ -23,7 +23,7 @@ from tests.aws import resources
 from tests.integration.test_aws_batcher import started
 from tests.kinesalite import kinesalite
 
-COUNTERS = 4
+COUNTERS = 16  # partitioned by counter: all 16 in one child of the split has odds 2**-15
 
 
 @pytest.fixture

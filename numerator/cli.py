@@ -313,9 +313,12 @@ def serve_http(
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     logging.getLogger("botocore").setLevel(logging.WARNING)  # it logs where it found credentials
     logging.getLogger("mangum").setLevel(logging.WARNING)  # --edge lambda: a line per request
+    front = ""
+    if settings.mode == "aws" and factory == "numerator.stack:app_from_env":
+        front = f", FRONT_FRAME_MS={settings.front_frame_ms:g}"
     print(
         f"numerator is up at http://{args.host}:{args.port} ({where}; "
-        f"{args.workers} worker(s), MODE={settings.mode}, "
+        f"{args.workers} worker(s), MODE={settings.mode}{front}, "
         f"FRAME_POLICY={settings.frame_policy}, BACK_FRAME_MS={settings.back_frame_ms:g}). "
         "Ctrl-C stops it.",
         flush=True,

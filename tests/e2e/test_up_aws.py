@@ -108,6 +108,7 @@ def test_serve_aws_url_is_the_edge_alone_beside_a_batcher(
     assert statuses == {200: 100}
     assert_unique_without_holes(answers)
     assert 'role="edge"' in metrics
+    assert "MODE=aws, FRONT_FRAME_MS=20," in service.output, "the banner names the front frame"
     put = next(
         line for line in metrics.splitlines() if line.startswith("numerator_records_put_total")
     )

@@ -30,7 +30,7 @@ def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) 
     edge = Edge(
         stream=aws.stream,
         replies=aws.replies,
-        store=PostgresStore(settings.database_url, max_size=1),
+        store=PostgresStore(settings.database_url, max_size=1, secret=settings.database_secret_arn),
         settings=settings,
         metrics=metrics,
     )

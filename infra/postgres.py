@@ -14,6 +14,7 @@ import psycopg_pool
 from psycopg import errors as pgerrors
 from psycopg.rows import tuple_row
 
+from infra import secret
 from infra.counters import Counter, Reset
 from infra.errors import CounterExists, LeaseLost, StoreError, StoreUnavailable
 from infra.ports import Claim, DeadLetter, Lease
@@ -206,24 +207,28 @@ class PostgresStore:
     """Counter definitions and state in Postgres, through a small connection pool, opened by
     `open()` or else on first use."""
 
-    def __init__(self, url: str, max_size: int = 4, timeout: float = 2.0) -> None:
-        self.url = url
+    def __init__(self, url: str, max_size: int = 4, timeout: float = 2.0, secret: str = "") -> None:
+        """`secret`: a Secrets Manager secret to read the URL from on first use, when `url` is
+        empty (DATABASE_SECRET_ARN, in Lambda)."""
+        self.url, self.secret = url, secret
+        self.max_size, self.timeout = max_size, timeout
         self._opened = False
-        self.pool: psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]] = (
-            psycopg_pool.AsyncConnectionPool(
-                url,
-                min_size=1,
-                max_size=max_size,
-                timeout=timeout,
-                open=False,
-                # No check on checkout (a round trip per frame): a connection broken by a
-                # Postgres restart fails one try, is discarded by the pool, and the retry gets
-                # a fresh one.
-                kwargs={"autocommit": True, "connect_timeout": 2, "row_factory": tuple_row},
-                # A background reconnect gives up at once; the pool connects again on demand, so
-                # a request waits at most `timeout`, never behind a long reconnect backoff.
-                reconnect_timeout=0,
-            )
+        self.pool = self._pool()
+
+    def _pool(self) -> psycopg_pool.AsyncConnectionPool[psycopg.AsyncConnection[tuple[Any, ...]]]:
+        return psycopg_pool.AsyncConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=self.max_size,
+            timeout=self.timeout,
+            open=False,
+            # No check on checkout (a round trip per frame): a connection broken by a
+            # Postgres restart fails one try, is discarded by the pool, and the retry gets
+            # a fresh one.
+            kwargs={"autocommit": True, "connect_timeout": 2, "row_factory": tuple_row},
+            # A background reconnect gives up at once; the pool connects again on demand, so
+            # a request waits at most `timeout`, never behind a long reconnect backoff.
+            reconnect_timeout=0,
         )
 
     async def open(self) -> None:
@@ -237,6 +242,9 @@ class PostgresStore:
     async def _connection(
         self, timeout: float | None = None
     ) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
+        if not self.url and self.secret:
+            self.url = await secret.database_url(self.secret)
+            self.pool = self._pool()
         if not self.url:
             raise StoreUnavailable("no Postgres is configured here: set DATABASE_URL")
         if not self._opened:  # opened on first use where nothing opened it (a Lambda container)

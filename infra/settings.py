@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import TypeVar
+from urllib.parse import quote
 
 from infra.errors import SettingsError
 
@@ -20,7 +22,9 @@ RESOURCE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")  # Kinesis stream and DynamoDB
 class Settings:
     """Every knob, with its environment variable (the field name in upper case)."""
 
-    database_url: str = ""
+    database_url: str = ""  # DATABASE_URL: a postgresql:// URL, or an RDS secret's JSON
+    # DATABASE_SECRET_ARN: a Secrets Manager secret holding either, read on first use (Lambda)
+    database_secret_arn: str = ""
     back_frame_ms: float = (
         10.0  # BACK_FRAME_MS: how long the batcher collects before one transaction
     )
@@ -64,7 +68,9 @@ class Settings:
             raw = env.get(variable)
             if raw is None or raw == "":
                 continue
-            if field.type == "str":
+            if field.name == "database_url":
+                values[field.name] = database_url_of(raw)
+            elif field.type == "str":
                 values[field.name] = raw
             elif field.type == "int":
                 values[field.name] = _number(variable, raw, int)
@@ -126,6 +132,29 @@ class Settings:
     def to_env(self) -> dict[str, str]:
         """The environment that reproduces these settings in a worker process."""
         return {f.name.upper(): str(getattr(self, f.name)) for f in fields(self)}
+
+
+def database_url_of(raw: str) -> str:
+    """A Postgres URL from what DATABASE_URL (or the database secret) holds: a URL as it is, or
+    the JSON of an RDS secret — {"username", "password", "host", "port", "dbname"} — as ECS and
+    Secrets Manager hand it over."""
+    text = raw.strip()
+    if not text.startswith("{"):
+        return text
+    try:
+        data = json.loads(text)
+        user, password, host = data["username"], data["password"], data["host"]
+    except (ValueError, KeyError, TypeError):
+        raise SettingsError(
+            "DATABASE_URL", "holds JSON that is not an RDS secret (username, password, host)"
+        ) from None
+    port, name = data.get("port", 5432), data.get("dbname") or "postgres"
+    user, password, name = (quote(str(part), safe="") for part in (user, password, name))
+    if str(host).startswith("/"):  # a Unix socket's folder
+        return (
+            f"postgresql://{user}:{password}@/{name}?host={quote(str(host), safe='')}&port={port}"
+        )
+    return f"postgresql://{user}:{password}@{host}:{port}/{name}"
 
 
 def _number(variable: str, raw: str, kind: Callable[[str], T]) -> T:

@@ -14,7 +14,7 @@ from pathlib import Path
 from bench.cli import add_bench
 from infra.embedded import Postgres, default_data_dir, embedded, ephemeral
 from infra.errors import NumeratorError, StoreUnavailable
-from infra.postgres import migrate
+from infra.postgres import migrate, migrations
 from infra.settings import Settings
 from numerator import __version__, client
 
@@ -90,6 +90,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="the Postgres (default: $DATABASE_URL)",
     )
     batcher.set_defaults(run=run_batcher)
+
+    migrating = commands.add_parser(
+        "migrate",
+        help="apply the schema to Postgres and exit (the deployment's one-off task)",
+        description="Apply the migrations not yet applied to the Postgres that --database-url, "
+        "DATABASE_URL (a URL or an RDS secret's JSON) or DATABASE_SECRET_ARN names; safe to "
+        "run again, and beside running batchers.",
+    )
+    migrating.add_argument(
+        "--database-url",
+        default=os.environ.get("DATABASE_URL") or None,
+        help="the Postgres (default: $DATABASE_URL)",
+    )
+    migrating.set_defaults(run=run_migrate)
 
     aws = commands.add_parser("aws", help="AWS resources")
     aws_actions = aws.add_subparsers(title="actions", metavar="ACTION")
@@ -348,6 +362,31 @@ def run_batcher(args: argparse.Namespace) -> None:
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     logging.getLogger("botocore").setLevel(logging.WARNING)
     probe.main(settings, args.host, args.port)
+
+
+def run_migrate(args: argparse.Namespace) -> None:
+    if args.database_url:
+        os.environ["DATABASE_URL"] = args.database_url
+    settings = settings_or_exit()
+
+    async def apply() -> None:
+        url = settings.database_url
+        if not url and settings.database_secret_arn:
+            from infra import secret
+
+            url = await secret.database_url(settings.database_secret_arn)
+        if not url:
+            client.fail(
+                "numerator migrate needs --database-url, DATABASE_URL or DATABASE_SECRET_ARN"
+            )
+        await migrate_when_ready(url, 30.0)
+
+    try:
+        asyncio.run(apply())
+    except NumeratorError as exc:
+        client.fail(str(exc))
+    versions = [version for version, _ in migrations()]
+    print(f"the schema is current: migrations {versions[0]} to {versions[-1]} applied")
 
 
 def run_aws_init(args: argparse.Namespace) -> None:

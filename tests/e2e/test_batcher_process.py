@@ -121,3 +121,13 @@ def test_up_aws_moto_says_what_to_install_when_moto_is_missing() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "pip install 'numerator[aws-local]'" in done.stderr
+
+
+def test_migrate_is_a_one_off_task_that_can_run_again(database_url: str) -> None:
+    done = numerator("migrate", "--database-url", database_url, env={})
+    assert done.returncode == 0, done.stderr
+    assert "the schema is current: migrations 1 to" in done.stdout
+    again = numerator("migrate", env={"DATABASE_URL": database_url})
+    assert again.returncode == 0, again.stderr
+    missing = numerator("migrate", env={"DATABASE_URL": "", "DATABASE_SECRET_ARN": ""})
+    assert missing.returncode == 1 and "DATABASE_SECRET_ARN" in missing.stderr

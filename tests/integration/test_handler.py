@@ -163,3 +163,40 @@ def test_counter_crud_without_a_database_is_a_clear_503(
     answer = lam(event("http-api-get.json", "x"))
     assert answer["statusCode"] == 503
     assert "DATABASE_URL" in body(answer)["detail"]
+
+
+def test_the_database_url_is_read_from_a_secret_on_first_use(
+    batcher: Settings, name: str, containers: list[Container]
+) -> None:
+    """DATABASE_SECRET_ARN (the template's): the secret, in RDS's JSON shape, read by the first
+    request that needs Postgres; a secret that cannot be read is a clear 503."""
+    from urllib.parse import parse_qs, urlsplit
+
+    import boto3
+
+    parts = urlsplit(batcher.database_url)
+    query = parse_qs(parts.query)  # the embedded Postgres listens on a Unix socket
+    value = {
+        "username": parts.username,
+        "password": parts.password or "",
+        "host": parts.hostname or query["host"][0],
+        "port": parts.port or int(query.get("port", ["5432"])[0]),
+        "dbname": parts.path.lstrip("/"),
+        "engine": "postgres",
+    }
+    secrets = boto3.session.Session().client("secretsmanager")
+    arn = secrets.create_secret(Name=f"db-{name}", SecretString=json.dumps(value))["ARN"]
+    lam = Container(environment(replace(batcher, database_url="", database_secret_arn=arn)))
+    containers.append(lam)
+    created = lam(event("http-api-create.json", name))
+    assert created["statusCode"] == 201, created
+    one = lam(event("http-api-next.json", name))
+    assert one["statusCode"] == 200 and body(one)["value"] == 1
+    secrets.delete_secret(SecretId=arn, ForceDeleteWithoutRecovery=True)
+    unknown = Container(
+        environment(replace(batcher, database_url="", database_secret_arn=arn + "-gone"))
+    )
+    containers.append(unknown)
+    refused = unknown(event("http-api-get.json", name))
+    assert refused["statusCode"] == 503
+    assert "cannot read the database secret" in body(refused)["detail"]

@@ -55,3 +55,16 @@ def test_settings_are_frozen() -> None:
 def test_to_env_round_trips() -> None:
     settings = Settings(back_frame_ms=3, database_url="postgresql://h/d")
     assert Settings.from_env(settings.to_env()) == settings
+
+
+def test_database_url_takes_an_rds_secret_as_ecs_hands_it_over() -> None:
+    secret = (
+        '{"username": "app", "password": "p@ss/w:rd", "host": "db.example", "port": 5433,'
+        ' "dbname": "numerator", "engine": "postgres"}'
+    )
+    settings = Settings.from_env({"DATABASE_URL": secret})
+    assert settings.database_url == "postgresql://app:p%40ss%2Fw%3Ard@db.example:5433/numerator"
+    plain = Settings.from_env({"DATABASE_URL": "postgresql://u@h/db"})
+    assert plain.database_url == "postgresql://u@h/db"
+    with pytest.raises(SettingsError, match="not an RDS secret"):
+        Settings.from_env({"DATABASE_URL": '{"user": "x"}'})

@@ -3,6 +3,9 @@
 `/next` puts a record on Kinesis and awaits its reply in DynamoDB; it never touches Postgres (the
 batcher tells an unknown counter apart). Counter CRUD opens one Postgres connection per container,
 on first use, and answers 503 when it cannot.
+
+Logs are Powertools' structured JSON with the invocation's request id, the app's own loggers
+included; metrics go out as one CloudWatch EMF line per invocation (infra/emf.py).
 """
 
 from __future__ import annotations
@@ -10,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from aws_lambda_powertools import Logger
+from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from mangum import Mangum
 
 from functions.app import create_app
 from functions.edge import Edge
+from infra.emf import Emf
 from infra.metrics import Metrics
 from infra.postgres import PostgresStore
 from infra.serverless import aws_ports
@@ -37,13 +43,24 @@ def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) 
     return Mangum(create_app(edge), lifespan="off")
 
 
-_container: Mangum | None = None
+logger = Logger(service="numerator")
+copy_config_to_registered_loggers(
+    source_logger=logger, include={"numerator.edge", "numerator.replies", "numerator.front"}
+)
+_container: tuple[Mangum, Emf] | None = None
 
 
+@logger.inject_lambda_context
 def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     """What Lambda calls (template.yaml: `functions/handler.handler`). The container's app is
     built by the first invocation and kept for every later one."""
     global _container
     if _container is None:
-        _container = build()
-    return _container(event, context)
+        metrics = Metrics()
+        _container = build(metrics=metrics), Emf(metrics, "lambda")
+        logger.info("container started")
+    app, emf = _container
+    try:
+        return app(event, context)
+    finally:
+        emf.flush()

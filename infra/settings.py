@@ -58,6 +58,7 @@ class Settings:
     # reply table on its own, as in Lambda; locally that table is moto's or LocalStack's, and
     # 32 pollers saturated moto (~100 calls/s) so that 300 requests took 21 s against 11 s with 8.
     lambda_containers: int = 8
+    emf_interval_s: float = 0.0  # EMF_INTERVAL_S: the batcher's CloudWatch EMF lines (0: none)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -113,6 +114,7 @@ class Settings:
             raise SettingsError("FRONT_FRAME_MS", "must be at most 10000 (10 s)")
         for variable, value in (
             ("FRONT_FRAME_MS", self.front_frame_ms),
+            ("EMF_INTERVAL_S", self.emf_interval_s),
             ("FRAME_MIN_MS", self.frame_min_ms),
             ("MAX_FRAMES_PER_S", self.max_frames_per_s),
         ):

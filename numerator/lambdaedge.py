@@ -36,6 +36,7 @@ class Context:
         self.aws_request_id = str(uuid.uuid4())
         self.function_name = "numerator-edge"
         self.memory_limit_in_mb = 512
+        self.invoked_function_arn = "arn:aws:lambda:us-east-1:000000000000:function:numerator-edge"
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self.deadline - time.monotonic()) * 1000))

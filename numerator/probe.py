@@ -9,6 +9,7 @@ LEASE_TTL_S, and the next owner publishes what was committed but not published.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import sys
@@ -52,10 +53,27 @@ async def run(settings: Settings, host: str, port: int) -> None:
             f"{settings.reply_table}; /healthz and /metrics at http://{host}:{port}",
             flush=True,
         )
+        writing = None
+        if settings.emf_interval_s:
+            writing = asyncio.create_task(emf_lines(stack, settings.emf_interval_s, stopping))
         await stopping.wait()
         server.close()
+        if writing is not None:
+            await writing
         log.info("stopping: finishing the open frames and releasing the leases")
     print("numerator batcher stopped", file=sys.stderr, flush=True)
+
+
+async def emf_lines(stack: BatcherStack, every: float, stopping: asyncio.Event) -> None:
+    """The batcher's metrics as CloudWatch EMF lines on stdout, every `every` seconds and once
+    more when stopping (ECS's awslogs driver takes stdout to CloudWatch Logs)."""
+    from infra.emf import Emf
+
+    emf = Emf(stack.metrics, "batcher")
+    while not stopping.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stopping.wait(), every)
+        emf.flush()
 
 
 async def respond(stack: BatcherStack, path: str) -> tuple[str, bytes, str]:

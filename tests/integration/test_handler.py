@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -200,3 +201,48 @@ def test_the_database_url_is_read_from_a_secret_on_first_use(
     refused = unknown(event("http-api-get.json", name))
     assert refused["statusCode"] == 503
     assert "cannot read the database secret" in body(refused)["detail"]
+
+
+def test_the_entry_point_logs_json_with_the_request_id_and_writes_emf_metrics(
+    batcher: Settings,
+    name: str,
+    containers: list[Container],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`functions.handler.handler` as Lambda calls it: Powertools' JSON log lines carry the
+    request id; each invocation writes one EMF line with what it changed, role lambda."""
+    import functions.handler as entry
+
+    for key, value in environment(batcher).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(entry, "_container", None)
+    for log_handler in entry.logger._logger.handlers:  # bound to stdout when first imported
+        monkeypatch.setattr(log_handler, "stream", sys.stdout)
+    setup = Container(environment(batcher))
+    containers.append(setup)
+    assert setup(event("http-api-create.json", name))["statusCode"] == 201
+    capsys.readouterr()
+    thread = ThreadPoolExecutor(1)
+    context = Context(30)
+    first = thread.submit(entry.handler, event("http-api-next.json", name), context).result()
+    second = thread.submit(entry.handler, event("http-api-next.json", name), Context(30)).result()
+    missing = event("http-api-next.json", name + "-none")
+    absent = thread.submit(entry.handler, missing, Context(30)).result()
+    assert entry._container is not None
+    thread.submit(retire, entry._container[0]).result()
+    thread.shutdown()
+    assert (first["statusCode"], second["statusCode"], absent["statusCode"]) == (200, 200, 404)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line[:1] == "{"]
+    logs = [line for line in lines if "_aws" not in line]
+    started = [line for line in logs if line.get("message") == "container started"]
+    assert started and started[0]["function_request_id"] == context.aws_request_id
+    assert started[0]["service"] == "numerator" and started[0]["level"] == "INFO"
+    emf = [line for line in lines if "_aws" in line]
+    assert len(emf) == 3, emf  # one line per invocation
+    assert all(line["role"] == "lambda" and line["service"] == "numerator" for line in emf)
+    assert emf[0]["Requests"] == [1.0] and emf[1]["Requests"] == [1.0]
+    assert emf[0]["RecordsPut"] == [1.0]
+    assert "ReplyTimeouts" not in emf[0]
+    namespace = emf[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"]
+    assert namespace == "numerator"

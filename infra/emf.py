@@ -1,0 +1,69 @@
+"""numerator's metrics where AWS users look for them: CloudWatch Embedded Metric Format lines on
+stdout, written with Powertools for AWS Lambda. CloudWatch Logs turns each line into metrics in
+the namespace `numerator` with the dimensions `service` and `role` (lambda, batcher) — what the
+alarms of template.yaml watch. In Lambda the edge writes one line per invocation; the batcher on
+ECS one every EMF_INTERVAL_S, beside its Prometheus /metrics.
+
+Each line carries what changed since the previous one, so that CloudWatch's sums are right."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infra.metrics import Metrics
+
+NAMESPACE = "numerator"
+COUNTS = {  # Metrics attribute: the CloudWatch metric
+    "next_requests": "Requests",
+    "records_put": "RecordsPut",
+    "values_allocated": "ValuesAllocated",
+    "frames_committed": "FramesCommitted",
+    "frame_retries": "FrameRetries",
+    "records_in": "RecordsIn",
+    "dead_letters": "DeadLetters",
+    "expired": "RecordsExpired",
+    "abandoned": "RepliesAbandoned",
+    "republished": "RepliesRepublished",
+    "takeovers": "LeaseTakeovers",
+}
+STATUSES = {"503": "Unavailable", "504": "ReplyTimeouts"}
+
+
+class Emf:
+    """Writes the changes in `metrics` as one EMF line per `flush`."""
+
+    def __init__(self, metrics: Metrics, role: str) -> None:
+        from aws_lambda_powertools import Metrics as Out
+
+        self.metrics, self.role = metrics, role
+        self.out: Any = Out(namespace=NAMESPACE, service=NAMESPACE)
+        self.out.set_default_dimensions(role=role)
+        self.last: dict[str, float] = {}
+
+    def totals(self) -> dict[str, float]:
+        metrics = self.metrics
+        out = {name: getattr(metrics, attr).value for attr, name in COUNTS.items()}
+        statuses = metrics.responses.values
+        for status, name in STATUSES.items():
+            out[name] = statuses.get(status, 0.0)
+        out["ServerErrors"] = sum(v for k, v in statuses.items() if k.startswith("5"))
+        out["AwsThrottles"] = sum(metrics.aws_throttles.values.values())
+        return out
+
+    def flush(self) -> dict[str, float]:
+        """Write what changed since the last flush (nothing when nothing did); what was written."""
+        from aws_lambda_powertools.metrics import MetricUnit
+
+        now = self.totals()
+        changed = {k: v - self.last.get(k, 0.0) for k, v in now.items()}
+        changed = {k: v for k, v in changed.items() if v}
+        self.last = now
+        if self.role == "batcher":
+            changed["LagSeconds"] = self.metrics.lag.value
+        if not changed:
+            return {}
+        for name, value in changed.items():
+            unit = MetricUnit.Seconds if name == "LagSeconds" else MetricUnit.Count
+            self.out.add_metric(name=name, unit=unit, value=value)
+        self.out.flush_metrics()
+        return changed

@@ -1,0 +1,226 @@
+"""template.yaml, the Dockerfile and localstack/, checked offline: cfn-lint and `sam validate
+--lint` pass, the SAM transform yields every resource the deployment needs, every environment
+variable the template sets is one numerator reads (and every one it needs is set), the image runs
+the batcher as a non-root user with a health check, and LocalStack's hook makes the stream and
+the table as the template does."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from samtranslator.yaml_helper import yaml_parse
+
+from infra.settings import Settings
+
+ROOT = Path(__file__).parents[2]
+TEMPLATE = ROOT / "template.yaml"
+SETTINGS = {f.name.upper() for f in fields(Settings)}
+BOTO3 = {"AWS_ENDPOINT_URL"}  # read by boto3 itself: empty means AWS's own endpoints
+
+
+def template() -> dict[str, Any]:
+    parsed: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
+    return parsed
+
+
+def tool(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def test_cfn_lint_finds_nothing() -> None:
+    done = subprocess.run(
+        [tool("cfn-lint"), str(TEMPLATE)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_sam_validate_lint_passes() -> None:
+    env = {**os.environ, "SAM_CLI_TELEMETRY": "0", "AWS_DEFAULT_REGION": "us-east-1"}
+    done = subprocess.run(
+        [tool("sam"), "validate", "--lint", "--template-file", str(TEMPLATE)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "is a valid SAM Template" in done.stdout + done.stderr
+
+
+def transformed() -> dict[str, Any]:
+    from samtranslator.translator.transform import transform
+
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")  # for the ARNs SAM writes
+
+    class NoManagedPolicies:  # the template names no managed policy for SAM to look up
+        def load(self) -> dict[str, str]:
+            return {}
+
+    packaged = template()  # as `sam package` leaves it: the code uploaded to S3
+    packaged["Resources"]["EdgeFunction"]["Properties"]["CodeUri"] = "s3://numerator/edge.zip"
+    out: dict[str, Any] = transform(packaged, {}, NoManagedPolicies())  # type: ignore[arg-type]
+    return out
+
+
+def test_the_sam_transform_yields_every_resource_of_the_deployment() -> None:
+    out = transformed()
+    kinds: dict[str, int] = {}
+    for resource in out["Resources"].values():
+        kinds[resource["Type"]] = kinds.get(resource["Type"], 0) + 1
+    for kind in (
+        "AWS::Lambda::Function",
+        "AWS::IAM::Role",
+        "AWS::ApiGatewayV2::Api",
+        "AWS::ApiGatewayV2::Route",
+        "AWS::ApiGatewayV2::Integration",
+        "AWS::ApiGatewayV2::Stage",
+        "AWS::ApiGatewayV2::Authorizer",
+        "AWS::Lambda::Permission",
+        "AWS::Kinesis::Stream",
+        "AWS::DynamoDB::Table",
+        "AWS::ECS::Cluster",
+        "AWS::ECS::TaskDefinition",
+        "AWS::ECS::Service",
+        "AWS::Logs::LogGroup",
+        "AWS::RDS::DBInstance",
+        "AWS::SecretsManager::Secret",
+        "AWS::SecretsManager::SecretTargetAttachment",
+    ):
+        assert kind in kinds, f"no {kind} in the transformed template"
+    assert kinds["AWS::CloudWatch::Alarm"] == 4
+    function = out["Resources"]["EdgeFunction"]["Properties"]
+    assert function["Handler"] == "functions.handler.handler"
+    assert function["Runtime"] == "python3.12" and function["Architectures"] == ["arm64"]
+    table = out["Resources"]["ReplyTable"]["Properties"]
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "x", "Enabled": True}
+    assert set(out["Outputs"]) >= {"ApiUrl", "StreamName", "ReplyTableName"}
+
+
+def test_the_edge_may_only_put_to_its_stream_and_read_its_table() -> None:
+    out = transformed()
+    role = out["Resources"]["EdgeFunctionRole"]["Properties"]
+    actions: dict[str, Any] = {}
+    for policy in role.get("Policies", []):
+        for statement in policy["PolicyDocument"]["Statement"]:
+            for action in statement["Action"]:
+                actions[action] = statement["Resource"]
+    assert actions.pop("kinesis:PutRecord") == {"Fn::GetAtt": ["Stream", "Arn"]}
+    assert actions.pop("kinesis:PutRecords") == {"Fn::GetAtt": ["Stream", "Arn"]}
+    assert actions.pop("dynamodb:BatchGetItem") == {"Fn::GetAtt": ["ReplyTable", "Arn"]}
+    assert actions.pop("secretsmanager:GetSecretValue")["Fn::If"][0] == "MakeDatabase"
+    assert actions == {}, f"more than the edge needs: {actions}"
+    managed = {str(arn).rsplit("/", 1)[-1] for arn in role.get("ManagedPolicyArns", [])}
+    # SAM's own: logs, and the network interfaces of a function in a VPC
+    assert managed <= {"AWSLambdaBasicExecutionRole", "AWSLambdaVPCAccessExecutionRole"}, managed
+
+
+def variables() -> dict[str, dict[str, Any]]:
+    """Per process, the environment the template gives it."""
+    resources = template()["Resources"]
+    edge = resources["EdgeFunction"]["Properties"]["Environment"]["Variables"]
+    (container,) = resources["BatcherTask"]["Properties"]["ContainerDefinitions"]
+    batcher = {item["Name"]: item["Value"] for item in container["Environment"]}
+    batcher.update({item["Name"]: item["ValueFrom"] for item in container["Secrets"]})
+    return {"edge": dict(edge), "batcher": batcher}
+
+
+def test_every_variable_the_template_sets_is_read_and_every_needed_one_is_set() -> None:
+    given = variables()
+    for process, env in given.items():
+        unknown = set(env) - SETTINGS - BOTO3
+        assert not unknown, f"{process}: set but never read: {unknown}"
+        assert env["MODE"] == "aws"
+        assert {"STREAM_NAME", "REPLY_TABLE"} <= set(env), process
+    assert "DATABASE_SECRET_ARN" in given["edge"]  # read on the first counter route
+    assert "DATABASE_URL" in given["batcher"]  # from the secret, by ECS
+
+
+def test_the_template_defaults_are_numerator_defaults() -> None:
+    parameters = template()["Parameters"]
+    defaults = Settings()
+    for parameter, field in (
+        ("ReplyTimeout", "reply_timeout_s"),
+        ("BackFrameMs", "back_frame_ms"),
+        ("FramePolicy", "frame_policy"),
+        ("ReadIntervalMs", "read_interval_ms"),
+        ("LeaseTtl", "lease_ttl_s"),
+        ("PartitionSpread", "partition_spread"),
+        ("ReplyTtl", "reply_ttl_s"),
+    ):
+        default = getattr(defaults, field)
+        given = parameters[parameter]["Default"]
+        assert (given == default) if isinstance(default, str) else float(given) == default, (
+            parameter
+        )
+    assert parameters["EdgeTimeout"]["Default"] > parameters["ReplyTimeout"]["Default"]
+
+
+def test_the_image_runs_the_batcher_as_a_non_root_user_with_a_health_check() -> None:
+    lines = []
+    for line in re.sub(r"\\\n\s*", " ", (ROOT / "Dockerfile").read_text()).splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            lines.append(line.strip())
+    final = lines[max(i for i, line in enumerate(lines) if line.startswith("FROM "))]
+    stage = lines[lines.index(final) :]
+    assert re.match(r"FROM python:3\.1[2-9]", final), final
+    users = [line.split()[1] for line in stage if line.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0"), users
+    (entry,) = [line for line in stage if line.startswith("ENTRYPOINT ")]
+    (command,) = [line for line in stage if line.startswith("CMD ")]
+    assert entry == 'ENTRYPOINT ["numerator"]'
+    assert command.startswith('CMD ["batcher"') and '"8081"' in command
+    (health,) = [line for line in stage if line.startswith("HEALTHCHECK ")]
+    assert "http://127.0.0.1:8081/healthz" in health
+    task = template()["Resources"]["BatcherTask"]["Properties"]["ContainerDefinitions"][0]
+    assert task["PortMappings"] == [{"ContainerPort": 8081}]
+
+
+def hook_calls() -> dict[str, list[str]]:
+    """The awslocal calls of LocalStack's ready hook, by API: their arguments."""
+    text = re.sub(r"\\\n\s*", " ", (ROOT / "localstack/ready.d/init.sh").read_text())
+    calls: dict[str, list[str]] = {}
+    for part in re.split(r"\|\||&&|\n", text):
+        words = shlex.split(part, comments=True)
+        if len(words) >= 3 and words[0] == "awslocal":
+            calls[f"{words[1]} {words[2]}"] = words[3:]
+    return calls
+
+
+def test_localstack_makes_the_table_and_stream_the_template_defines() -> None:
+    calls = hook_calls()
+    table = template()["Resources"]["ReplyTable"]["Properties"]
+    made = calls["dynamodb create-table"]
+    assert made[
+        made.index("--attribute-definitions") + 1
+    ] == "AttributeName={},AttributeType={}".format(
+        table["AttributeDefinitions"][0]["AttributeName"],
+        table["AttributeDefinitions"][0]["AttributeType"],
+    )
+    assert made[made.index("--key-schema") + 1] == "AttributeName={},KeyType={}".format(
+        table["KeySchema"][0]["AttributeName"], table["KeySchema"][0]["KeyType"]
+    )
+    assert made[made.index("--billing-mode") + 1] == table["BillingMode"]
+    ttl = calls["dynamodb update-time-to-live"]
+    spec = ttl[ttl.index("--time-to-live-specification") + 1]
+    assert spec == "Enabled=true,AttributeName={}".format(
+        table["TimeToLiveSpecification"]["AttributeName"]
+    )
+    assert "kinesis create-stream" in calls
+    assert "${SHARDS:-1}" in (ROOT / "localstack/ready.d/init.sh").read_text()
+    assert Settings().shards == 1, "the hook's default shard count is numerator's"
+
+
+def test_localstack_env_sets_only_what_the_function_declares() -> None:
+    """`sam local start-api --env-vars` ignores a variable the template does not declare."""
+    env = json.loads((ROOT / "localstack/env.json").read_text())["EdgeFunction"]
+    assert set(env) <= set(variables()["edge"])
+    assert env["AWS_ENDPOINT_URL"] == "http://localstack:4566"

@@ -224,3 +224,25 @@ def test_localstack_env_sets_only_what_the_function_declares() -> None:
     env = json.loads((ROOT / "localstack/env.json").read_text())["EdgeFunction"]
     assert set(env) <= set(variables()["edge"])
     assert env["AWS_ENDPOINT_URL"] == "http://localstack:4566"
+
+
+def test_the_functions_requirements_are_the_projects_own() -> None:
+    """requirements.txt (what `sam build` installs for the edge) asks for nothing pyproject.toml
+    does not, with the same lower bounds."""
+    import tomllib
+
+    def by_name(lines: list[str]) -> dict[str, str]:
+        out = {}
+        for line in lines:
+            line = line.split("#")[0].split(";")[0].strip()
+            if line:
+                name = re.split(r"[\[<>=!~]", line, maxsplit=1)[0].lower()
+                out[name] = line
+        return out
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    wanted = by_name((ROOT / "requirements.txt").read_text().splitlines())
+    declared = by_name(project)
+    assert wanted, "requirements.txt lists the edge's dependencies"
+    for name, line in wanted.items():
+        assert declared.get(name) == line, (name, line, declared.get(name))

@@ -99,7 +99,9 @@ def test_the_sam_transform_yields_every_resource_of_the_deployment() -> None:
     assert kinds["AWS::CloudWatch::Alarm"] == 4
     function = out["Resources"]["EdgeFunction"]["Properties"]
     assert function["Handler"] == "functions.handler.handler"
-    assert function["Runtime"] == "python3.12" and function["Architectures"] == ["arm64"]
+    assert function["Runtime"] == "python3.12"
+    assert function["Architectures"] == [{"Ref": "Architecture"}]
+    assert template()["Parameters"]["Architecture"]["Default"] == "arm64"
     table = out["Resources"]["ReplyTable"]["Properties"]
     assert table["TimeToLiveSpecification"] == {"AttributeName": "x", "Enabled": True}
     assert set(out["Outputs"]) >= {"ApiUrl", "StreamName", "ReplyTableName"}

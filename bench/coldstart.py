@@ -1,0 +1,102 @@
+"""The Lambda edge's cold start, measured from a `sam build` folder:
+
+    sam build --parameter-overrides Architecture=x86_64   # this machine's CPU
+    python -m bench.coldstart [--build-dir .aws-sam/build/EdgeFunction] [--runs 7]
+
+Each run is a fresh Python 3.12 process holding only the build folder (as a Lambda container
+does): it times `import functions.handler` (the init phase), the first invocation (the app, the
+AWS clients and Powertools built, then a request answered without an AWS call: a 422) and a
+second one. The medians are printed; the init phase is what every cold start pays before any
+request, and it is billed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+from pathlib import Path
+
+EVENTS = Path(__file__).parents[1] / "events"
+
+PROBE = """
+import json, sys, time
+began = time.perf_counter()
+sys.path.insert(0, ".")
+import functions.handler as entry
+imported = time.perf_counter()
+
+class Context:
+    aws_request_id = "cold-start"
+    function_name = "numerator-edge"
+    memory_limit_in_mb = 512
+    invoked_function_arn = "arn:aws:lambda:us-east-1:000000000000:function:numerator-edge"
+    def get_remaining_time_in_millis(self):
+        return 10000
+
+event = json.loads(sys.stdin.read())
+first = time.perf_counter()
+status = entry.handler(event, Context())["statusCode"]
+second = time.perf_counter()
+entry.handler(event, Context())
+done = time.perf_counter()
+print("COLD " + json.dumps({"import_ms": (imported - began) * 1000,
+    "first_ms": (second - first) * 1000, "second_ms": (done - second) * 1000, "status": status}))
+"""
+
+
+def python312() -> str:
+    for candidate in sorted(Path("~/.pyenv/versions").expanduser().glob("3.12*/bin/python3.12")):
+        return str(candidate)
+    return "python3.12"
+
+
+def measure(build: Path, python: str, runs: int) -> dict[str, float]:
+    event = (EVENTS / "http-api-next-bad-count.json").read_text()
+    env = {
+        **os.environ,
+        "MODE": "aws",
+        "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+        "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "test"),
+        "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "test"),
+    }
+    samples: list[dict[str, float]] = []
+    for _ in range(runs):
+        done = subprocess.run(
+            [python, "-E", "-s", "-c", PROBE],
+            input=event,
+            cwd=build,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        lines = [line for line in done.stdout.splitlines() if line.startswith("COLD ")]
+        if not lines:
+            raise SystemExit(f"the probe failed: {done.stderr[-2000:]}")
+        sample = json.loads(lines[-1][5:])
+        if sample["status"] != 422:
+            raise SystemExit(f"the probe's event was answered {sample['status']}, not 422")
+        samples.append(sample)
+    return {key: statistics.median(s[key] for s in samples) for key in samples[0]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.coldstart")
+    parser.add_argument("--build-dir", type=Path, default=Path(".aws-sam/build/EdgeFunction"))
+    parser.add_argument("--python", default=python312())
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args(argv)
+    if not (args.build_dir / "functions" / "handler.py").exists():
+        raise SystemExit(f"no built function in {args.build_dir}: run `sam build` first")
+    got = measure(args.build_dir, args.python, args.runs)
+    print(
+        f"median of {args.runs} fresh processes: import {got['import_ms']:.0f} ms, first "
+        f"invocation {got['first_ms']:.0f} ms, next {got['second_ms']:.1f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

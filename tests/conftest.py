@@ -121,3 +121,25 @@ async def store(database_url: str) -> AsyncIterator[PostgresStore]:
     await store.open()
     yield store
     await store.close()
+
+
+@pytest.fixture(scope="session")
+def localstack_endpoint() -> Iterator[str]:
+    """LocalStack in host mode, serving Kinesis (tests/localstack.py)."""
+    from tests.localstack import localstack
+
+    with localstack() as url:
+        yield url
+
+
+@pytest.fixture
+def localstack_kinesis(
+    aws_endpoint: str, localstack_endpoint: str, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Settings, Any]]:
+    """Like `aws`, with Kinesis on LocalStack and DynamoDB on moto (LocalStack's needs Java)."""
+    from tests.aws import resources
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_KINESIS", localstack_endpoint)
+    fast = replace(settings, read_interval_ms=20.0)
+    with resources(fast) as made:
+        yield made

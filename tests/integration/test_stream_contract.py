@@ -1,5 +1,5 @@
 """The Stream contract, run unchanged against every adapter: in memory, the durable list stand-in,
-and Kinesis (on moto server, or the endpoint AWS_ENDPOINT_URL names)."""
+and Kinesis — on moto server (or the endpoint AWS_ENDPOINT_URL names), and on LocalStack."""
 
 from __future__ import annotations
 
@@ -48,7 +48,9 @@ def make(kind: str, request: pytest.FixtureRequest) -> Made:
             listed.append(raw)
 
         return Made(listed, lambda: listed, append)
-    settings, found = request.getfixturevalue("aws")
+    settings, found = request.getfixturevalue(
+        "localstack_kinesis" if kind == "localstack" else "aws"
+    )
 
     async def poison(raw: bytes) -> None:
         await asyncio.to_thread(
@@ -58,12 +60,12 @@ def make(kind: str, request: pytest.FixtureRequest) -> Made:
     return Made(kinesis(settings, found), lambda: kinesis(settings, found), poison)
 
 
-@pytest.fixture(params=["memory", "list", "kinesis"])
+@pytest.fixture(params=["memory", "list", "kinesis", "localstack"])
 def made(request: pytest.FixtureRequest) -> Made:
     return make(request.param, request)
 
 
-@pytest.fixture(params=["list", "kinesis"])
+@pytest.fixture(params=["list", "kinesis", "localstack"])
 def durable(request: pytest.FixtureRequest) -> Made:
     """The adapters whose `durable` is True, for what only they promise."""
     return make(request.param, request)

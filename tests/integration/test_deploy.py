@@ -226,3 +226,29 @@ def test_the_template_deploys_to_moto_cloudformation(
     )
     assert route["RouteKey"] == "$default"
     cloudformation.delete_stack(StackName=stack)
+
+
+def test_aws_init_makes_the_table_and_stream_the_template_defines(
+    aws: tuple[Settings, Any],
+) -> None:
+    """`numerator aws init` (infra.aws.create, which made this test's stream and table) and
+    template.yaml define the same reply table and stream: the third definition, LocalStack's
+    hook, is compared with the template in tests/unit/test_template.py."""
+    settings, found = aws
+    resources = template()["Resources"]
+    table = resources["ReplyTable"]["Properties"]
+    made = found.dynamodb.describe_table(TableName=settings.reply_table)["Table"]
+    assert made["KeySchema"] == table["KeySchema"]
+    assert made["AttributeDefinitions"] == table["AttributeDefinitions"]
+    assert made["BillingModeSummary"]["BillingMode"] == table["BillingMode"]
+    ttl = found.dynamodb.describe_time_to_live(TableName=settings.reply_table)
+    assert (
+        ttl["TimeToLiveDescription"]["AttributeName"]
+        == table["TimeToLiveSpecification"]["AttributeName"]
+    )
+    stream = found.kinesis.describe_stream_summary(StreamName=settings.stream_name)
+    summary = stream["StreamDescriptionSummary"]
+    assert (
+        summary["RetentionPeriodHours"] == resources["Stream"]["Properties"]["RetentionPeriodHours"]
+    )
+    assert summary["OpenShardCount"] == settings.shards

@@ -184,6 +184,8 @@ def test_the_image_runs_the_batcher_as_a_non_root_user_with_a_health_check() -> 
     assert "http://127.0.0.1:8081/healthz" in health
     task = template()["Resources"]["BatcherTask"]["Properties"]["ContainerDefinitions"][0]
     assert task["PortMappings"] == [{"ContainerPort": 8081}]
+    check = task["HealthCheck"]["Command"]  # ECS runs its own, not the image's
+    assert check == ["CMD", *json.loads(health.split(" CMD ", 1)[1])]
 
 
 def hook_calls() -> dict[str, list[str]]:

@@ -32,6 +32,7 @@ BASELINE_TRANSACTIONS = "baseline_transactions_total"
 BASELINE_REQUESTS = "baseline_requests_total"
 FRAME_SUM, FRAME_COUNT = "numerator_frame_size_records_sum", "numerator_frame_size_records_count"
 LAG = "numerator_batcher_lag_seconds"
+LEASES = "numerator_leases_held"  # a gauge: summed over the batchers, the shards held
 AWS = "numerator_aws_calls_total"
 THROTTLES = "numerator_aws_throttles_total"
 
@@ -187,6 +188,7 @@ class Collector:
                 self.info = info(response.text) or self.info
             out = totals(scraped)
             out["lag"] = scraped.get(LAG, 0.0)
+            out["leases"] = scraped.get(LEASES, 0.0)
             scrapes.append(out)
         return combined(scrapes)
 
@@ -199,6 +201,8 @@ class Collector:
         for name in after:
             if name == "lag":
                 sample["lag_s"] = after["lag"]
+            elif name == "leases":
+                sample["leases"] = after["leases"]
             elif name not in ("frame_sum", "frame_count"):
                 sample[name] = (after[name] - before.get(name, 0.0)) / max(span, 1e-9)
         frames = after["frame_count"] - before["frame_count"]
@@ -216,7 +220,7 @@ class Collector:
         out: dict[str, Any] = {}
         if self.first and self.last:
             for name in self.last:
-                if name not in ("lag", "frame_sum", "frame_count"):
+                if name not in ("lag", "leases", "frame_sum", "frame_count"):
                     out[name] = self.last[name] - self.first.get(name, 0.0)
             frames = self.last["frame_count"] - self.first.get("frame_count", 0.0)
             out["frame_size_mean"] = (

@@ -208,6 +208,7 @@ def aws(run: dict[str, Any]) -> str:
         (name, [(s["t"], s.get(key, 0.0)) for s in service])
         for key, name in (
             ("lag_s", "lag behind the stream (s)"),
+            ("leases", "shard leases held"),
             ("takeovers", "lease takeovers / s"),
             ("throttles", "throttled AWS calls / s"),
             ("republished", "republished replies / s"),
@@ -224,7 +225,7 @@ def aws(run: dict[str, Any]) -> str:
         + table(rows, columns)
         + line_chart("AWS calls per second, by call", calls, "second", "calls / s")
         + line_chart(
-            "Where the pipeline waits: lag, takeovers, throttles, republished, dead letters",
+            "The pipeline: lag, leases, takeovers, throttles, republished replies, dead letters",
             trouble,
             "second",
             "s / count per s",

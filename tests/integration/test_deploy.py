@@ -48,12 +48,8 @@ needs_312 = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """`sam build` of the edge for x86_64 (this machine; the template's default is arm64), so
-    that the build can be imported here."""
+def sam_build(out: Path, *overrides: str) -> None:
     assert PY312 is not None
-    out = tmp_path_factory.mktemp("sam") / "build"
     env = {
         **os.environ,
         "SAM_CLI_TELEMETRY": "0",
@@ -67,8 +63,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
             str(TEMPLATE),
             "--build-dir",
             str(out),
-            "--parameter-overrides",
-            "Architecture=x86_64",
+            *(("--parameter-overrides", *overrides) if overrides else ()),
         ],
         cwd=ROOT,
         env=env,
@@ -77,7 +72,25 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         timeout=900,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """`sam build` of the edge for x86_64 (this machine's CPU), so that it can be imported here."""
+    out = tmp_path_factory.mktemp("sam") / "build"
+    sam_build(out, "Architecture=x86_64")
     yield out / "EdgeFunction"
+
+
+@needs_312
+def test_sam_build_makes_the_deployed_arm64_function(tmp_path: Path) -> None:
+    """The template as deployed (arm64, Python 3.12): its compiled dependencies are aarch64."""
+    sam_build(tmp_path / "build")
+    function = tmp_path / "build" / "EdgeFunction"
+    assert (function / "functions" / "handler.py").exists()
+    (library,) = (function / "orjson").glob("orjson.cpython-312-*.so")
+    machine = int.from_bytes(library.read_bytes()[18:20], "little")  # ELF e_machine
+    assert machine == 183, f"{library.name}: ELF machine {machine}, not AArch64 (183)"
 
 
 RUNNER = """

@@ -1,0 +1,52 @@
+"""The service side of a run on the AWS path: the edge's and the batchers' scrapes added up, AWS
+calls by call, gauges kept as levels (not turned into rates)."""
+
+from __future__ import annotations
+
+from bench.collect import Collector, combined, totals
+from bench.scrape import parse
+
+EDGE = """
+numerator_next_requests_total 100
+numerator_records_put_total 20
+numerator_aws_calls_total{call="put_record"} 20
+numerator_aws_calls_total{call="batch_get_item"} 12
+numerator_frame_size_records_sum 0
+numerator_frame_size_records_count 0
+"""
+BATCHER = """
+numerator_records_in_total 20
+numerator_aws_calls_total{call="get_records"} 7
+numerator_aws_throttles_total{call="get_records"} 2
+numerator_lease_takeovers_total 1
+numerator_leases_held 2
+numerator_batcher_lag_seconds 0.5
+numerator_frame_size_records_sum 20
+numerator_frame_size_records_count 4
+"""
+
+
+def scrape(text: str) -> dict[str, float]:
+    metrics = parse(text)
+    out = totals(metrics)
+    out["lag"] = metrics.get("numerator_batcher_lag_seconds", 0.0)
+    out["leases"] = metrics.get("numerator_leases_held", 0.0)
+    return out
+
+
+def test_the_edge_and_its_batchers_add_up_to_one_service() -> None:
+    one = combined([scrape(EDGE), scrape(BATCHER), scrape(BATCHER)])
+    assert one["requests"] == 100 and one["records_put"] == 20 and one["records_in"] == 40
+    assert one["aws:put_record"] == 20 and one["aws:get_records"] == 14
+    assert one["throttles"] == 4 and one["takeovers"] == 2
+    assert one["leases"] == 4, "two batchers holding two shards each"
+    assert one["lag"] == 0.5, "the worst lag, not a sum"
+
+
+def test_gauges_stay_levels_in_the_per_second_samples() -> None:
+    collector = Collector("http://n")
+    before = combined([scrape(EDGE), scrape(BATCHER)])
+    after = dict(before, requests=300.0, leases=3.0, lag=1.5)
+    sample = collector._delta(10.0, 2.0, before, after)
+    assert sample["requests"] == 100.0  # (300 - 100) / 2 s
+    assert sample["leases"] == 3.0 and sample["lag_s"] == 1.5

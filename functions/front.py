@@ -40,7 +40,9 @@ class Waiter:
 
 
 class Front:
-    """Gathers requests for `seconds` and puts one record per counter for them."""
+    """Gathers requests and puts one record per counter for them: for `seconds` (FRAME_POLICY
+    fixed), or — as the batcher's frames do with commits (auto) — until the previous put has
+    returned and `gap` has passed, `seconds` being the longest wait."""
 
     def __init__(
         self,
@@ -49,11 +51,15 @@ class Front:
         metrics: Metrics,
         seconds: float,
         budget: Callable[[float], float],
+        auto: bool = False,
+        gap: float = 0.0005,
     ) -> None:
         self.stream, self.replies, self.metrics = stream, replies, metrics
-        self.seconds, self.budget = seconds, budget
+        self.seconds, self.budget, self.auto, self.gap = seconds, budget, auto, gap
         self._open: dict[str, list[Waiter]] = {}
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the longest wait
+        self._soon: asyncio.TimerHandle | None = None  # auto: the stream is free
+        self._putting = 0  # puts in flight
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def take(self, counter: str, count: int, timeout: float) -> Reply:
@@ -66,6 +72,7 @@ class Front:
         self._open.setdefault(counter, []).append(waiter)
         if self._timer is None:
             self._timer = loop.call_later(self.seconds, self._close)
+        self._when_free()
         try:
             # On a timeout (or the client gone) the answer is cancelled: its values, when they come,
             # are counted as abandoned.
@@ -73,8 +80,18 @@ class Front:
         except TimeoutError:
             raise ReplyTimeout(f"no reply within {timeout:g}s") from None
 
+    def _when_free(self) -> None:
+        """auto: close the frame `gap` from now when no put is in flight."""
+        if self.auto and self._open and not self._putting and self._soon is None:
+            self._soon = asyncio.get_running_loop().call_later(self.gap, self._close)
+
     def _close(self) -> None:
-        groups, self._open, self._timer = self._open, {}, None
+        for timer in (self._timer, self._soon):
+            if timer is not None:
+                timer.cancel()
+        groups, self._open, self._timer, self._soon = self._open, {}, None, None
+        if not groups:
+            return
         task = asyncio.create_task(self._send(groups), name="front-frame")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -95,6 +112,7 @@ class Front:
                 )
                 self.replies.expect(record.key)
                 batches.append((record, chunk))
+        self._putting += 1
         try:
             await self.stream.put([record for record, _ in batches])
         except NumeratorError as exc:  # nothing was put: nothing is allocated
@@ -102,6 +120,9 @@ class Front:
                 self.replies.forget(record.key)
                 _fail(chunk, exc)
             return
+        finally:
+            self._putting -= 1
+            self._when_free()
         self.metrics.records_put.inc(len(batches))
         await asyncio.gather(*(self._deliver(record, chunk) for record, chunk in batches))
 

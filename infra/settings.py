@@ -48,9 +48,8 @@ class Settings:
     reply_table: str = "numerator-replies"  # REPLY_TABLE: the DynamoDB reply table (aws mode)
     shards: int = 1  # SHARDS: shards of the stream `numerator aws init` creates
     partition_spread: int = 1  # PARTITION_SPREAD: shards one counter's records spread over
-    front_frame_ms: float = (
-        20.0  # FRONT_FRAME_MS: aws server edge: gathers /next this long (0: off)
-    )
+    front_frame_ms: float = 20.0  # FRONT_FRAME_MS: aws server edge gathers /next this long; 0: off
+    front_frame_policy: str = "fixed"  # FRONT_FRAME_POLICY: fixed (FRONT_FRAME_MS) or auto
     read_interval_ms: float = 200.0  # READ_INTERVAL_MS: least time between reads of a shard
     reply_ttl_s: int = 3600  # REPLY_TTL_S: a reply item's time to live in the reply table
     aws_threads: int = 16  # AWS_THREADS: threads (and connections) for boto3 calls per process
@@ -106,10 +105,14 @@ class Settings:
                 raise SettingsError(variable, f"must be greater than 0, not {value}")
         if self.back_frame_ms > 10_000:
             raise SettingsError("BACK_FRAME_MS", "must be at most 10000 (10 s)")
-        if self.frame_policy not in POLICIES:
-            raise SettingsError(
-                "FRAME_POLICY", f"must be one of {', '.join(POLICIES)}, not {self.frame_policy!r}"
-            )
+        for variable, policy in (
+            ("FRAME_POLICY", self.frame_policy),
+            ("FRONT_FRAME_POLICY", self.front_frame_policy),
+        ):
+            if policy not in POLICIES:
+                raise SettingsError(
+                    variable, f"must be one of {', '.join(POLICIES)}, not {policy!r}"
+                )
         if self.front_frame_ms > 10_000:
             raise SettingsError("FRONT_FRAME_MS", "must be at most 10000 (10 s)")
         for variable, value in (

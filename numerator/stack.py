@@ -142,6 +142,8 @@ class EdgeStack:
                 self.metrics,
                 settings.front_frame_ms / 1000,
                 self.edge.budget,
+                auto=settings.front_frame_policy == "auto",
+                gap=settings.frame_min_ms / 1000,
             )
 
     async def __aenter__(self) -> EdgeStack:

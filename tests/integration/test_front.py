@@ -6,6 +6,7 @@ their own; and stream or table throttling, injected at the boto3 client, retried
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter as Tally
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -135,3 +136,29 @@ async def test_throttled_reads_of_the_stream_and_the_table_are_retried(
     assert (reads.calls, writes.calls, polls.calls) == (3, 3, 3)
     assert batcher_throttles == {"get_records": 3, "batch_write_item": 3}
     assert edge_throttles == {"batch_get_item": 3}
+
+
+async def test_auto_front_frames_go_out_once_the_stream_is_free(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    """FRONT_FRAME_POLICY=auto: a lone request is put at once, not after FRONT_FRAME_MS (the
+    longest wait); requests that arrive while a put is out share the next record."""
+    settings, _ = aws
+    async with running(settings, name, front_frame_ms=1500.0, front_frame_policy="auto") as (
+        edge,
+        client,
+        _,
+    ):
+        began = time.monotonic()
+        lone = await client.post(f"/counters/{name}/next")
+        took = time.monotonic() - began
+        got = await burst(client, name, 40)
+        put = edge.metrics.records_put.value
+    async with running(settings, name + "-f", front_frame_ms=1500.0) as (_, fixed_client, _):
+        began = time.monotonic()
+        held = await fixed_client.post(f"/counters/{name}-f/next")
+        waited = time.monotonic() - began
+    assert lone.status_code == 200 and took < 1.0, took
+    assert held.status_code == 200 and waited >= 1.5, waited  # fixed: the whole frame
+    assert sorted(values(got)) == list(range(2, 42))
+    assert put < 41, "the burst shared records while puts were out"

@@ -1,6 +1,6 @@
 """The soak: a million values over the AWS path while batchers die and Postgres restarts.
 
-    python -m bench.soak [--values 1000000] [--count 100] [--batchers 3] [--kill-every 5]
+    python -m numerator.soak [--values 1000000] [--count 100] [--batchers 3] [--kill-every 5]
 
 moto server (Kinesis and DynamoDB), an embedded Postgres of its own, a 4-shard stream, several
 `numerator batcher` processes and the server edge (front frames on). Client loops take `--count`
@@ -201,7 +201,7 @@ async def soak(args: argparse.Namespace, folder: Path) -> Tally:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m bench.soak", description=__doc__.split("\n")[0]
+        prog="python -m numerator.soak", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--values", type=int, default=1_000_000)
     parser.add_argument("--count", type=int, default=100, help="values per request (1-1000)")

@@ -54,6 +54,11 @@ def totals(metrics: dict[str, float]) -> dict[str, float]:
     return out
 
 
+def aws_calls(totals: dict[str, Any]) -> dict[str, float]:
+    """The AWS calls a run made, by API call (the calls that were made at all)."""
+    return {k[4:]: v for k, v in totals.items() if k.startswith("aws:") and v}
+
+
 def combined(scrapes: list[dict[str, float]]) -> dict[str, float]:
     """Several processes' totals as one service's (the edge and its batchers): counters add up,
     the lag is the worst."""
@@ -242,7 +247,7 @@ class Collector:
         out["lag_max_s"] = max((s.get("lag_s", 0.0) for s in self.samples), default=0.0)
         requests, transactions = out.get("requests", 0.0), out.get("transactions", 0.0)
         out["requests_per_txn"] = requests / transactions if transactions else None
-        calls = sum(v for k, v in out.items() if k.startswith("aws:"))
+        calls = sum(aws_calls(out).values())
         out["aws_calls_per_request"] = calls / requests if calls and requests else None
         out["scrape_failures"] = self.failures
         return out

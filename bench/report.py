@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.charts import Series, line_chart
+from bench.collect import aws_calls
 
 HEADLINE = [
     ("target", "target"),
@@ -185,7 +186,7 @@ def aws(run: dict[str, Any]) -> str:
     the stream's lag, takeovers, throttles, republished replies and dead letters."""
     totals = run["service"]["totals"]
     requests = totals.get("requests") or 0
-    made = {k[4:]: v for k, v in totals.items() if k.startswith("aws:") and v}
+    made = aws_calls(totals)
     if not made or not requests:
         return ""
     seconds = max(float(run["summary"]["duration_s"]), 1e-9)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench import local, record, report
-from bench.collect import Collector, Processes
+from bench.collect import Collector, Processes, aws_calls
 from bench.errors import BenchError
 from bench.http import Client
 from bench.load import Load, Outcome, drive
@@ -231,7 +231,7 @@ def calls(runs: list[dict[str, Any]]) -> str:
     for run in runs:
         totals = run["service"]["totals"]
         requests = totals.get("requests") or 0
-        made = {k[4:]: v for k, v in totals.items() if k.startswith("aws:") and v}
+        made = aws_calls(totals)
         if not made or not requests:
             continue
         kinds = ", ".join(f"{k} {v / requests:.3f}" for k, v in sorted(made.items()))

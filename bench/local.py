@@ -14,12 +14,14 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import IO
 
 import httpx
 
 from bench.errors import BenchError
 from infra.embedded import Postgres, ephemeral
 from infra.server import free_port
+from infra.settings import Settings
 
 MODES = ("embedded", "server", "lambda")
 """embedded: `numerator serve` on the in-process stream; server and lambda: the AWS path (`--aws`),
@@ -48,6 +50,26 @@ def database(url: str | None = None) -> Iterator[Postgres]:
 
 
 @contextmanager
+def running(
+    command: list[str], environment: dict[str, str], url: str, patience: float
+) -> Iterator[tuple[subprocess.Popen[bytes], IO[str]]]:
+    """`command` started with its output in a temporary file, yielded (with that file) once
+    `url`/healthz answers; stopped with SIGINT, and killed after `patience` seconds."""
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            _wait_healthy(url, process, log)
+            yield process, log
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+                try:
+                    process.wait(patience)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+
+
+@contextmanager
 def serve(target: str, db: Postgres, workers: int, env: dict[str, str]) -> Iterator[Target]:
     """Start `target` on `db` and yield it once /healthz answers; stop it with SIGINT."""
     port = free_port()
@@ -59,24 +81,14 @@ def serve(target: str, db: Postgres, workers: int, env: dict[str, str]) -> Itera
         command = [sys.executable, "-m", "bench.baseline", mode, "--database-url", db.url]
     command += ["--port", str(port), "--workers", str(workers)]
     url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            _wait_healthy(url, process, log)
-            settings: dict[str, object] = {
-                "workers": workers,
-                "back_frame_ms": float(environment.get("BACK_FRAME_MS", "10")),
-                "shards": workers if target == "numerator" else 0,
-                "environment": dict(env),
-            }
-            yield Target(target, url, [process.pid], settings)
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+    with running(command, environment, url, 30) as (process, _):
+        settings: dict[str, object] = {
+            "workers": workers,
+            "back_frame_ms": Settings.from_env(environment).back_frame_ms,
+            "shards": workers if target == "numerator" else 0,
+            "environment": dict(env),
+        }
+        yield Target(target, url, [process.pid], settings)
 
 
 @contextmanager
@@ -99,40 +111,29 @@ def serve_aws(
     command += ["--database-url", db.url, "--port", str(port), "--workers", str(workers)]
     command += ["--batchers", str(batchers)]
     url = f"http://127.0.0.1:{port}"
-    with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            _wait_healthy(url, process, log)
-            log.seek(0)
-            found = re.search(r"batcher\(s\) \(([^)]*)\)", log.read())
-            others = found.group(1).split(", ") if found else []
-            settings: dict[str, object] = {
-                "workers": workers,
-                "back_frame_ms": float(environment.get("BACK_FRAME_MS", "10")),
-                "shards": int(environment.get("SHARDS", "1")),
-                "batchers": batchers,
-                "edge": edge,
-                "front_frame_ms": float(environment.get("FRONT_FRAME_MS", "20"))
-                if edge == "server"
-                else 0.0,
-                "environment": dict(env),
-            }
-            yield Target(f"numerator-aws-{edge}", url, [process.pid], settings, others)
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(60)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+    with running(command, environment, url, 60) as (process, log):
+        log.seek(0)
+        found = re.search(r"batcher\(s\) \(([^)]*)\)", log.read())
+        others = found.group(1).split(", ") if found else []
+        service = Settings.from_env(environment)
+        settings: dict[str, object] = {
+            "workers": workers,
+            "back_frame_ms": service.back_frame_ms,
+            "shards": service.shards,
+            "batchers": batchers,
+            "edge": edge,
+            "front_frame_ms": service.front_frame_ms if edge == "server" else 0.0,
+            "environment": dict(env),
+        }
+        yield Target(f"numerator-aws-{edge}", url, [process.pid], settings, others)
 
 
-def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: object) -> None:
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: IO[str]) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            log.seek(0)  # type: ignore[attr-defined]
-            raise BenchError(f"the stack exited: {log.read()[-2000:]}")  # type: ignore[attr-defined]
+            log.seek(0)
+            raise BenchError(f"the stack exited: {log.read()[-2000:]}")
         try:
             if httpx.get(url + "/healthz", timeout=1).status_code == 200:
                 return

@@ -7,10 +7,8 @@ the CPU of a /next request in profiles), and hands every other request to the ap
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
-import uuid
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -23,13 +21,9 @@ from functions.edge import Edge
 from functions.problems import REPLY_PROBLEMS, Problem, bad_reply, unavailable
 from infra.counters import template
 from infra.errors import ReplyTimeout, StreamFull, Unavailable
-from infra.wire import BadReply, Record, Reply
+from infra.wire import BadReply, Record, Reply, reply_key
 
 log = logging.getLogger("numerator.edge")
-
-# Reply keys: unique across processes (the prefix) and within one (the sequence), cheap to make.
-_PREFIX = uuid.uuid4().hex[:16]
-_SEQUENCE = itertools.count(1)
 
 
 async def take(
@@ -78,9 +72,7 @@ async def _own_record(
     edge: Edge, name: str, count: int, key: str | None, timeout: float, sent: float
 ) -> Reply:
     """Put a record for this request alone and await its reply."""
-    record = Record(
-        f"{_PREFIX}-{next(_SEQUENCE)}", name, count, key, sent + edge.budget(timeout), sent
-    )
+    record = Record(reply_key(), name, count, key, sent + edge.budget(timeout), sent)
     edge.replies.expect(record.key)
     try:
         await edge.stream.put((record,))

@@ -11,22 +11,17 @@ requests 503 and allocates nothing; a reply that does not come in time answers t
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from infra.errors import NumeratorError, ReplyTimeout
 from infra.metrics import Metrics
 from infra.ports import Replies, Stream
-from infra.wire import MAX_RECORD_COUNT, BadReply, Record, Reply
+from infra.wire import MAX_RECORD_COUNT, BadReply, Record, Reply, reply_key
 
 log = logging.getLogger("numerator.front")
-
-_PREFIX = "f" + uuid.uuid4().hex[:15]
-_SEQUENCE = itertools.count(1)
 
 
 @dataclass(slots=True)
@@ -103,7 +98,7 @@ class Front:
             self.metrics.front_frame_size.observe(len(waiters))
             for chunk in _chunks(waiters):
                 record = Record(
-                    f"{_PREFIX}-{next(_SEQUENCE)}",
+                    reply_key(),
                     counter,
                     sum(w.count for w in chunk),
                     None,
@@ -153,9 +148,7 @@ class Front:
 
     async def close(self) -> None:
         """Send what is gathered and wait for the frames in flight (a worker that stops)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._close()
+        self._close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 

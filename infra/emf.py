@@ -34,11 +34,14 @@ class Emf:
 
     def __init__(self, metrics: Metrics, role: str) -> None:
         from aws_lambda_powertools import Metrics as Out
+        from aws_lambda_powertools.metrics import MetricUnit
 
         self.metrics, self.role = metrics, role
         self.out: Any = Out(namespace=NAMESPACE, service=NAMESPACE)
         self.out.set_default_dimensions(role=role)
         self.last: dict[str, float] = {}
+        self.units = {"LagSeconds": MetricUnit.Seconds}
+        self.count = MetricUnit.Count
 
     def totals(self) -> dict[str, float]:
         metrics = self.metrics
@@ -52,8 +55,6 @@ class Emf:
 
     def flush(self) -> dict[str, float]:
         """Write what changed since the last flush (nothing when nothing did); what was written."""
-        from aws_lambda_powertools.metrics import MetricUnit
-
         now = self.totals()
         changed = {k: v - self.last.get(k, 0.0) for k, v in now.items()}
         changed = {k: v for k, v in changed.items() if v}
@@ -63,7 +64,6 @@ class Emf:
         if not changed:
             return {}
         for name, value in changed.items():
-            unit = MetricUnit.Seconds if name == "LagSeconds" else MetricUnit.Count
-            self.out.add_metric(name=name, unit=unit, value=value)
+            self.out.add_metric(name=name, unit=self.units.get(name, self.count), value=value)
         self.out.flush_metrics()
         return changed

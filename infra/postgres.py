@@ -325,7 +325,7 @@ class PostgresStore:
         )
 
     async def members(self, stream: str, owner: str, ttl: float) -> list[str]:
-        rows = await self._fetch(
+        others = await self._fetch(
             "WITH seen AS (INSERT INTO batchers (stream, owner) VALUES (%(stream)s, %(owner)s)"
             "  ON CONFLICT (stream, owner) DO UPDATE SET seen_at = now()),"
             " gone AS (DELETE FROM batchers WHERE stream = %(stream)s"
@@ -334,7 +334,7 @@ class PostgresStore:
             "  AND seen_at >= now() - make_interval(secs => %(ttl)s)",
             {"stream": stream, "owner": owner, "ttl": ttl},
         )
-        return sorted([owner, *(str(row[0]) for row in rows)])
+        return sorted([owner, *(str(row[0]) for row in others)])
 
     async def leave(self, stream: str, owner: str) -> None:
         await self._fetch(

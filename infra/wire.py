@@ -6,6 +6,8 @@ DynamoDB they travel as the JSON that `encode` writes and `decode_*` reads.
 
 from __future__ import annotations
 
+import itertools
+import uuid
 from dataclasses import dataclass
 from datetime import date
 from enum import Enum
@@ -20,6 +22,16 @@ MAX_RECORD_COUNT = 1_000_000
 VERSION = 1
 """The wire version every record and reply carries as `v`. A reader meets a version it does not
 know as a poison record (dead-lettered) or a bad reply (502), never as a crash."""
+
+
+# Reply keys: unique across processes (the prefix) and within one (the sequence), cheap to make.
+_PREFIX = uuid.uuid4().hex[:16]
+_SEQUENCE = itertools.count(1)
+
+
+def reply_key() -> str:
+    """A new record's reply key (an edge's own record, or a front frame's)."""
+    return f"{_PREFIX}-{next(_SEQUENCE)}"
 
 
 class ReplyError(Enum):

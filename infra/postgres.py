@@ -243,7 +243,7 @@ class PostgresStore:
         self, timeout: float | None = None
     ) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
         if not self.url and self.secret:
-            self.url = await secret.database_url(self.secret)
+            self.url = await secret.resolve(self.url, self.secret)
             self.pool = self._pool()
         if not self.url:
             raise StoreUnavailable("no Postgres is configured here: set DATABASE_URL")

@@ -9,6 +9,11 @@ from infra.errors import SettingsError, StoreUnavailable
 from infra.settings import database_url_of
 
 
+async def resolve(url: str, secret: str) -> str:
+    """`url` when given, else the one the secret `secret` holds (read now); empty when neither."""
+    return url or (await database_url(secret) if secret else "")
+
+
 async def database_url(secret: str) -> str:
     import boto3  # only where it is used: /next never comes here
     from botocore.config import Config

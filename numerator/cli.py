@@ -242,11 +242,7 @@ def run_serve(args: argparse.Namespace) -> None:
     if args.aws:
         os.environ["MODE"] = "aws"
         if args.aws != "aws":
-            from numerator import local
-
-            if not args.aws.startswith(("http://", "https://")):
-                client.fail(f"--aws takes an endpoint URL (or nothing, for AWS), not {args.aws!r}")
-            os.environ.update(local.aws_environment(args.aws))
+            use_endpoint(args.aws, "an endpoint URL (or nothing, for AWS)")
     settings_or_exit()
     port_or_exit(args)
     if not args.database_url:
@@ -268,6 +264,15 @@ async def migrate_when_ready(url: str, patience: float) -> None:
             await asyncio.sleep(0.5)
 
 
+def use_endpoint(endpoint: str, takes: str) -> None:
+    """Point this process and its children at the AWS endpoint `--aws` names."""
+    from numerator import local
+
+    if not endpoint.startswith(("http://", "https://")):
+        client.fail(f"--aws takes {takes}, not {endpoint!r}")
+    os.environ.update(local.aws_environment(endpoint))
+
+
 def serve_aws(args: argparse.Namespace, url: str, where: str) -> None:
     """`up --aws`: the endpoint (moto server started here, or a URL), the stream and table, the
     batcher process(es), then the HTTP edge in front."""
@@ -279,9 +284,7 @@ def serve_aws(args: argparse.Namespace, url: str, where: str) -> None:
             endpoint = (
                 running.enter_context(local.moto_server()) if args.aws == "moto" else args.aws
             )
-            if not endpoint.startswith(("http://", "https://")):
-                client.fail(f"--aws takes moto or an endpoint URL, not {endpoint!r}")
-            os.environ.update(local.aws_environment(endpoint))
+            use_endpoint(endpoint, "moto or an endpoint URL")
             os.environ["DATABASE_URL"] = url
             os.environ["WORKERS"] = str(args.workers)
             settings = settings_or_exit()
@@ -370,11 +373,9 @@ def run_migrate(args: argparse.Namespace) -> None:
     settings = settings_or_exit()
 
     async def apply() -> None:
-        url = settings.database_url
-        if not url and settings.database_secret_arn:
-            from infra import secret
+        from infra import secret
 
-            url = await secret.database_url(settings.database_secret_arn)
+        url = await secret.resolve(settings.database_url, settings.database_secret_arn)
         if not url:
             client.fail(
                 "numerator migrate needs --database-url, DATABASE_URL or DATABASE_SECRET_ARN"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from functions.auth import Guard
 from functions.front import Front
+from functions.limits import KeyRate
 from infra.clock import utc_now
 from infra.metrics import Metrics
 from infra.ports import Replies, Store, Stream
@@ -38,6 +40,15 @@ class Edge:
     front: Front | None = None
     """Front frames (the AWS path's long-running edge): /next without an Idempotency-Key goes
     through them, one record per counter per frame."""
+    guard: Guard | None = field(default=None, init=False)
+    """API keys (AUTH=keys): who may do what."""
+    key_rate: KeyRate = field(init=False)
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        if settings.auth == "keys":
+            self.guard = Guard(self.store, settings.keys_refresh_s, self.metrics)
+        self.key_rate = KeyRate(settings.idempotency_keys_per_s)
 
     def timeout(self, context: Any = None) -> float:
         """Seconds a request waits for its reply: REPLY_TIMEOUT_S, and in Lambda no longer than

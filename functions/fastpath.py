@@ -27,14 +27,15 @@ log = logging.getLogger("numerator.edge")
 
 
 async def take(
-    edge: Edge, name: str, count: str | None, key: str | None, timeout: float
+    edge: Edge, name: str, count: str | None, key: str | None, timeout: float, who: str = ""
 ) -> dict[str, Any]:
     """Put one record for `count` values of counter `name` and await its reply for up to
-    `timeout` seconds; the response body, or a Problem. Counts every request and its status."""
+    `timeout` seconds; the response body, or a Problem. Counts every request and its status.
+    `who` sent it (a key id or an address): the Idempotency-Keys it may send are limited."""
     metrics = edge.metrics
     metrics.next_requests.inc()
     try:
-        body = await _take(edge, name, count, key, timeout)
+        body = await _take(edge, name, count, key, timeout, who)
     except Problem as problem:
         metrics.responses.inc(str(problem.status))
         raise
@@ -43,12 +44,24 @@ async def take(
 
 
 async def _take(
-    edge: Edge, name: str, raw_count: str | None, key: str | None, timeout: float
+    edge: Edge, name: str, raw_count: str | None, key: str | None, timeout: float, who: str
 ) -> dict[str, Any]:
     validation.name(name)
     count = validation.count(raw_count)
     validation.idempotency_key(key)
     settings = edge.settings
+    if key is not None:
+        wait = edge.key_rate.take(who)
+        if wait:
+            edge.metrics.refused.inc("429")
+            problem = Problem(
+                429,
+                "too-many-idempotency-keys",
+                f"at most {settings.idempotency_keys_per_s:g} Idempotency-Keys per second "
+                "from one client (IDEMPOTENCY_KEYS_PER_S)",
+            )
+            problem.headers["Retry-After"] = str(max(1, round(wait + 0.5)))
+            raise problem
     sent = time.time()
     try:
         if edge.front is not None and key is None:
@@ -111,43 +124,53 @@ JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
 class FastPath:
-    """ASGI middleware: answers POST /counters/{name}/next itself, passes the rest to `app`."""
+    """ASGI middleware in front of the app: checks every request's header size and API key,
+    answers POST /counters/{name}/next itself, and passes the rest to `app`."""
 
     def __init__(self, app: Starlette, edge: Edge | None = None) -> None:
         self.app = app
         self.edge = edge
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path: str = scope.get("path", "")
-        if (
-            scope["type"] != "http"
-            or scope["method"] != "POST"
-            or not path.startswith("/counters/")
-            or not path.endswith("/next")
-            or path.count("/") != 3
-        ):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        path: str = scope["path"]
         edge: Edge = self.edge or self.app.state.edge
+        settings = edge.settings
         count = key = None
-        length = 0
+        length = size = 0
         for header, value in scope["headers"]:
+            size += len(header) + len(value)
             if header == b"idempotency-key":
                 key = value.decode("latin-1")
             elif header == b"content-length" and value.isdigit():
                 length = int(value)
+        try:
+            who = await self.admit(edge, scope, size)
+        except Problem as problem:
+            await problem.response(path)(scope, receive, send)
+            return
+        if (
+            scope["method"] != "POST"
+            or not path.startswith("/counters/")
+            or not path.endswith("/next")
+            or path.count("/") != 3
+        ):
+            scope.setdefault("state", {})["who"] = who
+            await self.app(scope, receive, send)
+            return
         if scope["query_string"]:
             count = dict(
                 parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
             ).get("count")
         try:
-            if length > edge.settings.max_body_bytes:
+            if length > settings.max_body_bytes:
                 raise Problem(413, "body-too-large", "/next takes no body")
             timeout = edge.timeout(scope.get("aws.context"))
-            body = orjson.dumps(await take(edge, path[10:-5], count, key, timeout))
+            body = orjson.dumps(await take(edge, path[10:-5], count, key, timeout, who))
         except Problem as problem:
-            response = problem.response(path)
-            await response(scope, receive, send)
+            await problem.response(path)(scope, receive, send)
             return
         except Exception:
             log.exception("unexpected error in /next")
@@ -157,3 +180,18 @@ class FastPath:
             return
         await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
         await send({"type": "http.response.body", "body": body})
+
+    @staticmethod
+    async def admit(edge: Edge, scope: Scope, size: int) -> str:
+        """Who sent the request (a key id, or the client's address), if it may go on: its
+        headers are not too large and its key (AUTH=keys) allows it; else a Problem."""
+        limit = edge.settings.max_header_bytes
+        if size > limit:
+            edge.metrics.refused.inc("431")
+            raise Problem(
+                431, "headers-too-large", f"the request headers may be at most {limit} bytes"
+            )
+        if edge.guard is not None:
+            return await edge.guard.admit(scope)
+        client = scope.get("client")
+        return client[0] if client else ""

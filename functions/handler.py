@@ -20,6 +20,7 @@ from mangum import Mangum
 from functions.app import create_app
 from functions.edge import Edge
 from infra.emf import Emf
+from infra.errors import SettingsError
 from infra.metrics import Metrics
 from infra.ports import Store
 from infra.serverless import aws_ports
@@ -49,6 +50,9 @@ def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) 
     """A container's handler: settings from the environment, AWS clients, the app; its signals
     counted in `metrics` when given."""
     settings = Settings.from_env(env)
+    refused = settings.open_to(None)
+    if refused:
+        raise SettingsError("AUTH", refused)
     metrics = metrics or Metrics()
     metrics.info.labels = {"mode": "aws", "role": "lambda"}
     aws = aws_ports(settings, metrics)

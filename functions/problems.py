@@ -27,6 +27,13 @@ TITLES = {
     "reply-timeout": "No reply in time",
     "bad-reply": "The batcher's reply could not be read",
     "internal": "Internal error",
+    "unauthorized": "No valid API key",
+    "forbidden": "The API key does not allow this",
+    "key-exists": "An API key with this name exists",
+    "key-not-found": "No such API key",
+    "too-many-idempotency-keys": "Too many Idempotency-Keys from this client",
+    "headers-too-large": "The request headers are too large",
+    "body-timeout": "The request body did not arrive in time",
 }
 
 

@@ -14,8 +14,16 @@ from functions import validation
 from functions.edge import Edge
 from functions.fastpath import take
 from functions.problems import Problem, invalid
+from infra import keys
 from infra.counters import Counter
-from infra.errors import CounterExists, InvalidCounter, StoreError, Unavailable
+from infra.errors import (
+    CounterExists,
+    InvalidCounter,
+    InvalidKey,
+    KeyExists,
+    StoreError,
+    Unavailable,
+)
 
 
 class JSON(Response):
@@ -40,13 +48,14 @@ async def next_values(request: Request) -> Response:
         request.query_params.get("count"),
         request.headers.get("idempotency-key"),
         edge.timeout(request.scope.get("aws.context")),
+        request.scope.get("state", {}).get("who", ""),
     )
     return JSON(body)
 
 
 async def create_counter(request: Request) -> Response:
     edge = edge_of(request)
-    body = await validation.json_body(request, edge.settings.max_body_bytes)
+    body = await validation.json_body(request, edge.settings)
     try:
         counter = Counter.parse(body)
     except InvalidCounter as exc:
@@ -85,6 +94,45 @@ async def list_counters(request: Request) -> Response:
     counters = counters[:limit]
     cursor = counters[-1].name if more and counters else None
     return JSON({"counters": [c.to_json() for c in counters], "next": cursor})
+
+
+async def create_key(request: Request) -> Response:
+    """A new API key; its secret is in this response and nowhere else, ever."""
+    edge = edge_of(request)
+    body = await validation.json_body(request, edge.settings)
+    if not isinstance(body, dict):
+        raise invalid("body", 'must be a JSON object: {"name": …, "scopes": […]}')
+    try:
+        key, secret = keys.new(body.get("name"), body.get("scopes"), edge.clock())
+    except InvalidKey as exc:
+        raise invalid(exc.field, exc.problem) from None
+    try:
+        key = await edge.store.add_key(key)
+    except KeyExists:
+        raise Problem(409, "key-exists", f"an unrevoked key named {key.name!r} exists") from None
+    if edge.guard is not None:
+        edge.guard.changed()
+    return JSON(
+        {**key.to_json(), "secret": secret},
+        status_code=201,
+        headers={"Location": f"/keys/{key.name}", "Cache-Control": "no-store"},
+    )
+
+
+async def list_keys(request: Request) -> Response:
+    found = await edge_of(request).store.keys()
+    return JSON({"keys": [key.to_json() for key in found]})
+
+
+async def revoke_key(request: Request) -> Response:
+    name = request.path_params["name"]
+    edge = edge_of(request)
+    key = await edge.store.revoke_key(name)
+    if key is None:
+        raise Problem(404, "key-not-found", f"no unrevoked key named {name[:64]!r}")
+    if edge.guard is not None:
+        edge.guard.changed()
+    return JSON(key.to_json())
 
 
 async def healthz(request: Request) -> Response:

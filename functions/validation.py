@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -11,13 +12,25 @@ from starlette.requests import Request
 from functions.problems import Problem, invalid
 from infra.counters import check_name
 from infra.errors import InvalidCounter
+from infra.settings import Settings
 from infra.wire import MAX_COUNT
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 MAX_PAGE = 1000
 
 
-async def json_body(request: Request, limit: int) -> Any:
+async def json_body(request: Request, settings: Settings) -> Any:
+    """The request's JSON body: at most MAX_BODY_BYTES (413), in BODY_TIMEOUT_S (408)."""
+    try:
+        async with asyncio.timeout(settings.body_timeout_s):
+            return await _json_body(request, settings.max_body_bytes)
+    except TimeoutError:
+        raise Problem(
+            408, "body-timeout", f"the body did not arrive within {settings.body_timeout_s:g} s"
+        ) from None
+
+
+async def _json_body(request: Request, limit: int) -> Any:
     length = request.headers.get("content-length")
     if length is not None:
         if not (length.isascii() and length.isdigit()):

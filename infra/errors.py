@@ -5,6 +5,8 @@ NumeratorError
 ├── InvalidCounter         a counter definition (name, template, reset, time zone) is malformed
 ├── CounterExists          create: the name is taken
 ├── CounterNotFound        no counter by that name
+├── InvalidKey             an API key's name or scopes are malformed
+├── KeyExists              create key: an unrevoked key has that name
 ├── StoreError             Postgres refused the work for a reason other than availability
 ├── Unavailable            a backend cannot serve now; retry later (503)
 │   ├── StoreUnavailable   Postgres is down or refused the transaction
@@ -40,6 +42,17 @@ class CounterExists(NumeratorError):
 
 
 class CounterNotFound(NumeratorError):
+    pass
+
+
+class InvalidKey(NumeratorError, ValueError):
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
+class KeyExists(NumeratorError):
     pass
 
 

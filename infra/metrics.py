@@ -178,6 +178,16 @@ class Metrics:
             "AWS calls tried again, by reason (throttled, transient, connection).",
             "reason",
         )
+        self.refused = LabeledCounter(
+            "numerator_requests_refused_total",
+            "Requests refused before any work: no or a bad key (401), a key without the scope "
+            "(403), too many Idempotency-Keys (429), headers too large (431), by status.",
+            "status",
+        )
+        self.keys_refresh_errors = Counter(
+            "numerator_keys_refresh_errors_total",
+            "Failed reloads of the API keys from Postgres (the edge keeps its last copy).",
+        )
         self.frame_size = Histogram("numerator_frame_size_records", "Records per frame.", SIZES)
         self.frame_seconds = Histogram(
             "numerator_frame_commit_seconds", "Time to commit one frame's transaction.", SECONDS

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Protocol
 
 from infra.counters import Counter
+from infra.keys import Key
 from infra.wire import BadRecord, Record, Reply, decode_record
 
 
@@ -190,5 +191,17 @@ class Store(Protocol):
     async def prune(self, now: datetime, audit_retention: float, reply_retention: float) -> int:
         """Drop idempotency keys past their expiry, allocation rows and dead letters older than
         `audit_retention` seconds, and held replies older than `reply_retention`; how many went."""
+
+    async def add_key(self, key: Key) -> Key:
+        """Store a new key (KeyExists if an unrevoked key has its name); as stored."""
+
+    async def keys(self) -> list[Key]:
+        """Every key, revoked ones included."""
+
+    async def revoke_key(self, name: str) -> Key | None:
+        """Revoke the unrevoked key of this name; None if there is none."""
+
+    async def touch_keys(self, used: Mapping[str, datetime]) -> None:
+        """Record when keys (by id) were last used."""
 
     async def ping(self) -> None: ...

@@ -16,7 +16,8 @@ from psycopg.rows import tuple_row
 
 from infra import secret
 from infra.counters import Counter, Reset
-from infra.errors import CounterExists, LeaseLost, StoreError, StoreUnavailable
+from infra.errors import CounterExists, KeyExists, LeaseLost, StoreError, StoreUnavailable
+from infra.keys import Key
 from infra.ports import Claim, DeadLetter, Lease
 
 # Errors after which the same work may succeed if tried again: the connection went away, the
@@ -34,11 +35,17 @@ RETRYABLE = (
 FRAME_CONNECT_S = 0.25
 PRUNE_BATCH, PRUNE_BATCHES = 20_000, 20
 COUNTER_COLUMNS = "name, start, template, reset, timezone"
+KEY_COLUMNS = "id, name, digest, scopes, created_at, last_used_at, revoked_at"
 
 
 def _counter(row: tuple[Any, ...]) -> Counter:
     name, start, template, reset, timezone = row
     return Counter(name=name, start=start, template=template, reset=Reset(reset), timezone=timezone)
+
+
+def _key(row: tuple[Any, ...]) -> Key:
+    key_id, name, digest, scopes, created, last_used, revoked = row
+    return Key(key_id, name, bytes(digest), tuple(scopes), created, last_used, revoked)
 
 
 def rows(items: Iterable[Sequence[Any]]) -> str:
@@ -419,6 +426,40 @@ class PostgresStore:
                 if int(rows[0][0]) < PRUNE_BATCH:
                     break
         return total
+
+    async def add_key(self, key: Key) -> Key:
+        try:
+            rows = await self._fetch(
+                "INSERT INTO api_keys (id, name, digest, scopes) VALUES (%s, %s, %s, %s)"
+                f" RETURNING {KEY_COLUMNS}",
+                (key.id, key.name, key.digest, list(key.scopes)),
+            )
+        except pgerrors.UniqueViolation as exc:
+            raise KeyExists(key.name) from exc
+        return _key(rows[0])
+
+    async def keys(self) -> list[Key]:
+        rows = await self._fetch(
+            f"SELECT {KEY_COLUMNS} FROM api_keys ORDER BY name, created_at", ()
+        )
+        return [_key(row) for row in rows]
+
+    async def revoke_key(self, name: str) -> Key | None:
+        rows = await self._fetch(
+            "UPDATE api_keys SET revoked_at = now() WHERE name = %s AND revoked_at IS NULL"
+            f" RETURNING {KEY_COLUMNS}",
+            (name,),
+        )
+        return _key(rows[0]) if rows else None
+
+    async def touch_keys(self, used: Mapping[str, datetime]) -> None:
+        if used:
+            await self._fetch(
+                "UPDATE api_keys k SET last_used_at = greatest(k.last_used_at, u.at)"
+                " FROM unnest(%s::text[], %s::timestamptz[]) AS u(id, at)"
+                " WHERE k.id = u.id RETURNING 1",
+                (list(used), list(used.values())),
+            )
 
     async def ping(self) -> None:
         await self._fetch("SELECT 1", ())

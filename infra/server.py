@@ -12,15 +12,31 @@ import errno
 import gc
 import multiprocessing
 import os
+import resource
 import signal
 import socket
 
 from granian import Granian
 from granian.constants import Interfaces
+from granian.http import HTTP1Settings
+
+from infra.settings import MAX_HEADER_BUFFER, Settings
+
+BACKLOG = 4096  # connections the kernel queues for accept
 
 
-def serve(factory: str, host: str, port: int, workers: int) -> None:
-    """Serve the ASGI app that `factory` ('module:function') builds, until SIGINT or SIGTERM."""
+def serve(
+    factory: str, host: str, port: int, workers: int, settings: Settings | None = None
+) -> None:
+    """Serve the ASGI app that `factory` ('module:function') builds, until SIGINT or SIGTERM.
+
+    Slow clients: a connection that has not sent its whole head within HEADER_TIMEOUT_S is
+    closed, and each worker holds up to MAX_CONNECTIONS of them (granian's default, the backlog
+    2048, is what 2,100-2,600 half-open connections filled, stopping everyone else). A head
+    larger than MAX_HEADER_BUFFER is refused by the server itself (431 with no body); the app
+    refuses one over MAX_HEADER_BYTES with a problem."""
+    settings = settings or Settings()
+    open_files(settings.max_connections * workers + 1024)
     Granian(
         factory,
         address=host,
@@ -29,8 +45,23 @@ def serve(factory: str, host: str, port: int, workers: int) -> None:
         workers=workers,
         factory=True,
         log_access=False,
-        backlog=2048,
+        backlog=BACKLOG,
+        backpressure=settings.max_connections,
+        http1_settings=HTTP1Settings(
+            header_read_timeout=int(settings.header_timeout_s * 1000),
+            max_buffer_size=MAX_HEADER_BUFFER,
+        ),
     ).serve()
+
+
+def open_files(wanted: int) -> None:
+    """Raise this process's limit on open files (its workers inherit it) towards `wanted`, as far
+    as the hard limit allows: each connection is a file, and a soft limit of 1024 is common."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def die_with_parent() -> None:

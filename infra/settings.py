@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -15,6 +16,8 @@ from infra.errors import SettingsError
 T = TypeVar("T", int, float)
 MODES = ("embedded", "aws")
 POLICIES = ("fixed", "auto")
+AUTHS = ("keys", "none")
+MAX_HEADER_BUFFER = 65_536  # the HTTP server refuses headers beyond this itself (a bare 431)
 RESOURCE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")  # Kinesis stream and DynamoDB table names
 
 
@@ -58,6 +61,14 @@ class Settings:
     # 32 pollers saturated moto (~100 calls/s) so that 300 requests took 21 s against 11 s with 8.
     lambda_containers: int = 8
     emf_interval_s: float = 0.0  # EMF_INTERVAL_S: the batcher's CloudWatch EMF lines (0: none)
+    auth: str = "keys"  # AUTH: keys (Bearer API keys) or none (loopback only, or an AUTHORIZER)
+    authorizer: str = ""  # AUTHORIZER: what checks callers in front of the edge (AUTH=none)
+    keys_refresh_s: float = 2.0  # KEYS_REFRESH_S: how old the edge's copy of the keys may get
+    idempotency_keys_per_s: float = 100.0  # IDEMPOTENCY_KEYS_PER_S: per client, per edge process
+    max_header_bytes: int = 8192  # MAX_HEADER_BYTES: larger request headers get 431
+    header_timeout_s: float = 5.0  # HEADER_TIMEOUT_S: a connection must send its headers by then
+    body_timeout_s: float = 10.0  # BODY_TIMEOUT_S: a request body must arrive by then (408)
+    max_connections: int = 10_000  # MAX_CONNECTIONS: open connections per HTTP worker
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -99,6 +110,12 @@ class Settings:
             ("REPLY_TTL_S", self.reply_ttl_s),
             ("AWS_THREADS", self.aws_threads),
             ("LAMBDA_CONTAINERS", self.lambda_containers),
+            ("KEYS_REFRESH_S", self.keys_refresh_s),
+            ("IDEMPOTENCY_KEYS_PER_S", self.idempotency_keys_per_s),
+            ("MAX_HEADER_BYTES", self.max_header_bytes),
+            ("HEADER_TIMEOUT_S", self.header_timeout_s),
+            ("BODY_TIMEOUT_S", self.body_timeout_s),
+            ("MAX_CONNECTIONS", self.max_connections),
         ]
         for variable, value in positive:
             if value <= 0:
@@ -123,6 +140,14 @@ class Settings:
         ):
             if value < 0:
                 raise SettingsError(variable, f"must be 0 or more, not {value}")
+        if self.auth not in AUTHS:
+            raise SettingsError("AUTH", f"must be one of {', '.join(AUTHS)}, not {self.auth!r}")
+        if self.keys_refresh_s > 5:
+            raise SettingsError(
+                "KEYS_REFRESH_S", "must be at most 5: a revoked key stops within it"
+            )
+        if self.max_header_bytes > MAX_HEADER_BUFFER:
+            raise SettingsError("MAX_HEADER_BYTES", f"must be at most {MAX_HEADER_BUFFER}")
         if self.mode not in MODES:
             raise SettingsError("MODE", f"must be one of {', '.join(MODES)}, not {self.mode!r}")
         for variable, name in (
@@ -134,9 +159,33 @@ class Settings:
         if self.database_url and not self.database_url.startswith(("postgres://", "postgresql://")):
             raise SettingsError("DATABASE_URL", "must start with postgresql://")
 
+    def open_to(self, host: str | None) -> str | None:
+        """Why these settings must not serve on `host` (None: the Lambda handler, where API
+        Gateway is the listener), or None. AUTH=none checks nobody: only loopback clients can
+        reach it, or an authorizer the settings name stands in front."""
+        if self.auth == "keys" or self.authorizer:
+            return None
+        if host is not None and loopback(host):
+            return None
+        where = f"on {host}" if host is not None else "in Lambda"
+        return (
+            f"AUTH=none serves anyone who reaches it: {where} it needs AUTHORIZER (what checks "
+            "callers in front, e.g. iam or jwt), or use AUTH=keys, or listen on loopback only"
+        )
+
     def to_env(self) -> dict[str, str]:
         """The environment that reproduces these settings in a worker process."""
         return {f.name.upper(): str(getattr(self, f.name)) for f in fields(self)}
+
+
+def loopback(host: str) -> bool:
+    """Whether `host` (an address or a name) is on this machine only."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def database_url_of(raw: str) -> str:

@@ -15,8 +15,9 @@ from bench.cli import add_bench
 from infra.embedded import Postgres, default_data_dir, embedded, ephemeral
 from infra.errors import NumeratorError, StoreUnavailable
 from infra.postgres import migrate, migrations
-from infra.settings import Settings
+from infra.settings import Settings, loopback
 from numerator import __version__, client
+from numerator.keys import add_keys
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -127,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     talking(create)
     create.set_defaults(
         run=lambda a: client.create(
-            a.url,
+            service(a),
             a.json,
             name=a.name,
             start=a.start,
@@ -139,12 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     get = actions.add_parser("get", help="show a counter and its last value")
     get.add_argument("name")
     talking(get)
-    get.set_defaults(run=lambda a: client.get(a.url, a.name, a.json))
+    get.set_defaults(run=lambda a: client.get(service(a), a.name, a.json))
     listing = actions.add_parser("list", help="list counters")
     listing.add_argument("--limit", type=int, default=100)
     listing.add_argument("--after", help="start after this name (the 'more' hint of a page)")
     talking(listing)
-    listing.set_defaults(run=lambda a: client.listing(a.url, a.limit, a.after, a.json))
+    listing.set_defaults(run=lambda a: client.listing(service(a), a.limit, a.after, a.json))
 
     nxt = commands.add_parser("next", help="take the next value(s) of a counter")
     nxt.add_argument("name")
@@ -152,9 +153,10 @@ def build_parser() -> argparse.ArgumentParser:
     nxt.add_argument("--idempotency-key")
     talking(nxt)
     nxt.set_defaults(
-        run=lambda a: client.next_values(a.url, a.name, a.count, a.idempotency_key, a.json)
+        run=lambda a: client.next_values(service(a), a.name, a.count, a.idempotency_key, a.json)
     )
 
+    add_keys(commands, talking)
     add_bench(commands)
     return parser
 
@@ -183,7 +185,16 @@ def talking(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get("NUMERATOR_URL", client.DEFAULT_URL),
         help="the service (default: $NUMERATOR_URL or %(default)s)",
     )
+    parser.add_argument(
+        "--key",
+        default=os.environ.get("NUMERATOR_KEY") or None,
+        help="the API key to send (default: $NUMERATOR_KEY; none: loopback, before any key)",
+    )
     parser.add_argument("--json", action="store_true", help="print the JSON the service sent")
+
+
+def service(args: argparse.Namespace) -> client.Service:
+    return client.Service(args.url, args.key)
 
 
 def settings_or_exit() -> Settings:
@@ -195,11 +206,38 @@ def settings_or_exit() -> Settings:
 
 
 def port_or_exit(args: argparse.Namespace) -> None:
+    """Stop here if this process cannot listen on --host/--port, or its settings must not."""
     from infra.server import cannot_listen
 
-    problem = cannot_listen(args.host, args.port)
+    problem = settings_or_exit().open_to(args.host) or cannot_listen(args.host, args.port)
     if problem:
         client.fail(problem)
+
+
+async def who_may_call(url: str, host: str, settings: Settings) -> str:
+    """How callers are checked, for the start-up line; a warning on stderr when the service
+    listens beyond loopback and no key exists yet (Redis's protected mode does the same)."""
+    if settings.auth == "none":
+        return f"AUTH=none ({settings.authorizer or 'loopback only'})"
+    from infra.postgres import PostgresStore
+
+    store = PostgresStore(url, max_size=1)
+    try:
+        found = await store.keys()
+    finally:
+        await store.close()
+    live = sum(1 for key in found if key.revoked is None)
+    if found:
+        return f"AUTH=keys, {live} live key(s)"
+    if not loopback(host):
+        print(
+            f"numerator: WARNING: listening on {host} with no API key: only clients on this "
+            "machine are served, others get 401. Create a key here with "
+            "`numerator keys create NAME --scope admin`.",
+            file=sys.stderr,
+            flush=True,
+        )
+    return "AUTH=keys, no key yet: loopback clients only"
 
 
 def run_up(args: argparse.Namespace) -> None:
@@ -321,6 +359,7 @@ def serve_http(
     settings = settings_or_exit()
     try:
         asyncio.run(migrate_when_ready(url, args.wait_for_db))
+        auth = asyncio.run(who_may_call(url, args.host, settings))
     except NumeratorError as exc:
         client.fail(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -336,11 +375,12 @@ def serve_http(
     print(
         f"numerator is up at http://{args.host}:{args.port} ({where}; "
         f"{args.workers} worker(s), MODE={settings.mode}{front}, "
-        f"FRAME_POLICY={settings.frame_policy}, BACK_FRAME_MS={settings.back_frame_ms:g}). "
+        f"FRAME_POLICY={settings.frame_policy}, BACK_FRAME_MS={settings.back_frame_ms:g}; "
+        f"{auth}). "
         "Ctrl-C stops it.",
         flush=True,
     )
-    serve(factory, args.host, args.port, args.workers)
+    serve(factory, args.host, args.port, args.workers, settings)
     print("numerator stopped", file=sys.stderr, flush=True)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import httpx
@@ -15,9 +16,23 @@ class ClientError(Exception):
     pass
 
 
-def call(url: str, method: str, path: str, **kwargs: Any) -> Any:
+@dataclass(frozen=True, slots=True)
+class Service:
+    """Where the service is, and the API key to show it (none: loopback, before any key)."""
+
+    url: str = DEFAULT_URL
+    key: str | None = None
+
+
+def call(service: Service, method: str, path: str, **kwargs: Any) -> Any:
+    headers = dict(kwargs.pop("headers", None) or {})
+    if service.key:
+        headers["Authorization"] = f"Bearer {service.key}"
+    url = service.url
     try:
-        response = httpx.request(method, url.rstrip("/") + path, timeout=30, **kwargs)
+        response = httpx.request(
+            method, url.rstrip("/") + path, timeout=30, headers=headers, **kwargs
+        )
     except httpx.HTTPError as exc:
         raise ClientError(f"cannot reach numerator at {url}: {exc}") from None
     body = response.json() if response.content else None
@@ -50,22 +65,22 @@ def describe(counter: dict[str, Any]) -> list[str]:
     return lines
 
 
-def create(url: str, as_json: bool, **fields: Any) -> None:
+def create(service: Service, as_json: bool, **fields: Any) -> None:
     body = {k: v for k, v in fields.items() if v is not None}
-    counter = call(url, "POST", "/counters", json=body)
+    counter = call(service, "POST", "/counters", json=body)
     show(counter, as_json, ["created " + describe(counter)[0], *describe(counter)[1:]])
 
 
-def get(url: str, name: str, as_json: bool) -> None:
-    counter = call(url, "GET", f"/counters/{name}")
+def get(service: Service, name: str, as_json: bool) -> None:
+    counter = call(service, "GET", f"/counters/{name}")
     show(counter, as_json, describe(counter))
 
 
-def listing(url: str, limit: int, after: str | None, as_json: bool) -> None:
+def listing(service: Service, limit: int, after: str | None, as_json: bool) -> None:
     params: dict[str, Any] = {"limit": limit}
     if after:
         params["after"] = after
-    page = call(url, "GET", "/counters", params=params)
+    page = call(service, "GET", "/counters", params=params)
     lines = [f"{c['name']:<32} {c['template']:<28} {c['reset']}" for c in page["counters"]]
     if not lines:
         lines = ["no counters"]
@@ -74,12 +89,35 @@ def listing(url: str, limit: int, after: str | None, as_json: bool) -> None:
     show(page, as_json, lines)
 
 
-def next_values(url: str, name: str, count: int, key: str | None, as_json: bool) -> None:
+def next_values(service: Service, name: str, count: int, key: str | None, as_json: bool) -> None:
     headers = {"Idempotency-Key": key} if key else {}
     params = {"count": count} if count != 1 else {}
-    body = call(url, "POST", f"/counters/{name}/next", params=params, headers=headers)
+    body = call(service, "POST", f"/counters/{name}/next", params=params, headers=headers)
     lines = [v["formatted"] for v in body["values"]] if "values" in body else [body["formatted"]]
     show(body, as_json, lines)
+
+
+def describe_key(key: dict[str, Any]) -> str:
+    state = f"revoked {key['revoked']}" if key["revoked"] else "live"
+    used = key["last_used"] or "never"
+    return f"{key['name']:<24} {key['id']}  {state:<14} last used {used}  {' '.join(key['scopes'])}"
+
+
+def show_key(key: dict[str, Any], as_json: bool) -> None:
+    """A key as `keys create` and `keys revoke` print it; the secret, if there, said once."""
+    lines = [describe_key(key)]
+    if "secret" in key:
+        lines = [
+            f"created key {key['name']} (id {key['id']}) with scopes {' '.join(key['scopes'])}",
+            "its secret, shown this once (numerator keeps only a hash): store it now",
+            key["secret"],
+            "use it as: Authorization: Bearer <secret>, or NUMERATOR_KEY=<secret> for this CLI",
+        ]
+    show(key, as_json, lines)
+
+
+def show_keys(keys: list[dict[str, Any]], as_json: bool) -> None:
+    show({"keys": keys}, as_json, [describe_key(k) for k in keys] or ["no keys"])
 
 
 def fail(message: str) -> NoReturn:

@@ -1,9 +1,12 @@
-"""Checks shared by the concurrency tests: uniqueness, no holes, and the order guarantee."""
+"""Checks shared by the tests: uniqueness, no holes, the order guarantee, problem responses."""
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
+from typing import Any
+
+import httpx
 
 
 @dataclass(frozen=True)
@@ -13,6 +16,19 @@ class Answer:
     last: int
     sent: float  # monotonic time the request was sent
     received: float  # monotonic time its reply was read
+
+
+PROBLEM = "application/problem+json"
+
+
+def problem(response: httpx.Response, status: int, kind: str) -> dict[str, Any]:
+    """Check that `response` is the problem `kind` with `status`; its body."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM
+    body = response.json()
+    assert body["type"] == f"urn:numerator:problem:{kind}"
+    assert body["status"] == status
+    return body  # type: ignore[no-any-return]
 
 
 def assert_unique_without_holes(answers: list[Answer], start: int = 1) -> None:

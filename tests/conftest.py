@@ -14,6 +14,7 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import pytest
@@ -65,6 +66,23 @@ def database_url(pg_server: object | None) -> str:
     url = os.environ.get("DATABASE_URL") or pg_server.get_uri()  # type: ignore[union-attr]
     asyncio.run(migrate(url))
     return str(url)
+
+
+@pytest.fixture
+def fresh_database(database_url: str) -> Iterator[str]:
+    """A database of this test's own on the same server, migrated, dropped afterwards: for
+    tests that create API keys, which would close every other test's loopback access."""
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    parts = urlsplit(database_url)
+    url = urlunsplit(parts._replace(path="/" + name))
+    asyncio.run(migrate(url))
+    yield url
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @pytest.fixture

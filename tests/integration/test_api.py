@@ -5,18 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from tests.checks import problem
 from tests.conftest import Clock
-
-PROBLEM = "application/problem+json"
-
-
-def problem(response: httpx.Response, status: int, kind: str) -> dict[str, object]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"] == PROBLEM
-    body = response.json()
-    assert body["type"] == f"urn:numerator:problem:{kind}"
-    assert body["status"] == status
-    return body  # type: ignore[no-any-return]
 
 
 async def test_create_returns_201_with_location_and_defaults(

@@ -36,7 +36,11 @@ def event(file: str, name: str) -> dict[str, Any]:
 
 
 def environment(settings: Settings) -> dict[str, str]:
-    return {k: v for k, v in settings.to_env().items() if v}
+    """The function's environment as template.yaml sets it by default: API Gateway's IAM
+    authorizer checks callers, so the edge does not (tests/integration/test_keys.py has the
+    Lambda path with numerator's own keys)."""
+    env = {k: v for k, v in settings.to_env().items() if v}
+    return {**env, "AUTH": "none", "AUTHORIZER": "iam"}
 
 
 class Container:

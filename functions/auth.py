@@ -1,0 +1,164 @@
+"""Who may do what at the edge: Bearer API keys checked against an in-memory copy of the keys.
+
+- The copy is reloaded from Postgres when it is older than KEYS_REFRESH_S, by the first request
+  that finds it so (the others go on with the copy they have), never once per request. A
+  revoked key stops working within KEYS_REFRESH_S plus one query. The same reload writes back
+  when each key was last used.
+- With no key ever created, the edge serves loopback clients only (Redis's protected mode) and
+  answers everyone else 401, saying how to create the first key.
+- No response or log line holds a secret; a key is named by its id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from starlette.types import Scope
+
+from functions.problems import Problem
+from infra.clock import utc_now
+from infra.errors import StoreError, Unavailable
+from infra.keys import Key, Need, identify
+from infra.metrics import Metrics
+from infra.ports import Store
+from infra.settings import loopback
+
+log = logging.getLogger("numerator.auth")
+
+OPEN = frozenset({"/healthz", "/ping", "/openapi.json"})  # health checks, the yardstick, the schema
+RETRY_S = 1.0  # after a failed reload, the next try waits this long
+CHALLENGE = 'Bearer realm="numerator"'
+FIRST_KEY = (
+    "no API key exists yet, so this numerator serves clients on its own machine only. "
+    "Create the first key there: `numerator keys create NAME --scope admin`"
+)
+
+
+def need(method: str, path: str) -> tuple[Need, str] | None:
+    """What a request needs a key to allow, and the counter it takes values of; None: open."""
+    if path in OPEN:
+        return None
+    if path == "/keys" or path.startswith("/keys/"):
+        return Need.ADMIN, ""
+    if method == "POST":
+        if path == "/counters":
+            return Need.ADMIN, ""
+        if path.startswith("/counters/") and path.endswith("/next") and path.count("/") == 3:
+            return Need.NEXT, path[10:-5]
+    if method in ("GET", "HEAD"):
+        return Need.READ, ""
+    return Need.ANY, ""
+
+
+def unauthorized(detail: str, invalid: bool = True) -> Problem:
+    problem = Problem(401, "unauthorized", detail)
+    challenge = CHALLENGE + (', error="invalid_token"' if invalid else "")
+    problem.headers["WWW-Authenticate"] = challenge
+    return problem
+
+
+def bearer(scope: Scope) -> str | None:
+    for header, value in scope["headers"]:
+        if header == b"authorization":
+            text: str = value.decode("latin-1")
+            return text
+    return None
+
+
+class Guard:
+    def __init__(
+        self,
+        store: Store,
+        every: float,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.store, self.every, self.metrics = store, every, metrics
+        self.clock, self.now = clock, now
+        self.live: dict[str, Key] = {}  # unrevoked keys by id
+        self.any = False  # whether any key was ever created (revoked ones count)
+        self.loaded: float | None = None  # when the copy was last reloaded (or a reload failed)
+        self.failed: float | None = None  # when the last reload failed
+        self.used: dict[str, datetime] = {}  # key id -> last use, not yet written back
+        self.reload: asyncio.Future[None] | None = None
+
+    async def admit(self, scope: Scope) -> str:
+        """Who sent this request — `key:ID`, or the client's address when no key is needed —
+        if it may go on; else raise the 401, 403 or 503 Problem."""
+        client = scope.get("client")
+        address = client[0] if client else ""
+        needed = need(scope["method"], scope["path"])
+        if needed is None:
+            return address
+        await self.fresh()
+        header = bearer(scope)
+        if header is None:
+            if not self.any:
+                if loopback(address):
+                    return address
+                raise self.refuse(unauthorized(FIRST_KEY, invalid=False))
+            raise self.refuse(
+                unauthorized("this route needs an API key: Authorization: Bearer nmr_…", False)
+            )
+        scheme, _, secret = header.partition(" ")
+        secret = secret.strip()
+        key_id = identify(secret) if scheme.lower() == "bearer" else None
+        key = self.live.get(key_id) if key_id else None
+        if key is None or not key.matches(secret):
+            raise self.refuse(unauthorized("the API key is unknown or revoked"))
+        kind, counter = needed
+        if not key.allows(kind, counter):
+            what = f"take values of counter {counter!r}" if kind is Need.NEXT else kind.value
+            raise self.refuse(
+                Problem(403, "forbidden", f"key {key.id} ({key.name}) may not {what}")
+            )
+        self.used[key.id] = self.now()
+        return "key:" + key.id
+
+    def changed(self) -> None:
+        """Keys were created or revoked through this edge: reload before the next check. (Other
+        edges see it within KEYS_REFRESH_S.)"""
+        if self.loaded is not None:
+            self.loaded = self.clock() - self.every
+
+    def refuse(self, problem: Problem) -> Problem:
+        self.metrics.refused.inc(str(problem.status))
+        return problem
+
+    async def fresh(self) -> None:
+        """Reload the copy of the keys if it is older than `every` seconds: the first request
+        to find it stale starts one reload and every request that finds it stale waits for it."""
+        now = self.clock()
+        if self.loaded is not None and now - self.loaded < self.every:
+            return
+        if self.loaded is None and self.failed is not None and now - self.failed < RETRY_S:
+            raise Problem(503, "unavailable", "cannot read the API keys from Postgres")
+        if self.reload is None:
+            self.reload = asyncio.ensure_future(self._reload())
+        await asyncio.shield(self.reload)
+        if self.loaded is None:
+            raise Problem(503, "unavailable", "cannot read the API keys from Postgres")
+
+    async def _reload(self) -> None:
+        used, self.used = self.used, {}
+        try:
+            await self.store.touch_keys(used)
+            keys = await self.store.keys()
+        except (Unavailable, StoreError) as exc:
+            self.used = {**used, **self.used}
+            self.metrics.keys_refresh_errors.inc()
+            self.failed = self.clock()
+            if self.loaded is not None:  # keep the copy we have; try again in RETRY_S
+                log.warning("cannot reload the API keys (keeping the last copy): %s", exc)
+                self.loaded = self.clock() - self.every + RETRY_S
+            return
+        finally:
+            self.reload = None
+        self.live = {key.id: key for key in keys if key.revoked is None}
+        self.any = bool(keys)
+        self.loaded = self.clock()

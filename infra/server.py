@@ -23,6 +23,12 @@ from granian.http import HTTP1Settings
 from infra.settings import MAX_HEADER_BUFFER, Settings
 
 BACKLOG = 4096  # connections the kernel queues for accept
+# Threads of each worker's Rust I/O runtime. With one, the burst of closing and re-accepting
+# 3,000 half-open connections every HEADER_TIMEOUT_S stalled everyone's I/O: a normal client's
+# p99 at 500 requests/s was 36-41 ms, against 18-21 ms with two (three runs each, 3,000 held by
+# tests/slowloris.py). /next at wrk -c1024 was 9.1-9.2k rps with one and 9.8-10.0k with two
+# (the trivial route 15 % slower), at 64 and 256 connections within run-to-run spread.
+RUNTIME_THREADS = 2
 
 
 def serve(
@@ -47,6 +53,7 @@ def serve(
         log_access=False,
         backlog=BACKLOG,
         backpressure=settings.max_connections,
+        runtime_threads=RUNTIME_THREADS,
         http1_settings=HTTP1Settings(
             header_read_timeout=int(settings.header_timeout_s * 1000),
             max_buffer_size=MAX_HEADER_BUFFER,

@@ -1,0 +1,82 @@
+"""API keys without I/O: secrets, digests, scopes and globs, the routes' needs, and the limits."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from functions.auth import need
+from functions.limits import KeyRate
+from infra.errors import InvalidKey
+from infra.keys import Key, Need, check_scopes, identify, new
+from infra.settings import Settings, loopback
+
+NOW = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def key(*scopes: str) -> Key:
+    made, _ = new("k", list(scopes), NOW)
+    return made
+
+
+def test_a_secret_is_recognisable_random_and_kept_only_as_a_digest() -> None:
+    made, secret = new("ops", ["admin"], NOW)
+    assert secret.startswith("nmr_") and identify(secret) == made.id
+    assert made.matches(secret) and not made.matches(secret + "x")
+    assert secret.encode() not in made.digest and len(made.digest) == 32
+    others = {new("ops", ["admin"], NOW)[1] for _ in range(200)}
+    assert len(others) == 200
+    assert identify("nmr_abc") is None and identify("Bearer x") is None
+
+
+def test_scopes_allow_what_they_name() -> None:
+    assert key("admin").allows(Need.ADMIN) and key("admin").allows(Need.NEXT, "any")
+    assert key("read").allows(Need.READ) and not key("read").allows(Need.NEXT, "inv")
+    inv = key("next:inv-*", "next:po-?")
+    assert inv.allows(Need.NEXT, "inv-2026") and inv.allows(Need.NEXT, "po-1")
+    assert not inv.allows(Need.NEXT, "INV-2026")  # case-sensitive, as counter names are
+    assert not inv.allows(Need.NEXT, "po-12") and not inv.allows(Need.READ)
+    assert not inv.allows(Need.ADMIN) and inv.allows(Need.ANY)
+    assert key("next:*").allows(Need.NEXT, "whatever")
+
+
+@pytest.mark.parametrize(
+    "scopes", [[], ["root"], ["next:"], ["next:a b"], ["admin"] * 33, "admin", [1], None]
+)
+def test_malformed_scopes_are_refused(scopes: object) -> None:
+    with pytest.raises(InvalidKey):
+        check_scopes(scopes)
+
+
+def test_what_each_route_needs() -> None:
+    assert need("GET", "/healthz") is None and need("GET", "/openapi.json") is None
+    assert need("POST", "/counters/inv/next") == (Need.NEXT, "inv")
+    assert need("POST", "/counters") == (Need.ADMIN, "")
+    assert need("GET", "/keys") == (Need.ADMIN, "") and need("DELETE", "/keys/x")[0] is Need.ADMIN  # type: ignore[index]
+    assert (
+        need("GET", "/counters/inv") == (Need.READ, "") and need("GET", "/metrics")[0] is Need.READ
+    )  # type: ignore[index]
+    assert need("PUT", "/counters/inv") == (Need.ANY, "")
+
+
+def test_auth_none_is_refused_unless_loopback_or_behind_an_authorizer() -> None:
+    none = Settings(auth="none")
+    assert none.open_to("127.0.0.1") is None and none.open_to("::1") is None
+    assert none.open_to("localhost") is None
+    assert "AUTHORIZER" in (none.open_to("0.0.0.0") or "")
+    assert "AUTHORIZER" in (none.open_to(None) or "")  # Lambda
+    assert Settings(auth="none", authorizer="iam").open_to(None) is None
+    assert Settings().open_to("0.0.0.0") is None  # AUTH=keys
+    assert loopback("127.8.9.1") and not loopback("10.0.0.1") and not loopback("example.org")
+
+
+def test_idempotency_keys_per_client_per_second() -> None:
+    now = [0.0]
+    rate = KeyRate(10, clock=lambda: now[0])
+    assert all(rate.take("a") == 0 for _ in range(10))
+    wait = rate.take("a")
+    assert 0 < wait <= 0.1
+    assert rate.take("b") == 0  # every client has its own bucket
+    now[0] += 0.1
+    assert rate.take("a") == 0 and rate.take("a") > 0

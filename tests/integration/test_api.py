@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import replace
+from typing import Any
+
 import httpx
 import pytest
 
+from infra.settings import Settings
+from numerator.stack import Stack
 from tests.checks import problem
 from tests.conftest import Clock
 
@@ -346,3 +352,35 @@ async def test_metrics_count_requests_values_and_frames(
     )
     assert values['numerator_reply_wait_seconds_bucket{le="+Inf"}'] == 41
     assert "numerator_dead_letters_total" in values
+
+
+async def test_a_body_that_does_not_arrive_in_time_is_408(settings: Settings) -> None:
+    """A client that announces a body and never sends it holds the request BODY_TIMEOUT_S at
+    most, then gets a problem."""
+    async with Stack(replace(settings, body_timeout_s=0.2)) as stack:
+        app = stack.app()
+        sent: list[dict[str, Any]] = []
+
+        async def never() -> dict[str, Any]:
+            await asyncio.sleep(60)
+            return {"type": "http.disconnect"}
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "POST",
+            "path": "/counters",
+            "raw_path": b"/counters",
+            "root_path": "",
+            "query_string": b"",
+            "headers": [(b"content-length", b"40"), (b"content-type", b"application/json")],
+            "client": ("127.0.0.1", 1),
+            "server": ("numerator", 80),
+            "scheme": "http",
+            "http_version": "1.1",
+        }
+        await asyncio.wait_for(app(scope, never, send), 5)  # type: ignore[arg-type]
+        assert sent[0]["status"] == 408
+        assert b"body-timeout" in sent[1]["body"]

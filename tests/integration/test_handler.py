@@ -12,13 +12,16 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from functions.handler import build
+from infra.errors import SettingsError
 from infra.settings import Settings
 from numerator.lambdaedge import Context
 from numerator.stack import BatcherStack
@@ -86,10 +89,9 @@ def body(answer: dict[str, Any]) -> Any:
     return json.loads(base64.b64decode(raw) if answer.get("isBase64Encoded") else raw)
 
 
-@pytest.fixture
-def batcher(aws: tuple[Settings, Any]) -> Iterator[Settings]:
-    """A batcher on the test's stream and table, in a thread of its own."""
-    settings, _ = aws
+@contextmanager
+def batcher_on(settings: Settings) -> Iterator[Settings]:
+    """A batcher on these settings' stream, table and Postgres, in a thread of its own."""
     ready, done = threading.Event(), threading.Event()
     failed: list[BaseException] = []
 
@@ -108,9 +110,18 @@ def batcher(aws: tuple[Settings, Any]) -> Iterator[Settings]:
     thread = threading.Thread(target=run)
     thread.start()
     assert ready.wait(30) and not failed, failed
-    yield settings
-    done.set()
-    thread.join(30)
+    try:
+        yield settings
+    finally:
+        done.set()
+        thread.join(30)
+
+
+@pytest.fixture
+def batcher(aws: tuple[Settings, Any]) -> Iterator[Settings]:
+    """A batcher on the test's stream and table, in a thread of its own."""
+    with batcher_on(aws[0]) as settings:
+        yield settings
 
 
 def test_every_event_file_through_the_handler(
@@ -144,6 +155,59 @@ def test_every_event_file_through_the_handler(
     missing = lam(event("http-api-next.json", name + "-missing"))
     assert missing["statusCode"] == 404
     assert body(missing)["type"] == "urn:numerator:problem:counter-not-found"
+
+
+def test_numerators_own_keys_in_lambda(
+    aws: tuple[Settings, Any], fresh_database: str, name: str, containers: list[Container]
+) -> None:
+    """The template with Authorizer=NONE: AUTH=keys in the function. Before any key, API
+    Gateway's callers (never loopback) get 401; with a key, its scopes decide."""
+    from infra.keys import new
+    from infra.postgres import PostgresStore
+
+    settings = replace(aws[0], database_url=fresh_database)
+    with batcher_on(settings):
+        lam = Container({**environment(settings), "AUTH": "keys", "AUTHORIZER": ""})
+        containers.append(lam)
+        refused = lam(event("http-api-create.json", name))
+        assert refused["statusCode"] == 401, refused
+        assert refused["headers"]["www-authenticate"].startswith("Bearer")
+        assert "numerator keys create" in body(refused)["detail"]
+
+        async def bootstrap() -> tuple[
+            str, str
+        ]:  # what `numerator keys create --database-url` does
+            store = PostgresStore(fresh_database, max_size=1)
+            try:
+                admin, admin_secret = new("ops", ["admin"], datetime.now(UTC))
+                other, other_secret = new("other", ["next:nothing-*"], datetime.now(UTC))
+                await store.add_key(admin)
+                await store.add_key(other)
+            finally:
+                await store.close()
+            return admin_secret, other_secret
+
+        admin, other = asyncio.run(bootstrap())
+        time.sleep(settings.keys_refresh_s + 0.1)  # the container's copy of the keys refreshes
+
+        def signed(file: str, secret: str) -> dict[str, Any]:
+            request = event(file, name)
+            request["headers"]["authorization"] = f"Bearer {secret}"
+            return request
+
+        created = lam(signed("http-api-create.json", admin))
+        assert created["statusCode"] == 201, created
+        one = lam(signed("http-api-next.json", admin))
+        assert one["statusCode"] == 200 and body(one)["value"] == 1
+        forbidden = lam(signed("http-api-next.json", other))
+        assert forbidden["statusCode"] == 403 and "forbidden" in body(forbidden)["type"]
+        assert lam(event("http-api-next.json", name))["statusCode"] == 401
+
+
+def test_auth_none_in_lambda_needs_an_authorizer(aws: tuple[Settings, Any]) -> None:
+    env = {**environment(aws[0]), "AUTH": "none", "AUTHORIZER": ""}
+    with pytest.raises(SettingsError, match="AUTHORIZER"):
+        build(env)
 
 
 def test_a_request_is_answered_504_before_lambda_times_out(

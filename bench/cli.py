@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -20,6 +21,12 @@ def add_bench(commands: Any) -> None:
     )
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--url", help="a running numerator")
+    parser.add_argument(
+        "--key",
+        default=os.environ.get("NUMERATOR_KEY") or None,
+        help="with --url: the API key to send (admin, or read and next:… on existing counters; "
+        "default $NUMERATOR_KEY)",
+    )
     target.add_argument(
         "--local",
         action="store_true",
@@ -161,6 +168,7 @@ def run(args: argparse.Namespace) -> None:
             variants=variants,
             aws=args.aws,
             batchers=args.batchers,
+            key=args.key,
         )
     except (BenchError, OSError, ValueError) as exc:
         fail(str(exc))

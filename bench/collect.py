@@ -152,6 +152,8 @@ class Collector:
     processes: Processes | None = None
     others: list[str] = field(default_factory=list)
     """More /metrics of the same service (the AWS path's batchers), added to the edge's."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent with every scrape (an API key with the read scope)."""
     interval: float = 1.0
     samples: list[dict[str, Any]] = field(default_factory=list)
     first: dict[str, float] = field(default_factory=dict)
@@ -160,7 +162,7 @@ class Collector:
     info: dict[str, str] = field(default_factory=dict)
 
     async def run(self, stop: asyncio.Event) -> None:
-        async with httpx.AsyncClient(timeout=5) as client:
+        async with httpx.AsyncClient(timeout=5, headers=self.headers) as client:
             previous = await self._scrape(client)
             self.first = dict(previous or {})
             if self.processes:

@@ -105,8 +105,9 @@ class Client:
     """Up to `limit` keep-alive connections to one host; a request waits for a free one (the
     wait counts in its latency, which runs from its scheduled time)."""
 
-    def __init__(self, url: str, limit: int) -> None:
+    def __init__(self, url: str, limit: int, headers: dict[str, str] | None = None) -> None:
         parts = urlsplit(url)
+        self.headers = headers or {}
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"only http:// URLs are supported, not {url!r}")
         self.host, self.port = parts.hostname, parts.port or 80
@@ -122,7 +123,7 @@ class Client:
             f"Host: {self.host}:{self.port}",
             "Content-Length: 0",
         ]
-        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        lines += [f"{k}: {v}" for k, v in {**self.headers, **(headers or {})}.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
     @property

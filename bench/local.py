@@ -143,9 +143,9 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: IO[str]) -> N
     raise BenchError(f"{url} did not become healthy in 60 s")
 
 
-def create_counters(url: str, names: list[str]) -> None:
+def create_counters(url: str, names: list[str], headers: dict[str, str] | None = None) -> None:
     """Create the scenario's counters (an existing one is fine)."""
-    with httpx.Client(base_url=url, timeout=10) as client:
+    with httpx.Client(base_url=url, timeout=10, headers=headers) as client:
         for name in names:
             try:
                 response = client.post("/counters", json={"name": name})

@@ -87,10 +87,15 @@ class Progress:
 
 
 async def measure(
-    url: str, load: Load, pids: list[int], progress: Progress, others: list[str] | None = None
+    url: str,
+    load: Load,
+    pids: list[int],
+    progress: Progress,
+    others: list[str] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> tuple[Outcome, Collector]:
-    client = Client(url, load.connections)
-    collector = Collector(url, Processes(pids) if pids else None, others or [])
+    client = Client(url, load.connections, headers)
+    collector = Collector(url, Processes(pids) if pids else None, others or [], headers or {})
     stop = asyncio.Event()
     scraping = asyncio.create_task(collector.run(stop))
     await asyncio.sleep(0.2)  # the collector's first scrape: the totals before the load
@@ -119,11 +124,13 @@ def execute(
     variants: list[Variant] | None = None,
     aws: str | None = None,
     batchers: int = 1,
+    key: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run the scenario; return the run records: numerator once per configuration (`variants`,
     `--settings`), then any baselines. With `aws` (moto, or an endpoint URL) numerator runs on
     the AWS path with the scenario's mode as its edge (server or lambda), and `compare` runs the
-    embedded path beside it instead of the baselines."""
+    embedded path beside it instead of the baselines. `key`: the API key for a service at
+    `url` (scopes admin, or read and next:… for counters that exist)."""
     run_id = uuid.uuid4().hex[:12]
     started = datetime.now(UTC).isoformat(timespec="seconds")
     load = scenario.load_plan()
@@ -147,6 +154,7 @@ def execute(
         targets = [(v.name, "numerator", {**base, **v.env}) for v in variants]
         if compare:
             targets += [(name, name, base) for name in ("baseline-rowlock", "baseline-sequence")]
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     runs = []
     with ExitStack() as stack:
         db = None if url else stack.enter_context(local.database(database_url))
@@ -170,11 +178,13 @@ def execute(
                     target = serving.enter_context(local.serve(kind, db, scenario.workers, env))
                     target.name = name
                     mode = "embedded"
-                local.create_counters(target.url, names)
+                local.create_counters(target.url, names, headers)
                 progress = Progress(name, load.schedule, quiet)
                 pids = target.pids + (db.pids if db else [])
                 outcome, collector = run_async(
-                    lambda t=target, p=pids, g=progress: measure(t.url, load, p, g, t.others)  # type: ignore[misc]
+                    lambda t=target, p=pids, g=progress: measure(  # type: ignore[misc]
+                        t.url, load, p, g, t.others, headers
+                    )
                 )
             runs.append(
                 record.build(

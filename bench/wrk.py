@@ -34,11 +34,14 @@ def run(
     duration: float,
     threads: int = 1,
     counters: list[str] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> float:
     """Requests per second wrk got with POSTs to `url` — or, given `counters`, to
     `url`/counters/NAME/next for a name drawn at random per request. BenchError if any answer was
-    not 2xx."""
+    not 2xx. `headers` go with every request (an API key)."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua") as script:
+        for name, value in (headers or {}).items():
+            script.write(f'wrk.headers["{name}"] = "{value}"\n')
         if counters:
             script.write(SPREAD % ", ".join(f'"{name}"' for name in counters))
         else:

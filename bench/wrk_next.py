@@ -17,6 +17,8 @@ import argparse
 import os
 import shutil
 
+import httpx
+
 from bench import local, wrk
 from bench.collect import totals
 from bench.scrape import scrape
@@ -30,9 +32,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--counters", type=int, default=1000, help="the many-counters case")
+    parser.add_argument(
+        "--keys",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="instead: /next with API keys off (AUTH=none) and on (AUTH=keys, a next:* key "
+        "sent with each request), alternating for ROUNDS rounds",
+    )
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed: apt-get install wrk")
+    if args.keys:
+        keys_cost(args)
+        return
     # The service inherits this environment (bench.local.serve); these are the settings in it.
     env = {k: v for k, v in os.environ.items() if k in SETTINGS and k not in NOT_HERE}
     many = [f"c{i}" for i in range(args.counters)]
@@ -77,6 +90,44 @@ def main() -> None:
             print(line, flush=True)
         if args.workers > 1:
             print("(req/txn is read from whichever worker answered /metrics)")
+
+
+def keys_cost(args: argparse.Namespace) -> None:
+    """/next on one hot counter from two services on one Postgres, one without keys and one
+    checking a key on every request, driven in turn: the rates and their ratio per round."""
+    connections = [int(c) for c in args.connections.split(",")]
+    with (
+        local.database() as db,
+        local.serve("numerator", db, args.workers, {"AUTH": "none"}) as off,
+        local.serve("numerator", db, args.workers, {"AUTH": "keys"}) as on,
+    ):
+        local.create_counters(off.url, ["hot"])
+        admin = httpx.post(on.url + "/keys", json={"name": "admin", "scopes": ["admin"]})
+        admin.raise_for_status()
+        sent = {"Authorization": "Bearer " + admin.json()["secret"]}
+        made = httpx.post(
+            on.url + "/keys", json={"name": "bench", "scopes": ["next:*"]}, headers=sent
+        )
+        made.raise_for_status()
+        header = {"Authorization": "Bearer " + made.json()["secret"]}
+        for url, headers in ((off.url, {}), (on.url, header)):  # warm up
+            wrk.run(url + "/counters/hot/next", 64, 2, args.threads, headers=headers)
+        print(
+            f"API keys off (AUTH=none) and on (AUTH=keys, next:* key), workers={args.workers} "
+            f"wrk -t{args.threads}, {args.duration:g}s each, POST /counters/hot/next, loopback"
+        )
+        print(f"{'round':>5} {'conns':>6} {'off rps':>9} {'on rps':>9} {'on/off':>7}")
+        for round_ in range(1, args.keys + 1):
+            for c in connections:
+                rates = []
+                for url, headers in ((off.url, {}), (on.url, header)):
+                    path = url + "/counters/hot/next"
+                    rates.append(wrk.run(path, c, args.duration, args.threads, headers=headers))
+                print(
+                    f"{round_:>5} {c:>6} {rates[0]:>9,.0f} {rates[1]:>9,.0f} "
+                    f"{rates[1] / rates[0]:>7.2f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -15,12 +15,11 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 
 from starlette.types import Scope
 
 from functions.problems import Problem
-from infra.clock import utc_now
 from infra.errors import StoreError, Unavailable
 from infra.keys import Key, Need, identify
 from infra.metrics import Metrics
@@ -31,6 +30,8 @@ log = logging.getLogger("numerator.auth")
 
 OPEN = frozenset({"/healthz", "/ping", "/openapi.json"})  # health checks, the yardstick, the schema
 RETRY_S = 1.0  # after a failed reload, the next try waits this long
+CACHED = 10_000  # verified headers and scope answers remembered, at most (then forgotten)
+ADMIN, READ, ANY = (Need.ADMIN, ""), (Need.READ, ""), (Need.ANY, "")
 CHALLENGE = 'Bearer realm="numerator"'
 FIRST_KEY = (
     "no API key exists yet, so this numerator serves clients on its own machine only. "
@@ -40,18 +41,20 @@ FIRST_KEY = (
 
 def need(method: str, path: str) -> tuple[Need, str] | None:
     """What a request needs a key to allow, and the counter it takes values of; None: open."""
+    if (
+        method == "POST"
+        and path.startswith("/counters/")
+        and path.endswith("/next")
+        and path.count("/") == 3
+    ):
+        return Need.NEXT, path[10:-5]  # the hot route, asked first
     if path in OPEN:
         return None
-    if path == "/keys" or path.startswith("/keys/"):
-        return Need.ADMIN, ""
-    if method == "POST":
-        if path == "/counters":
-            return Need.ADMIN, ""
-        if path.startswith("/counters/") and path.endswith("/next") and path.count("/") == 3:
-            return Need.NEXT, path[10:-5]
+    if path == "/keys" or path.startswith("/keys/") or (method == "POST" and path == "/counters"):
+        return ADMIN
     if method in ("GET", "HEAD"):
-        return Need.READ, ""
-    return Need.ANY, ""
+        return READ
+    return ANY
 
 
 def unauthorized(detail: str, invalid: bool = True) -> Problem:
@@ -76,15 +79,16 @@ class Guard:
         every: float,
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime] = utc_now,
     ) -> None:
         self.store, self.every, self.metrics = store, every, metrics
-        self.clock, self.now = clock, now
+        self.clock = clock
         self.live: dict[str, Key] = {}  # unrevoked keys by id
         self.any = False  # whether any key was ever created (revoked ones count)
         self.loaded: float | None = None  # when the copy was last reloaded (or a reload failed)
         self.failed: float | None = None  # when the last reload failed
-        self.used: dict[str, datetime] = {}  # key id -> last use, not yet written back
+        self.used: dict[str, float] = {}  # key id -> last use (epoch seconds), not written back
+        self.verified: dict[str, Key] = {}  # Authorization header -> its live key
+        self.allowed: dict[tuple[str, str], bool] = {}  # (key id, counter) -> may take values
         self.reload: asyncio.Future[None] | None = None
 
     async def admit(self, scope: Scope) -> str:
@@ -95,7 +99,8 @@ class Guard:
         needed = need(scope["method"], scope["path"])
         if needed is None:
             return address
-        await self.fresh()
+        if self.loaded is None or self.clock() - self.loaded >= self.every:
+            await self.fresh()
         header = bearer(scope)
         if header is None:
             if not self.any:
@@ -105,20 +110,38 @@ class Guard:
             raise self.refuse(
                 unauthorized("this route needs an API key: Authorization: Bearer nmr_…", False)
             )
+        key = self.verified.get(header) or self.verify(header)
+        kind, counter = needed
+        if kind is Need.NEXT:
+            allowed = self.allowed.get((key.id, counter))
+            if allowed is None:
+                allowed = key.allows(kind, counter)
+                if len(self.allowed) >= CACHED:
+                    self.allowed.clear()
+                self.allowed[key.id, counter] = allowed
+        else:
+            allowed = key.allows(kind, counter)
+        if not allowed:
+            what = f"take values of counter {counter!r}" if kind is Need.NEXT else kind.value
+            raise self.refuse(
+                Problem(403, "forbidden", f"key {key.id} ({key.name}) may not {what}")
+            )
+        self.used[key.id] = time.time()
+        return "key:" + key.id
+
+    def verify(self, header: str) -> Key:
+        """The live key an Authorization header carries (remembered until the next reload,
+        so that a key is hashed once per reload, not once per request), or a 401 Problem."""
         scheme, _, secret = header.partition(" ")
         secret = secret.strip()
         key_id = identify(secret) if scheme.lower() == "bearer" else None
         key = self.live.get(key_id) if key_id else None
         if key is None or not key.matches(secret):
             raise self.refuse(unauthorized("the API key is unknown or revoked"))
-        kind, counter = needed
-        if not key.allows(kind, counter):
-            what = f"take values of counter {counter!r}" if kind is Need.NEXT else kind.value
-            raise self.refuse(
-                Problem(403, "forbidden", f"key {key.id} ({key.name}) may not {what}")
-            )
-        self.used[key.id] = self.now()
-        return "key:" + key.id
+        if len(self.verified) >= CACHED:
+            self.verified.clear()
+        self.verified[header] = key
+        return key
 
     def changed(self) -> None:
         """Keys were created or revoked through this edge: reload before the next check. (Other
@@ -147,7 +170,9 @@ class Guard:
     async def _reload(self) -> None:
         used, self.used = self.used, {}
         try:
-            await self.store.touch_keys(used)
+            await self.store.touch_keys(
+                {key: datetime.fromtimestamp(at, UTC) for key, at in used.items()}
+            )
             keys = await self.store.keys()
         except (Unavailable, StoreError) as exc:
             self.used = {**used, **self.used}
@@ -160,5 +185,6 @@ class Guard:
         finally:
             self.reload = None
         self.live = {key.id: key for key in keys if key.revoked is None}
+        self.verified, self.allowed = {}, {}  # a revoked key must be checked again
         self.any = bool(keys)
         self.loaded = self.clock()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
@@ -16,6 +17,8 @@ from functions.edge import Edge
 from functions.fastpath import FastPath
 from functions.problems import Problem, handle_problem, unavailable
 from infra.errors import StoreError, Unavailable
+
+log = logging.getLogger("numerator.edge")
 
 Lifespan = Callable[[Starlette], AbstractAsyncContextManager[None]]
 
@@ -32,6 +35,8 @@ async def handle_http(request: Request, exc: Exception) -> Response:
 
 
 async def handle_unavailable(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, StoreError):  # Postgres refused, not for want of availability: a bug
+        log.error("Postgres refused %s %s: %s", request.method, request.url.path, exc)
     retry_after = request.app.state.edge.settings.retry_after_s
     return unavailable(str(exc), retry_after).response(request.url.path)
 
@@ -50,12 +55,10 @@ def create_app(edge: Edge | None = None, lifespan: Lifespan | None = None) -> Fa
 
     app = Starlette(
         routes=[
-            Route("/counters", routes.create_counter, methods=["POST"]),
-            Route("/counters", routes.list_counters, methods=["GET"]),
+            Route("/counters", routes.counters, methods=["GET", "POST"]),
             Route("/counters/{name}", routes.get_counter, methods=["GET"]),
             Route("/counters/{name}/next", routes.next_values, methods=["POST"]),
-            Route("/keys", routes.create_key, methods=["POST"]),
-            Route("/keys", routes.list_keys, methods=["GET"]),
+            Route("/keys", routes.keys_, methods=["GET", "POST"]),
             Route("/keys/{name}", routes.revoke_key, methods=["DELETE"]),
             Route("/healthz", routes.healthz, methods=["GET"]),
             Route("/metrics", routes.metrics, methods=["GET"]),

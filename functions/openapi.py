@@ -4,15 +4,44 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.counters import MAX_START, NAME
+from functions.validation import IDEMPOTENCY_KEY
+from infra.counters import MAX_START, MAX_TEMPLATE, NAME, TEMPLATE
+from infra.keys import MAX_SCOPES
+from infra.keys import NAME as KEY_NAME
+from infra.keys import PATTERN as SCOPE_PATTERN
 from infra.wire import MAX_COUNT
 
 PROBLEM = {"$ref": "#/components/responses/Problem"}
 
 
 def _problems(*codes: int) -> dict[str, Any]:
-    return {str(code): PROBLEM for code in codes}
+    """Problem responses: these, and what any route that needs a key may answer (401, 403)
+    and any request at all (431: headers over MAX_HEADER_BYTES)."""
+    return {str(code): PROBLEM for code in sorted({*codes, 401, 403, 431})}
 
+
+def _open_problems() -> dict[str, Any]:
+    """What a route open to all may answer besides its own: 431 (headers over
+    MAX_HEADER_BYTES)."""
+    return {"431": PROBLEM}
+
+
+NEW_KEY = {
+    "type": "object",
+    "required": ["name", "scopes"],
+    "properties": {
+        "name": {"type": "string", "pattern": KEY_NAME.pattern},
+        "scopes": {
+            "type": "array",
+            "minItems": 1,
+            "maxItems": MAX_SCOPES,
+            "items": {
+                "type": "string",
+                "pattern": f"^(admin|read|next:{SCOPE_PATTERN.pattern.strip('^$')})$",
+            },
+        },
+    },
+}
 
 NAME_PARAM = {
     "name": "name",
@@ -31,6 +60,9 @@ COUNTER = {
         "template": {
             "type": "string",
             "default": "{value}",
+            "minLength": 1,
+            "maxLength": MAX_TEMPLATE,
+            "pattern": TEMPLATE.pattern,
             "description": "Python format string over {value} (with a format spec such as "
             "{value:06d}), {yyyy}, {yy}, {mm}, {dd}; must contain {value}.",
             "example": "INV-{yyyy}-{value:06d}",
@@ -64,7 +96,7 @@ SCHEMA: dict[str, Any] = {
                         "description": "Created; Location names it",
                         "content": {"application/json": {"schema": COUNTER}},
                     },
-                    **_problems(409, 413, 422, 503),
+                    **_problems(408, 409, 413, 422, 503),
                 },
             },
             "get": {
@@ -84,7 +116,7 @@ SCHEMA: dict[str, Any] = {
                         "name": "after",
                         "in": "query",
                         "description": "the `next` of the last page",
-                        "schema": {"type": "string"},
+                        "schema": {"type": "string", "pattern": NAME.pattern},
                     },
                 ],
                 "responses": {
@@ -131,8 +163,9 @@ SCHEMA: dict[str, Any] = {
                     {
                         "name": "Idempotency-Key",
                         "in": "header",
-                        "description": "A retry with the same key returns the same values",
-                        "schema": {"type": "string", "maxLength": 200},
+                        "description": "A retry with the same key returns the same values; "
+                        "the same key with another count is 422 idempotency-key-reused",
+                        "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY.pattern},
                     },
                 ],
                 "responses": {
@@ -141,27 +174,110 @@ SCHEMA: dict[str, Any] = {
                         "{counter, first, last, values: [{value, formatted}]} for count > 1",
                         "content": {"application/json": {"schema": {"type": "object"}}},
                     },
-                    **_problems(404, 413, 422, 503, 504),
+                    **_problems(404, 413, 422, 429, 502, 503, 504),
+                },
+            }
+        },
+        "/keys": {
+            "post": {
+                "summary": "Create an API key (scope admin); its secret is in this answer only",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": NEW_KEY}},
+                },
+                "responses": {
+                    "201": {
+                        "description": "Created: the key, with `secret` (shown once)",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    **_problems(408, 409, 413, 422, 503),
+                },
+            },
+            "get": {
+                "summary": "List API keys, revoked ones too (scope admin); never their secrets",
+                "responses": {
+                    "200": {
+                        "description": "The keys",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    **_problems(503),
+                },
+            },
+        },
+        "/keys/{name}": {
+            "delete": {
+                "summary": "Revoke the unrevoked key of this name (scope admin)",
+                "parameters": [
+                    {
+                        "name": "name",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": KEY_NAME.pattern},
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The key, revoked",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    **_problems(404, 503),
                 },
             }
         },
         "/healthz": {
             "get": {
                 "summary": "Health",
+                "security": [],
                 "responses": {
                     "200": {"description": "Healthy"},
                     "503": {"description": "Degraded"},
+                    **_open_problems(),
                 },
             }
         },
         "/metrics": {
             "get": {
-                "summary": "Prometheus metrics",
-                "responses": {"200": {"description": "Text exposition format"}},
+                "summary": "Prometheus metrics (scope read)",
+                "responses": {
+                    "200": {
+                        "description": "Text exposition format",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    **_problems(),
+                },
+            }
+        },
+        "/ping": {
+            "get": {
+                "summary": "A trivial answer: the yardstick the benchmark holds /next against",
+                "security": [],
+                "responses": {"200": {"description": "{ok: true}"}, **_open_problems()},
+            },
+            "post": {
+                "summary": "The same, for POST",
+                "security": [],
+                "responses": {"200": {"description": "{ok: true}"}, **_open_problems()},
+            },
+        },
+        "/openapi.json": {
+            "get": {
+                "summary": "This document",
+                "security": [],
+                "responses": {"200": {"description": "OpenAPI 3.1"}, **_open_problems()},
             }
         },
     },
+    "security": [{"bearer": []}, {}],
     "components": {
+        "securitySchemes": {
+            "bearer": {
+                "type": "http",
+                "scheme": "bearer",
+                "description": "An API key, `nmr_…` (`numerator keys create`). Before the first "
+                "key exists, clients on the service's own machine need none (protected mode); "
+                "once one exists, every route but /healthz, /ping and /openapi.json needs one.",
+            }
+        },
         "responses": {
             "Problem": {
                 "description": "An RFC 9457 problem; `type` is stable (see docs/problems.md)",
@@ -179,6 +295,6 @@ SCHEMA: dict[str, Any] = {
                     }
                 },
             }
-        }
+        },
     },
 }

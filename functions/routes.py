@@ -53,6 +53,20 @@ async def next_values(request: Request) -> Response:
     return JSON(body)
 
 
+async def counters(request: Request) -> Response:
+    """/counters: one route for both methods, so that a 405 there names both in `Allow`."""
+    if request.method == "POST":
+        return await create_counter(request)
+    return await list_counters(request)
+
+
+async def keys_(request: Request) -> Response:
+    """/keys: one route for both methods, as /counters."""
+    if request.method == "POST":
+        return await create_key(request)
+    return await list_keys(request)
+
+
 async def create_counter(request: Request) -> Response:
     edge = edge_of(request)
     body = await validation.json_body(request, edge.settings)

@@ -17,6 +17,17 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_START = 2**62
 MAX_TEMPLATE = 200
 MAX_WIDTH = 64
+# What a template may be, as one pattern — the API schema publishes it and Template checks it:
+# literal text (braces doubled) and fields. {value} takes an integer format spec (fill and
+# align, sign, #, 0, width up to MAX_WIDTH, grouping, d/x/X/o/b); the date fields, which are
+# text, take fill, align and width. At least one {value}.
+_WIDTH = r"(?:[1-9]|[1-5][0-9]|6[0-4])"
+_TEXT = r"(?:[^{}\x00]|\{\{|\}\})"  # no NUL: Postgres text cannot hold it
+_VALUE = rf"\{{value(?::(?:[^{{}}\x00]?[<>^=])?[+ -]?#?0?{_WIDTH}?(?:,d?|_[dxXob]?|[dxXob])?)?\}}"
+_DATE = rf"\{{(?:yyyy|yy|mm|dd)(?::(?:[^{{}}\x00]?[<>^])?{_WIDTH}?s?)?\}}"
+TEMPLATE = re.compile(
+    rf"^(?:{_TEXT}|{_VALUE}|{_DATE})*{_VALUE}(?:{_TEXT}|{_VALUE}|{_DATE})*$", re.DOTALL
+)
 
 
 class Reset(StrEnum):
@@ -67,6 +78,13 @@ class Template:
                 raise InvalidCounter("template", "nested fields are not allowed")
             if spec and any(int(n) > MAX_WIDTH for n in re.findall(r"\d+", spec)):
                 raise InvalidCounter("template", f"widths above {MAX_WIDTH} are not allowed")
+        if not TEMPLATE.match(text):
+            raise InvalidCounter(
+                "template",
+                "format specs are limited: {value:[[fill]align][sign][#][0][width][,|_][d|x|X|o|b]}"
+                f" and {{yyyy:[[fill]align][width]}} (likewise yy, mm, dd), widths 1 to "
+                f"{MAX_WIDTH}; no NUL characters",
+            )
         self.text = text
         try:
             self.render(1, date(2026, 1, 1))
@@ -147,6 +165,8 @@ class Counter:
         name = body.get("name")
         check_name(name)
         start = body.get("start", 1)
+        if isinstance(start, float) and start.is_integer():  # 5.0 is an integer to JSON Schema
+            start = int(start)
         if not isinstance(start, int) or isinstance(start, bool):
             raise InvalidCounter("start", "must be an integer")
         if not 0 <= start <= MAX_START:

@@ -138,7 +138,9 @@ def execute(
     variants = variants or [Variant({})]
     if url and variants[0].env:
         raise BenchError("--settings configures a service the bench starts: use it with --local")
-    base = {"BACK_FRAME_MS": f"{scenario.back_frame_ms:g}"}
+    # The generator is one address standing for many clients: the per-client limit on
+    # Idempotency-Keys (100/s by default) would refuse a scenario's share of them as one client's.
+    base = {"BACK_FRAME_MS": f"{scenario.back_frame_ms:g}", "IDEMPOTENCY_KEYS_PER_S": "1000000"}
     if aws and scenario.mode == "embedded":
         raise BenchError("--aws runs the AWS path: --mode server (front frames) or lambda")
     if not aws and scenario.mode != "embedded":

@@ -250,3 +250,18 @@ def test_the_functions_requirements_are_the_projects_own() -> None:
     assert wanted, "requirements.txt lists the edge's dependencies"
     for name, line in wanted.items():
         assert declared.get(name) == line, (name, line, declared.get(name))
+
+
+def test_the_edge_checks_keys_exactly_when_api_gateway_does_not() -> None:
+    """Authorizer=NONE: numerator's own keys (AUTH=keys); IAM or JWT: API Gateway checks
+    callers, and the function is told so (AUTH=none with AUTHORIZER naming it), which it
+    refuses to run without (Settings.open_to)."""
+    parsed = template()
+    assert parsed["Conditions"]["KeysAtEdge"] == {"Fn::Equals": [{"Ref": "Authorizer"}, "NONE"]}
+    edge = variables()["edge"]
+    assert edge["AUTH"] == {"Fn::If": ["KeysAtEdge", "keys", "none"]}
+    assert edge["AUTHORIZER"] == {"Fn::If": ["KeysAtEdge", "", {"Ref": "Authorizer"}]}
+    for authorizer in ("IAM", "JWT"):
+        told = Settings(auth="none", authorizer=authorizer)
+        assert told.open_to(None) is None
+    assert Settings(auth="none").open_to(None) is not None

@@ -28,9 +28,14 @@ def test_date_fields_render_the_day(value: int, day: date) -> None:
     assert rendered == f"{day.year:04d}|{day.year % 100:02d}|{day.month:02d}|{day.day:02d}|{value}"
 
 
-@given(st.text(alphabet=st.characters(blacklist_characters="{}"), max_size=40), values, days)
+@given(st.text(alphabet=st.characters(blacklist_characters="{}\x00"), max_size=40), values, days)
 def test_literal_text_survives_rendering(text: str, value: int, day: date) -> None:
     assert Template(text + "{value}").render(value, day) == text + str(value)
+
+
+def test_a_nul_is_refused_postgres_could_not_store_it() -> None:
+    with pytest.raises(InvalidCounter, match="NUL"):
+        Template("INV\x00{value}")
 
 
 @given(st.text(max_size=60))

@@ -116,10 +116,21 @@ async def apply(
         period, day = periods[counter.name]
         live.append((record, counter, period, day))
 
-    async with store.frame() as tx:
-        keyed = {(r.counter, r.idempotency_key) for r, *_ in live if r.idempotency_key is not None}
-        found = await tx.claims(list(keyed)) if keyed else {}
+    keyed = {(r.counter, r.idempotency_key) for r, *_ in live if r.idempotency_key is not None}
+    if live and not keyed and not letters and not hold and not published:
+        # A plain frame (the embedded path's usual one): ONE statement, its own transaction.
+        # At low load each round trip wakes Postgres and this process in turn; four of them
+        # (BEGIN, allocate, checkpoint, COMMIT) were most of a lone request's time.
         demand: dict[tuple[str, str], list[int]] = {}
+        for record, counter, period, _ in live:
+            demand.setdefault((counter.name, period), []).append(record.count)
+        plain = [(n, p, sum(c), counters[n].start) for (n, p), c in demand.items()]
+        totals = await store.allocate_plain(lease, entries[-1].sequence, plain)
+        _hand_out(live, demand, totals, counters, out)
+        return out
+    async with store.frame() as tx:
+        found = await tx.claims(list(keyed)) if keyed else {}
+        demand = {}
         takers: list[tuple[Record, Counter, str, date]] = []
         sharers: list[tuple[Record, Counter]] = []
         first_taker: set[tuple[str, str]] = set()
@@ -134,22 +145,9 @@ async def apply(
             takers.append((record, counter, period, day))
 
         totals = await tx.allocate({k: sum(v) for k, v in demand.items()}) if demand else {}
-        ranges: dict[tuple[str, str], list[tuple[int, int]]] = {}
-        for (name, period), counts in demand.items():
-            ranges[(name, period)] = split(counters[name].start, totals[(name, period)], counts)
-        audit = [(n, p, r[0][0], r[-1][1]) for (n, p), r in ranges.items()]
-        cursors = {k: iter(r) for k, r in ranges.items()}
-        claims: list[Claim] = []
-        for record, counter, period, day in takers:
-            first, last = next(cursors[(counter.name, period)])
-            out.allocated += record.count
-            out.replies.append(
-                Reply(record.key, record.counter, first, last, counter.template, day)
-            )
-            if record.idempotency_key:
-                claim = Claim(counter.name, record.idempotency_key, record.count, first, last, day)
-                claims.append(claim)
-                found[(counter.name, record.idempotency_key)] = claim
+        claims, audit = _hand_out(takers, demand, totals, counters, out)
+        for claim in claims:
+            found[(claim.counter, claim.key)] = claim
         for record, counter in sharers:
             assert record.idempotency_key is not None
             claim = found[(record.counter, record.idempotency_key)]
@@ -183,6 +181,32 @@ async def apply(
             )
     out.dead_letters = len(letters)
     return out
+
+
+def _hand_out(
+    takers: Sequence[tuple[Record, Counter, str, date]],
+    demand: dict[tuple[str, str], list[int]],
+    totals: dict[tuple[str, str], int],
+    counters: dict[str, Counter],
+    out: Outcome,
+) -> tuple[list[Claim], list[tuple[str, str, int, int]]]:
+    """Split each counter's allocated range among its takers in arrival order, into `out`'s
+    replies; the claims of the keyed takers, and the frame's audit ranges."""
+    ranges: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for (name, period), counts in demand.items():
+        ranges[(name, period)] = split(counters[name].start, totals[(name, period)], counts)
+    audit = [(n, p, r[0][0], r[-1][1]) for (n, p), r in ranges.items()]
+    cursors = {k: iter(r) for k, r in ranges.items()}
+    claims: list[Claim] = []
+    for record, counter, period, day in takers:
+        first, last = next(cursors[(counter.name, period)])
+        out.allocated += record.count
+        out.replies.append(Reply(record.key, record.counter, first, last, counter.template, day))
+        if record.idempotency_key:
+            claims.append(
+                Claim(counter.name, record.idempotency_key, record.count, first, last, day)
+            )
+    return claims, audit
 
 
 def _replayed(entry: Entry, earlier: dict[str, Reply]) -> Reply:

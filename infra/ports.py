@@ -175,6 +175,14 @@ class Store(Protocol):
 
     def frame(self) -> AbstractAsyncContextManager[FrameTransaction]: ...
 
+    async def allocate_plain(
+        self, lease: Lease, sequence: str, demand: Sequence[tuple[str, str, int, int]]
+    ) -> dict[tuple[str, str], int]:
+        """A plain frame in one transaction: add each (counter, period, delta, start)'s delta,
+        record the audit ranges, and move the lease's checkpoint to `sequence`, fenced by its
+        epoch (LeaseLost, and nothing applied, if another batcher holds it now); the allocated
+        totals by (counter, period)."""
+
     async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
         """Held replies of the shard's committed frames not known to be published, oldest first."""
 

@@ -365,6 +365,49 @@ class PostgresStore:
         async with self._connection(FRAME_CONNECT_S) as conn, conn.transaction():
             yield PostgresFrame(conn)
 
+    async def allocate_plain(
+        self, lease: Lease, sequence: str, demand: Sequence[tuple[str, str, int, int]]
+    ) -> dict[tuple[str, str], int]:
+        # ONE statement, so one round trip and its own transaction: the fence first; the
+        # allocation only if it holds, in name order (no deadlock between batchers); the audit
+        # row from what the allocation returned: [counter, period, first, last] per row.
+        async with self._connection(FRAME_CONNECT_S) as conn:
+            cur = await conn.execute(
+                "WITH fenced AS ("
+                " UPDATE leases SET sequence = %(sequence)s::text,"
+                " applied = GREATEST(applied, %(sequence)s::numeric)"
+                " WHERE stream = %(stream)s AND shard = %(shard)s AND owner = %(owner)s"
+                " AND epoch = %(epoch)s RETURNING 1),"
+                " d AS (SELECT x->>0 AS counter, x->>1 AS period, (x->>2)::bigint AS delta,"
+                " (x->>3)::bigint AS start FROM json_array_elements(%(demand)s::json) AS x),"
+                " alloc AS (INSERT INTO counter_values AS cv (counter, period, allocated)"
+                " SELECT counter, period, delta FROM d WHERE EXISTS (SELECT 1 FROM fenced)"
+                " ORDER BY 1, 2"
+                " ON CONFLICT (counter, period)"
+                " DO UPDATE SET allocated = cv.allocated + excluded.allocated"
+                " RETURNING counter, period, allocated),"
+                " audit AS (INSERT INTO allocation_frames (stream, shard, sequence, ranges)"
+                " SELECT %(stream)s, %(shard)s, %(sequence)s::text, json_agg(json_build_array("
+                " a.counter, a.period, d.start + a.allocated - d.delta, d.start - 1 + a.allocated)"
+                " ORDER BY a.counter, a.period)"
+                " FROM alloc a JOIN d ON d.counter = a.counter AND d.period = a.period"
+                " HAVING count(*) > 0 RETURNING 1)"
+                " SELECT counter, period, allocated FROM alloc"
+                " UNION ALL SELECT NULL, NULL, NULL FROM fenced",
+                {
+                    "sequence": sequence,
+                    "stream": lease.stream,
+                    "shard": lease.shard,
+                    "owner": lease.owner,
+                    "epoch": lease.epoch,
+                    "demand": rows(demand),
+                },
+            )
+            found = await cur.fetchall()
+        if not any(row[0] is None for row in found):
+            raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
+        return {(row[0], row[1]): row[2] for row in found if row[0] is not None}
+
     async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
         rows = await self._fetch(
             "SELECT id, replies FROM frame_replies"

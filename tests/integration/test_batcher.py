@@ -147,6 +147,42 @@ async def test_a_frame_that_loses_its_lease_rolls_back(store: PostgresStore, nam
     assert await store.allocated(name, "") == 0  # nothing allocated by the fenced-out owner
 
 
+async def test_a_plain_frame_is_fenced_and_audited_in_one_statement(
+    store: PostgresStore, name: str, database_url: str
+) -> None:
+    """allocate_plain: a fenced-out owner allocates nothing and records nothing; the owner's
+    frame moves the checkpoint and leaves one audit row whose ranges hold exactly its values."""
+    other = f"{name}-b"
+    await store.create(Counter(name, start=100))
+    await store.create(Counter(other))
+    stream = f"plain-{name}"
+    stale = await store.acquire(stream, "s", "a", ttl=30)
+    assert stale is not None
+    await store.release(stale, forget=False)
+    owner = await store.acquire(stream, "s", "b", ttl=30)
+    assert owner is not None
+    with pytest.raises(LeaseLost):
+        await store.allocate_plain(stale, "1", [(name, "", 5, 100)])
+    assert await store.allocated(name, "") == 0
+
+    first = await store.allocate_plain(owner, "1", [(name, "", 5, 100), (other, "", 2, 1)])
+    second = await store.allocate_plain(owner, "2", [(name, "", 3, 100)])
+    assert first == {(name, ""): 5, (other, ""): 2} and second == {(name, ""): 8}
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute(
+            "SELECT sequence, counter, first, last FROM allocations WHERE stream = %s"
+            " ORDER BY frame, counter",
+            (stream,),
+        )
+        audit = await cur.fetchall()
+        cur = await conn.execute(
+            "SELECT sequence FROM leases WHERE stream = %s AND shard = 's'", (stream,)
+        )
+        (checkpoint,) = await cur.fetchone()  # type: ignore[misc]
+    assert audit == [("1", name, 100, 104), ("1", other, 1, 2), ("2", name, 105, 107)]
+    assert checkpoint == "2"
+
+
 async def test_settings_fixture_is_fast(settings: Settings) -> None:
     assert settings.back_frame_ms < 10
 

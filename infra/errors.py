@@ -2,10 +2,11 @@
 
 NumeratorError
 ├── SettingsError          a variable in the environment is missing or malformed
-├── InvalidCounter         a counter definition (name, template, reset, time zone) is malformed
+├── Invalid                a field of what a client sent is malformed (`field`, `problem`)
+│   ├── InvalidCounter     a counter definition (name, template, reset, time zone)
+│   └── InvalidKey         an API key's name or scopes
 ├── CounterExists          create: the name is taken
 ├── CounterNotFound        no counter by that name
-├── InvalidKey             an API key's name or scopes are malformed
 ├── KeyExists              create key: an unrevoked key has that name
 ├── StoreError             Postgres refused the work for a reason other than availability
 ├── Unavailable            a backend cannot serve now; retry later (503)
@@ -30,11 +31,15 @@ class SettingsError(NumeratorError):
         self.variable = variable
 
 
-class InvalidCounter(NumeratorError, ValueError):
+class Invalid(NumeratorError, ValueError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"{field}: {problem}")
         self.field = field
         self.problem = problem
+
+
+class InvalidCounter(Invalid):
+    pass
 
 
 class CounterExists(NumeratorError):
@@ -45,11 +50,8 @@ class CounterNotFound(NumeratorError):
     pass
 
 
-class InvalidKey(NumeratorError, ValueError):
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field}: {problem}")
-        self.field = field
-        self.problem = problem
+class InvalidKey(Invalid):
+    pass
 
 
 class KeyExists(NumeratorError):

@@ -39,15 +39,24 @@ FIRST_KEY = (
 )
 
 
-def need(method: str, path: str) -> tuple[Need, str] | None:
-    """What a request needs a key to allow, and the counter it takes values of; None: open."""
+def next_counter(method: str, path: str) -> str | None:
+    """The counter a request to the hot route, POST /counters/{name}/next, takes values of;
+    None for any other request."""
     if (
         method == "POST"
         and path.startswith("/counters/")
         and path.endswith("/next")
         and path.count("/") == 3
     ):
-        return Need.NEXT, path[10:-5]  # the hot route, asked first
+        return path[10:-5]
+    return None
+
+
+def need(method: str, path: str, counter: str | None) -> tuple[Need, str] | None:
+    """What a request needs a key to allow, and the counter it takes values of (`counter`:
+    next_counter's answer for it); None: open."""
+    if counter is not None:
+        return Need.NEXT, counter
     if path in OPEN:
         return None
     if path == "/keys" or path.startswith("/keys/") or (method == "POST" and path == "/counters"):
@@ -91,12 +100,12 @@ class Guard:
         self.allowed: dict[tuple[str, str], bool] = {}  # (key id, counter) -> may take values
         self.reload: asyncio.Future[None] | None = None
 
-    async def admit(self, scope: Scope) -> str:
+    async def admit(self, scope: Scope, counter: str | None) -> str:
         """Who sent this request — `key:ID`, or the client's address when no key is needed —
-        if it may go on; else raise the 401, 403 or 503 Problem."""
+        if it may go on; else raise the 401, 403 or 503 Problem. `counter`: next_counter's."""
         client = scope.get("client")
         address = client[0] if client else ""
-        needed = need(scope["method"], scope["path"])
+        needed = need(scope["method"], scope["path"], counter)
         if needed is None:
             return address
         if self.loaded is None or self.clock() - self.loaded >= self.every:

@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from functions import validation
+from functions.auth import next_counter
 from functions.edge import Edge
 from functions.problems import REPLY_PROBLEMS, Problem, bad_reply, unavailable
 from infra.counters import template
@@ -146,18 +147,13 @@ class FastPath:
                 key = value.decode("latin-1")
             elif header == b"content-length" and value.isdigit():
                 length = int(value)
+        counter = next_counter(scope["method"], path)
         try:
-            who = await self.admit(edge, scope, size)
+            who = await self.admit(edge, scope, size, counter)
         except Problem as problem:
             await problem.response(path)(scope, receive, send)
             return
-        if (
-            scope["method"] != "POST"
-            or not path.startswith("/counters/")
-            or not path.endswith("/next")
-            or path.count("/") != 3
-        ):
-            scope.setdefault("state", {})["who"] = who
+        if counter is None:
             await self.app(scope, receive, send)
             return
         if scope["query_string"]:
@@ -168,7 +164,7 @@ class FastPath:
             if length > settings.max_body_bytes:
                 raise Problem(413, "body-too-large", "/next takes no body")
             timeout = edge.timeout(scope.get("aws.context"))
-            body = orjson.dumps(await take(edge, path[10:-5], count, key, timeout, who))
+            body = orjson.dumps(await take(edge, counter, count, key, timeout, who))
         except Problem as problem:
             await problem.response(path)(scope, receive, send)
             return
@@ -182,7 +178,7 @@ class FastPath:
         await send({"type": "http.response.body", "body": body})
 
     @staticmethod
-    async def admit(edge: Edge, scope: Scope, size: int) -> str:
+    async def admit(edge: Edge, scope: Scope, size: int, counter: str | None) -> str:
         """Who sent the request (a key id, or the client's address), if it may go on: its
         headers are not too large and its key (AUTH=keys) allows it; else a Problem."""
         limit = edge.settings.max_header_bytes
@@ -192,6 +188,6 @@ class FastPath:
                 431, "headers-too-large", f"the request headers may be at most {limit} bytes"
             )
         if edge.guard is not None:
-            return await edge.guard.admit(scope)
+            return await edge.guard.admit(scope, counter)
         client = scope.get("client")
         return client[0] if client else ""

@@ -48,7 +48,7 @@ async def next_values(request: Request) -> Response:
         request.query_params.get("count"),
         request.headers.get("idempotency-key"),
         edge.timeout(request.scope.get("aws.context")),
-        request.scope.get("state", {}).get("who", ""),
+        request.client.host if request.client else "",
     )
     return JSON(body)
 

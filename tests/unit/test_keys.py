@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from functions.auth import need
+from functions.auth import need, next_counter
 from functions.limits import KeyRate
 from infra.errors import InvalidKey
 from infra.keys import Key, Need, check_scopes, identify, new
@@ -49,15 +49,20 @@ def test_malformed_scopes_are_refused(scopes: object) -> None:
         check_scopes(scopes)
 
 
+def needs(method: str, path: str) -> object:
+    return need(method, path, next_counter(method, path))
+
+
 def test_what_each_route_needs() -> None:
-    assert need("GET", "/healthz") is None and need("GET", "/openapi.json") is None
-    assert need("POST", "/counters/inv/next") == (Need.NEXT, "inv")
-    assert need("POST", "/counters") == (Need.ADMIN, "")
-    assert need("GET", "/keys") == (Need.ADMIN, "") and need("DELETE", "/keys/x")[0] is Need.ADMIN  # type: ignore[index]
+    assert needs("GET", "/healthz") is None and needs("GET", "/openapi.json") is None
+    assert needs("POST", "/counters/inv/next") == (Need.NEXT, "inv")
+    assert needs("POST", "/counters") == (Need.ADMIN, "")
+    assert needs("GET", "/keys") == (Need.ADMIN, "") and needs("DELETE", "/keys/x")[0] is Need.ADMIN  # type: ignore[index]
     assert (
-        need("GET", "/counters/inv") == (Need.READ, "") and need("GET", "/metrics")[0] is Need.READ
+        needs("GET", "/counters/inv") == (Need.READ, "")
+        and needs("GET", "/metrics")[0] is Need.READ
     )  # type: ignore[index]
-    assert need("PUT", "/counters/inv") == (Need.ANY, "")
+    assert needs("PUT", "/counters/inv") == (Need.ANY, "")
 
 
 def test_auth_none_is_refused_unless_loopback_or_behind_an_authorizer() -> None:

@@ -93,8 +93,8 @@ class Guard:
         self.clock = clock
         self.live: dict[str, Key] = {}  # unrevoked keys by id
         self.any = False  # whether any key was ever created (revoked ones count)
-        self.loaded: float | None = None  # when the copy was last reloaded (or a reload failed)
-        self.failed: float | None = None  # when the last reload failed
+        self.ready = False  # whether a copy was ever loaded
+        self.due = 0.0  # when (self.clock) the copy is to be reloaded, or a failed reload retried
         self.used: dict[str, float] = {}  # key id -> last use (epoch seconds), not written back
         self.verified: dict[str, Key] = {}  # Authorization header -> its live key
         self.allowed: dict[tuple[str, str], bool] = {}  # (key id, counter) -> may take values
@@ -108,7 +108,7 @@ class Guard:
         needed = need(scope["method"], scope["path"], counter)
         if needed is None:
             return address
-        if self.loaded is None or self.clock() - self.loaded >= self.every:
+        if not self.ready or self.clock() >= self.due:
             await self.fresh()
         header = bearer(scope)
         if header is None:
@@ -155,25 +155,20 @@ class Guard:
     def changed(self) -> None:
         """Keys were created or revoked through this edge: reload before the next check. (Other
         edges see it within KEYS_REFRESH_S.)"""
-        if self.loaded is not None:
-            self.loaded = self.clock() - self.every
+        self.due = 0.0
 
     def refuse(self, problem: Problem) -> Problem:
         self.metrics.refused.inc(str(problem.status))
         return problem
 
     async def fresh(self) -> None:
-        """Reload the copy of the keys if it is older than `every` seconds: the first request
-        to find it stale starts one reload and every request that finds it stale waits for it."""
-        now = self.clock()
-        if self.loaded is not None and now - self.loaded < self.every:
-            return
-        if self.loaded is None and self.failed is not None and now - self.failed < RETRY_S:
-            raise Problem(503, "unavailable", "cannot read the API keys from Postgres")
-        if self.reload is None:
+        """Reload the copy of the keys when it is due: the first request to find it due starts
+        one reload and every request that finds it due waits for it. Without any copy, a 503."""
+        if self.reload is None and self.clock() >= self.due:
             self.reload = asyncio.ensure_future(self._reload())
-        await asyncio.shield(self.reload)
-        if self.loaded is None:
+        if self.reload is not None:
+            await asyncio.shield(self.reload)
+        if not self.ready:
             raise Problem(503, "unavailable", "cannot read the API keys from Postgres")
 
     async def _reload(self) -> None:
@@ -186,14 +181,13 @@ class Guard:
         except (Unavailable, StoreError) as exc:
             self.used = {**used, **self.used}
             self.metrics.keys_refresh_errors.inc()
-            self.failed = self.clock()
-            if self.loaded is not None:  # keep the copy we have; try again in RETRY_S
+            self.due = self.clock() + RETRY_S
+            if self.ready:  # keep the copy we have
                 log.warning("cannot reload the API keys (keeping the last copy): %s", exc)
-                self.loaded = self.clock() - self.every + RETRY_S
             return
         finally:
             self.reload = None
         self.live = {key.id: key for key in keys if key.revoked is None}
         self.verified, self.allowed = {}, {}  # a revoked key must be checked again
         self.any = bool(keys)
-        self.loaded = self.clock()
+        self.ready, self.due = True, self.clock() + self.every

@@ -36,6 +36,23 @@ FRAME_CONNECT_S = 0.25
 PRUNE_BATCH, PRUNE_BATCHES = 20_000, 20
 COUNTER_COLUMNS = "name, start, template, reset, timezone"
 KEY_COLUMNS = "id, name, digest, scopes, created_at, last_used_at, revoked_at"
+# The checkpoint, fenced by the lease's epoch: a CTE that yields a row only while the lease holds.
+FENCED = (
+    "fenced AS ("
+    " UPDATE leases SET sequence = %(sequence)s::text,"
+    " applied = GREATEST(applied, %(sequence)s::numeric)"
+    " WHERE stream = %(stream)s AND shard = %(shard)s AND owner = %(owner)s"
+    " AND epoch = %(epoch)s RETURNING 1)"
+)
+# Add each delta to its counter and period; the rows come in name order, the order they are locked
+# in, so that two batchers touching the same counters cannot deadlock.
+ADD = (
+    "INSERT INTO counter_values AS cv (counter, period, allocated)"
+    " SELECT {rows} ORDER BY 1, 2"
+    " ON CONFLICT (counter, period)"
+    " DO UPDATE SET allocated = cv.allocated + excluded.allocated"
+    " RETURNING counter, period, allocated"
+)
 
 
 def _counter(row: tuple[Any, ...]) -> Counter:
@@ -46,6 +63,21 @@ def _counter(row: tuple[Any, ...]) -> Counter:
 def _key(row: tuple[Any, ...]) -> Key:
     key_id, name, digest, scopes, created, last_used, revoked = row
     return Key(key_id, name, bytes(digest), tuple(scopes), created, last_used, revoked)
+
+
+def fence(lease: Lease, sequence: str) -> dict[str, Any]:
+    """FENCED's parameters."""
+    return {
+        "sequence": sequence,
+        "stream": lease.stream,
+        "shard": lease.shard,
+        "owner": lease.owner,
+        "epoch": lease.epoch,
+    }
+
+
+def lost(lease: Lease) -> LeaseLost:
+    return LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
 
 
 def rows(items: Iterable[Sequence[Any]]) -> str:
@@ -128,16 +160,10 @@ class PostgresFrame:
         return {(row[0], row[1]): Claim(*row) for row in await cur.fetchall()}
 
     async def allocate(self, deltas: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
-        # One statement for every counter of the frame; ORDER BY fixes the order rows are locked
-        # in, so two batchers touching the same counters cannot deadlock.
+        # One statement for every counter of the frame.
         keys = sorted(deltas)
         cur = await self.conn.execute(
-            "INSERT INTO counter_values AS cv (counter, period, allocated)"
-            " SELECT d->>0, d->>1, (d->>2)::bigint FROM json_array_elements(%s::json) AS d"
-            " ORDER BY 1, 2"
-            " ON CONFLICT (counter, period)"
-            " DO UPDATE SET allocated = cv.allocated + excluded.allocated"
-            " RETURNING counter, period, allocated",
+            ADD.format(rows="d->>0, d->>1, (d->>2)::bigint FROM json_array_elements(%s::json) d"),
             (rows((c, p, deltas[(c, p)]) for c, p in keys),),
         )
         return {(row[0], row[1]): row[2] for row in await cur.fetchall()}
@@ -171,27 +197,16 @@ class PostgresFrame:
     ) -> None:
         # The fence, the checkpoint and the frame's audit row in one statement: one round trip.
         cur = await self.conn.execute(
-            "WITH fenced AS ("
-            " UPDATE leases SET sequence = %(sequence)s::text,"
-            " applied = GREATEST(applied, %(sequence)s::numeric)"
-            " WHERE stream = %(stream)s AND shard = %(shard)s AND owner = %(owner)s"
-            " AND epoch = %(epoch)s RETURNING 1),"
+            f"WITH {FENCED},"
             " audit AS ("
             " INSERT INTO allocation_frames (stream, shard, sequence, ranges)"
             " SELECT %(stream)s, %(shard)s, %(sequence)s::text, %(ranges)s::json FROM fenced"
             " WHERE %(ranges)s::json IS NOT NULL RETURNING 1)"
             " SELECT 1 FROM fenced",
-            {
-                "sequence": sequence,
-                "stream": lease.stream,
-                "shard": lease.shard,
-                "owner": lease.owner,
-                "epoch": lease.epoch,
-                "ranges": rows(ranges) if ranges else None,
-            },
+            {**fence(lease, sequence), "ranges": rows(ranges) if ranges else None},
         )
         if not await cur.fetchall():
-            raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
+            raise lost(lease)
 
     async def hold(self, lease: Lease, first: str, last: str, replies: bytes) -> int:
         cur = await self.conn.execute(
@@ -373,20 +388,12 @@ class PostgresStore:
         # row from what the allocation returned: [counter, period, first, last] per row.
         async with self._connection(FRAME_CONNECT_S) as conn:
             cur = await conn.execute(
-                "WITH fenced AS ("
-                " UPDATE leases SET sequence = %(sequence)s::text,"
-                " applied = GREATEST(applied, %(sequence)s::numeric)"
-                " WHERE stream = %(stream)s AND shard = %(shard)s AND owner = %(owner)s"
-                " AND epoch = %(epoch)s RETURNING 1),"
+                f"WITH {FENCED},"
                 " d AS (SELECT x->>0 AS counter, x->>1 AS period, (x->>2)::bigint AS delta,"
                 " (x->>3)::bigint AS start FROM json_array_elements(%(demand)s::json) AS x),"
-                " alloc AS (INSERT INTO counter_values AS cv (counter, period, allocated)"
-                " SELECT counter, period, delta FROM d WHERE EXISTS (SELECT 1 FROM fenced)"
-                " ORDER BY 1, 2"
-                " ON CONFLICT (counter, period)"
-                " DO UPDATE SET allocated = cv.allocated + excluded.allocated"
-                " RETURNING counter, period, allocated),"
-                " audit AS (INSERT INTO allocation_frames (stream, shard, sequence, ranges)"
+                " alloc AS ("
+                + ADD.format(rows="counter, period, delta FROM d WHERE EXISTS (SELECT FROM fenced)")
+                + "), audit AS (INSERT INTO allocation_frames (stream, shard, sequence, ranges)"
                 " SELECT %(stream)s, %(shard)s, %(sequence)s::text, json_agg(json_build_array("
                 " a.counter, a.period, d.start + a.allocated - d.delta, d.start - 1 + a.allocated)"
                 " ORDER BY a.counter, a.period)"
@@ -394,18 +401,11 @@ class PostgresStore:
                 " HAVING count(*) > 0 RETURNING 1)"
                 " SELECT counter, period, allocated FROM alloc"
                 " UNION ALL SELECT NULL, NULL, NULL FROM fenced",
-                {
-                    "sequence": sequence,
-                    "stream": lease.stream,
-                    "shard": lease.shard,
-                    "owner": lease.owner,
-                    "epoch": lease.epoch,
-                    "demand": rows(demand),
-                },
+                {**fence(lease, sequence), "demand": rows(demand)},
             )
             found = await cur.fetchall()
         if not any(row[0] is None for row in found):
-            raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
+            raise lost(lease)
         return {(row[0], row[1]): row[2] for row in found if row[0] is not None}
 
     async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
@@ -438,7 +438,7 @@ class PostgresStore:
             (lease.stream, lease.shard, lease.owner, lease.epoch),
         )
         if not rows:
-            raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
+            raise lost(lease)
 
     async def ended(self, stream: str, shard: str) -> bool:
         rows = await self._fetch(

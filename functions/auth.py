@@ -66,6 +66,12 @@ def need(method: str, path: str, counter: str | None) -> tuple[Need, str] | None
     return ANY
 
 
+def address(scope: Scope) -> str:
+    """The client's address, as the server (or API Gateway, through Mangum) gives it."""
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
 def unauthorized(detail: str, invalid: bool = True) -> Problem:
     problem = Problem(401, "unauthorized", detail)
     challenge = CHALLENGE + (', error="invalid_token"' if invalid else "")
@@ -103,18 +109,17 @@ class Guard:
     async def admit(self, scope: Scope, counter: str | None) -> str:
         """Who sent this request — `key:ID`, or the client's address when no key is needed —
         if it may go on; else raise the 401, 403 or 503 Problem. `counter`: next_counter's."""
-        client = scope.get("client")
-        address = client[0] if client else ""
+        sender = address(scope)
         needed = need(scope["method"], scope["path"], counter)
         if needed is None:
-            return address
+            return sender
         if not self.ready or self.clock() >= self.due:
             await self.fresh()
         header = bearer(scope)
         if header is None:
             if not self.any:
-                if loopback(address):
-                    return address
+                if loopback(sender):
+                    return sender
                 raise self.refuse(unauthorized(FIRST_KEY, invalid=False))
             raise self.refuse(
                 unauthorized("this route needs an API key: Authorization: Bearer nmr_…", False)

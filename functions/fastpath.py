@@ -17,7 +17,7 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from functions import validation
-from functions.auth import next_counter
+from functions.auth import address, next_counter
 from functions.edge import Edge
 from functions.problems import REPLY_PROBLEMS, Problem, bad_reply, unavailable
 from infra.counters import template
@@ -189,5 +189,4 @@ class FastPath:
             )
         if edge.guard is not None:
             return await edge.guard.admit(scope, counter)
-        client = scope.get("client")
-        return client[0] if client else ""
+        return address(scope)

@@ -20,10 +20,8 @@ def _problems(*codes: int) -> dict[str, Any]:
     return {str(code): PROBLEM for code in sorted({*codes, 401, 403, 431})}
 
 
-def _open_problems() -> dict[str, Any]:
-    """What a route open to all may answer besides its own: 431 (headers over
-    MAX_HEADER_BYTES)."""
-    return {"431": PROBLEM}
+OPEN_PROBLEMS = {"431": PROBLEM}
+"""What a route open to all may answer besides its own: 431 (headers over MAX_HEADER_BYTES)."""
 
 
 NEW_KEY = {
@@ -231,7 +229,7 @@ SCHEMA: dict[str, Any] = {
                 "responses": {
                     "200": {"description": "Healthy"},
                     "503": {"description": "Degraded"},
-                    **_open_problems(),
+                    **OPEN_PROBLEMS,
                 },
             }
         },
@@ -251,19 +249,19 @@ SCHEMA: dict[str, Any] = {
             "get": {
                 "summary": "A trivial answer: the yardstick the benchmark holds /next against",
                 "security": [],
-                "responses": {"200": {"description": "{ok: true}"}, **_open_problems()},
+                "responses": {"200": {"description": "{ok: true}"}, **OPEN_PROBLEMS},
             },
             "post": {
                 "summary": "The same, for POST",
                 "security": [],
-                "responses": {"200": {"description": "{ok: true}"}, **_open_problems()},
+                "responses": {"200": {"description": "{ok: true}"}, **OPEN_PROBLEMS},
             },
         },
         "/openapi.json": {
             "get": {
                 "summary": "This document",
                 "security": [],
-                "responses": {"200": {"description": "OpenAPI 3.1"}, **_open_problems()},
+                "responses": {"200": {"description": "OpenAPI 3.1"}, **OPEN_PROBLEMS},
             }
         },
     },

@@ -84,6 +84,12 @@ def add_bench(commands: Any) -> None:
         action="store_true",
         help="also run the row-lock and nextval() baselines (needs --local)",
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="first run the same schedule against numerator's trivial route (POST /ping): the "
+        "latency this machine and generator give when no number is taken",
+    )
     outputs(parser)
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     parser.set_defaults(run=run)
@@ -169,6 +175,7 @@ def run(args: argparse.Namespace) -> None:
             aws=args.aws,
             batchers=args.batchers,
             key=args.key,
+            floor=args.floor,
         )
     except (BenchError, OSError, ValueError) as exc:
         fail(str(exc))

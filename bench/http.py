@@ -1,11 +1,18 @@
 """A small HTTP/1.1 client on asyncio protocols: keep-alive connections, Content-Length and
-chunked bodies. The load generator's engine; far cheaper per request than a general client."""
+chunked bodies. The load generator's engine, so a request costs no task, no future and no timer
+of its own: `submit` writes it on an idle connection (or queues it for the next one free), and
+its answer comes back through a callback from `data_received`. `send` is the awaitable form, for
+callers that want one."""
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
+
+SWEEP_S = 0.1  # how often requests on the wire are checked against their timeout
 
 
 class HttpError(Exception):
@@ -16,46 +23,57 @@ class HttpError(Exception):
         self.kind = kind
 
 
+# what becomes of one request: (tag, status, body, None), or (tag, 0, b"", the error)
+Done = Callable[[Any, int, bytes, HttpError | None], None]
+
+
 class Connection(asyncio.Protocol):
-    def __init__(self) -> None:
+    """One keep-alive connection carrying one request at a time; each answer goes to `finish`."""
+
+    def __init__(self, finish: Callable[[Connection, int, bytes, HttpError | None], None]) -> None:
+        self.finish = finish
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
-        self.waiter: asyncio.Future[tuple[int, bytes]] | None = None
         self.closed = False
+        self.busy = False
+        self.since = 0.0  # when the request on the wire was written
+        self.timeout = 0.0
+        self.tag: Any = None
+        self.done: Done | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(HttpError("disconnected", str(exc or "")))
+        self._end(0, b"", HttpError("disconnected", str(exc or "")))
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        if self.waiter is None or self.waiter.done():
+        if not self.busy:
             return
         try:
             parsed = _parse(self.buffer)
         except HttpError as exc:
-            self.waiter.set_exception(exc)
+            self._end(0, b"", exc)
             return
         if parsed is not None:
             status, body, used = parsed
             del self.buffer[:used]
-            self.waiter.set_result((status, body))
+            self._end(status, body, None)
 
-    async def request(self, raw: bytes) -> tuple[int, bytes]:
+    def write(self, raw: bytes, now: float, timeout: float, tag: Any, done: Done) -> None:
         assert self.transport is not None
-        if self.closed:
-            raise HttpError("disconnected")
-        self.waiter = asyncio.get_running_loop().create_future()
+        self.busy, self.since, self.timeout, self.tag, self.done = True, now, timeout, tag, done
         self.transport.write(raw)
-        return await self.waiter
 
-    def expire(self, timeout: float) -> None:
-        if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(HttpError("timeout", f"no response in {timeout:g}s"))
+    def expire(self) -> None:
+        self._end(0, b"", HttpError("timeout", f"no response in {self.timeout:g}s"))
+
+    def _end(self, status: int, body: bytes, error: HttpError | None) -> None:
+        if self.busy:
+            self.busy = False
+            self.finish(self, status, body, error)
 
     def close(self) -> None:
         if self.transport is not None:
@@ -102,8 +120,9 @@ def _parse(buffer: bytearray) -> tuple[int, bytes, int] | None:
 
 
 class Client:
-    """Up to `limit` keep-alive connections to one host; a request waits for a free one (the
-    wait counts in its latency, which runs from its scheduled time)."""
+    """Up to `limit` keep-alive connections to one host. A request that finds none free waits
+    in a queue for the next (the wait counts in its latency, which runs from its scheduled
+    time); its timeout runs from when it is written."""
 
     def __init__(self, url: str, limit: int, headers: dict[str, str] | None = None) -> None:
         parts = urlsplit(url)
@@ -114,8 +133,10 @@ class Client:
         self.prefix = parts.path.rstrip("/")
         self.limit = limit
         self.idle: list[Connection] = []
+        self.wire: set[Connection] = set()  # connections with a request on them
         self.opened = 0
-        self.queue: deque[asyncio.Future[Connection | None]] = deque()
+        self.queue: deque[tuple[bytes, float, Any, Done]] = deque()
+        self.sweeping: asyncio.TimerHandle | None = None
 
     def build(self, method: str, path: str, headers: dict[str, str] | None = None) -> bytes:
         lines = [
@@ -130,62 +151,90 @@ class Client:
     def waiting(self) -> int:
         return len(self.queue)
 
-    async def _acquire(self) -> Connection:
-        while True:
-            while self.idle:
-                connection = self.idle.pop()
-                if not connection.closed:
-                    return connection
-                self.opened -= 1
-            if self.opened < self.limit:
-                self.opened += 1
-                try:
-                    _, connection = await asyncio.get_running_loop().create_connection(
-                        Connection, self.host, self.port
-                    )
-                except OSError as exc:
-                    self.opened -= 1
-                    self._wake(None)
-                    raise HttpError("connect", str(exc)) from None
-                return connection
-            turn: asyncio.Future[Connection | None] = asyncio.get_running_loop().create_future()
-            self.queue.append(turn)
-            handed = await turn
-            if handed is not None and not handed.closed:
-                return handed
-
-    def _wake(self, connection: Connection | None) -> bool:
-        """Hand `connection` (or a free slot, for None) to the longest waiter, if any."""
-        while self.queue:
-            turn = self.queue.popleft()
-            if not turn.done():
-                turn.set_result(connection)
-                return True
-        return False
-
-    def _release(self, connection: Connection, healthy: bool) -> None:
-        if healthy:
-            if not self._wake(connection):
-                self.idle.append(connection)
-            return
-        connection.close()
-        self.opened -= 1
-        self._wake(None)
+    def submit(self, raw: bytes, timeout: float, tag: Any, done: Done) -> None:
+        """Send `raw` now, or as soon as a connection is free; `done(tag, …)` gets the answer."""
+        while self.idle:
+            connection = self.idle.pop()
+            if not connection.closed:
+                self._write(connection, raw, timeout, tag, done)
+                return
+            self.opened -= 1
+        self.queue.append((raw, timeout, tag, done))
+        if self.opened < self.limit:
+            self.opened += 1
+            asyncio.get_running_loop().create_task(self._open())
 
     async def send(self, raw: bytes, timeout: float) -> tuple[int, bytes]:
-        connection = await self._acquire()
-        loop = asyncio.get_running_loop()
-        healthy = False
-        timer = loop.call_later(timeout, connection.expire, timeout)
+        """`submit`, awaited: the status and body, or HttpError."""
+        answer: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+
+        def done(_: Any, status: int, body: bytes, error: HttpError | None) -> None:
+            if answer.done():
+                return
+            if error is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result((status, body))
+
+        self.submit(raw, timeout, None, done)
+        return await answer
+
+    async def _open(self) -> None:
         try:
-            result = await connection.request(raw)
-            healthy = True
-            return result
-        finally:
-            timer.cancel()
-            self._release(connection, healthy)
+            _, connection = await asyncio.get_running_loop().create_connection(
+                lambda: Connection(self._finish), self.host, self.port
+            )
+        except OSError as exc:
+            self.opened -= 1
+            if self.queue:  # this slot's request fails; the others keep their place
+                _, _, tag, done = self.queue.popleft()
+                done(tag, 0, b"", HttpError("connect", str(exc)))
+            return
+        self._next(connection)
+
+    def _write(
+        self, connection: Connection, raw: bytes, timeout: float, tag: Any, done: Done
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        connection.write(raw, loop.time(), timeout, tag, done)
+        self.wire.add(connection)
+        if self.sweeping is None:
+            self.sweeping = loop.call_later(SWEEP_S, self._sweep)
+
+    def _next(self, connection: Connection) -> None:
+        """Give a free connection the longest-waiting request, or let it idle."""
+        if self.queue:
+            self._write(connection, *self.queue.popleft())
+        else:
+            self.idle.append(connection)
+
+    def _finish(
+        self, connection: Connection, status: int, body: bytes, error: HttpError | None
+    ) -> None:
+        self.wire.discard(connection)
+        tag, done = connection.tag, connection.done
+        assert done is not None
+        if error is None:
+            self._next(connection)
+        else:  # a failed connection is not used again; its slot opens a new one if needed
+            connection.close()
+            self.opened -= 1
+            if self.queue and self.opened < self.limit:
+                self.opened += 1
+                asyncio.get_running_loop().create_task(self._open())
+        done(tag, status, body, error)
+
+    def _sweep(self) -> None:
+        now = asyncio.get_running_loop().time()
+        for connection in [c for c in self.wire if now - c.since > c.timeout]:
+            connection.expire()
+        self.sweeping = None
+        if self.wire:
+            self.sweeping = asyncio.get_running_loop().call_later(SWEEP_S, self._sweep)
 
     def close(self) -> None:
+        if self.sweeping is not None:
+            self.sweeping.cancel()
         for connection in self.idle:
             connection.close()
         self.idle.clear()

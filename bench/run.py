@@ -9,7 +9,7 @@ import time
 import uuid
 from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +25,8 @@ from bench.variants import Variant
 from infra import __version__
 
 T = TypeVar("T")
+
+FLOOR = "floor (/ping)"  # the trivial route: no number taken, the same server and generator
 
 
 def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -125,12 +127,15 @@ def execute(
     aws: str | None = None,
     batchers: int = 1,
     key: str | None = None,
+    floor: bool = False,
 ) -> list[dict[str, Any]]:
     """Run the scenario; return the run records: numerator once per configuration (`variants`,
     `--settings`), then any baselines. With `aws` (moto, or an endpoint URL) numerator runs on
     the AWS path with the scenario's mode as its edge (server or lambda), and `compare` runs the
     embedded path beside it instead of the baselines. `key`: the API key for a service at
-    `url` (scopes admin, or read and next:… for counters that exist)."""
+    `url` (scopes admin, or read and next:… for counters that exist). `floor`: first the same
+    schedule against the trivial route (POST /ping) of numerator as configured by the first
+    `--settings`: what this machine and generator give when no number is taken."""
     run_id = uuid.uuid4().hex[:12]
     started = datetime.now(UTC).isoformat(timespec="seconds")
     load = scenario.load_plan()
@@ -156,6 +161,9 @@ def execute(
         targets = [(v.name, "numerator", {**base, **v.env}) for v in variants]
         if compare:
             targets += [(name, name, base) for name in ("baseline-rowlock", "baseline-sequence")]
+    if floor:
+        kind = "aws" if aws else "numerator"
+        targets.insert(0, (FLOOR, kind, {**base, **variants[0].env}))
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     runs = []
     with ExitStack() as stack:
@@ -183,9 +191,10 @@ def execute(
                 local.create_counters(target.url, names, headers)
                 progress = Progress(name, load.schedule, quiet)
                 pids = target.pids + (db.pids if db else [])
+                sent = replace(load, path="/ping") if name == FLOOR else load
                 outcome, collector = run_async(
-                    lambda t=target, p=pids, g=progress: measure(  # type: ignore[misc]
-                        t.url, load, p, g, t.others, headers
+                    lambda t=target, p=pids, g=progress, s=sent: measure(  # type: ignore[misc]
+                        t.url, s, p, g, t.others, headers
                     )
                 )
             runs.append(

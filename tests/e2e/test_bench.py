@@ -113,6 +113,7 @@ def test_settings_run_numerator_once_per_configuration_and_sweep_steps(tmp_path:
     done = bench(
         "--local",
         "--quiet",
+        "--floor",
         "--settings",
         "FRAME_POLICY=fixed,BACK_FRAME_MS=20",
         "--settings",
@@ -127,9 +128,18 @@ def test_settings_run_numerator_once_per_configuration_and_sweep_steps(tmp_path:
     runs = json.loads(out.read_text())["runs"]
     names = [r["summary"]["target"] for r in runs]
     assert names == [
+        "floor (/ping)",
         "numerator[FRAME_POLICY=fixed,BACK_FRAME_MS=20]",
         "numerator[FRAME_POLICY=auto]",
     ]
+    floor, *runs = runs
+    # the floor: the same schedule on the trivial route of numerator as the first --settings
+    # configures it; no number is taken, so no frame commits
+    assert floor["summary"]["ok"] == 150 + 1200, floor["summary"]
+    assert floor["settings"]["environment"]["BACK_FRAME_MS"] == "20"
+    assert [s["offered_rps"] for s in floor["steps"]] == [50, 400]
+    assert all(not step["transactions_per_s"] for step in floor["steps"]), floor["steps"]
+    assert floor["service"]["totals"].get("requests", 0) == 0  # /next was never called
     for run in runs:
         assert run["summary"]["ok"] == 150 + 1200, run["summary"]
         assert [s["offered_rps"] for s in run["steps"]] == [50, 400]

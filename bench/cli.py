@@ -87,7 +87,7 @@ def add_bench(commands: Any) -> None:
     parser.add_argument(
         "--floor",
         action="store_true",
-        help="first run the same schedule against numerator's trivial route (POST /ping): the "
+        help="also run the same schedule against numerator's trivial route (POST /ping): the "
         "latency this machine and generator give when no number is taken",
     )
     outputs(parser)

@@ -133,7 +133,7 @@ def execute(
     `--settings`), then any baselines. With `aws` (moto, or an endpoint URL) numerator runs on
     the AWS path with the scenario's mode as its edge (server or lambda), and `compare` runs the
     embedded path beside it instead of the baselines. `key`: the API key for a service at
-    `url` (scopes admin, or read and next:… for counters that exist). `floor`: first the same
+    `url` (scopes admin, or read and next:… for counters that exist). `floor`: last, the same
     schedule against the trivial route (POST /ping) of numerator as configured by the first
     `--settings`: what this machine and generator give when no number is taken."""
     run_id = uuid.uuid4().hex[:12]
@@ -163,7 +163,7 @@ def execute(
             targets += [(name, name, base) for name in ("baseline-rowlock", "baseline-sequence")]
     if floor:
         kind = "aws" if aws else "numerator"
-        targets.insert(0, (FLOOR, kind, {**base, **variants[0].env}))
+        targets.append((FLOOR, kind, {**base, **variants[0].env}))
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     runs = []
     with ExitStack() as stack:

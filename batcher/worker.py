@@ -24,7 +24,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from batcher.allocation import Outcome, apply, decode_replies
-from batcher.frame import Frame, Policy, collect_for
+from batcher.frame import Frame, Policy, State, collect_for
 from infra.backoff import Backoff
 from infra.clock import utc_now
 from infra.counters import Counter
@@ -67,6 +67,8 @@ class Batcher:
         self._share = math.inf  # how many shards it should hold: all, until it knows the others
         self._ended: set[str] = set()  # shards read to their end, by this batcher or another
         self._epochs: dict[str, int] = {}  # per shard: the lease epoch this batcher last held
+        self._parents: dict[str, tuple[str, ...]] = {}  # per shard read: its parents not ended
+        self._restarts: dict[str, Backoff] = {}  # per shard whose loop died: when to try again
 
     @property
     def healthy(self) -> bool:
@@ -100,18 +102,49 @@ class Batcher:
     async def _follow(self, shards: dict[str, tuple[str, ...]]) -> None:
         for shard, parents in shards.items():
             if shard not in self._reading:
-                self._reading.add(shard)
-                live = tuple(p for p in parents if p in shards)
-                task = asyncio.create_task(self._run(shard, live), name=f"shard-{shard}")
-                task.add_done_callback(self._died)
-                self._tasks.append(task)
+                self._parents[shard] = tuple(p for p in parents if p in shards)
+                self._read(shard)
+
+    def _read(self, shard: str) -> None:
+        """Start the shard's loop."""
+        self._reading.add(shard)
+        task = asyncio.create_task(self._run(shard, self._parents[shard]), name=f"shard-{shard}")
+        task.add_done_callback(self._died)
+        self._tasks.append(task)
 
     def _died(self, task: asyncio.Task[None]) -> None:
-        """A shard's loop ends only when stopping or at a shard's end; anything else is a bug,
-        said loudly and shown on /healthz rather than left as a silently stuck shard."""
-        if not task.cancelled() and task.exception() is not None:
-            self._trouble.add(f"dead {task.get_name()}")
-            log.error("%s stopped: %r", task.get_name(), task.exception())
+        """A shard's loop ends only when stopping or at a shard's end; anything else is a bug.
+        It is logged with its traceback, counted, shown on /healthz, and the loop starts again
+        after a jittered backoff (up to 1 s, doubling to 30 s while it keeps dying), from the
+        shard's checkpoint: a frame it had not committed is read again, one it had is not
+        applied twice. A bug that one frame trips must not leave its clients waiting for ever."""
+        error = None if task.cancelled() else task.exception()
+        if error is None:
+            return
+        shard = task.get_name().removeprefix("shard-")
+        self._trouble.add(f"dead {task.get_name()}")
+        self._reading.discard(shard)
+        self._held.discard(shard)
+        self.metrics.leases.set(len(self._held))
+        self.metrics.restarts.inc()
+        if self._stopping.is_set():
+            log.error("%s stopped", task.get_name(), exc_info=error)
+            return
+        delay = self._restarts.setdefault(shard, Backoff(base=1.0, cap=30.0)).next()
+        delay = max(delay, 0.1)
+        log.error("%s stopped; reading it again in %.1fs", task.get_name(), delay, exc_info=error)
+        asyncio.get_running_loop().call_later(delay, self._again, shard)
+
+    def _again(self, shard: str) -> None:
+        if not self._stopping.is_set() and shard not in self._reading:
+            self._read(shard)
+
+    def _alive(self, shard: str, committed: bool) -> None:
+        """A restarted shard loop works: nothing was waiting for it, or a frame committed
+        (which also ends its backoff: a loop that keeps dying waits longer each time)."""
+        self._trouble.discard(f"dead shard-{shard}")
+        if committed:
+            del self._restarts[shard]
 
     async def _pause(self, seconds: float) -> bool:
         """Sleep up to `seconds`; False when the batcher is stopping."""
@@ -223,6 +256,8 @@ class Batcher:
             if not entries:
                 if stopping:
                     break
+                if shard in self._restarts:
+                    self._alive(shard, committed=False)
                 continue
             frame = Frame(entries)
             if len(frame) < limit and not stopping:
@@ -248,6 +283,8 @@ class Batcher:
             began = time.monotonic()
             lease = await self._apply(frame, lease)
             ended = time.monotonic()
+            if shard in self._restarts and frame.state is not State.OPEN:
+                self._alive(shard, committed=True)
         return lease
 
     async def _end(self, lease: Lease) -> None:

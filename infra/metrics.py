@@ -160,6 +160,11 @@ class Metrics:
             "numerator_batchers", "Live batchers sharing the stream's shards, as this one sees."
         )
         self.leases = Gauge("numerator_leases_held", "Shard leases this batcher holds.")
+        self.restarts = Counter(
+            "numerator_shard_restarts_total",
+            "Shard loops that died of an unexpected error and were started again (a bug: see "
+            "the log's traceback).",
+        )
         self.takeovers = Counter(
             "numerator_lease_takeovers_total",
             "Shard leases taken from another batcher: expired (a dead batcher's) or given up "

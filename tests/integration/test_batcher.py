@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import psycopg
@@ -300,3 +300,65 @@ async def test_health_comes_back_when_the_stream_does(
         assert batcher.healthy
     finally:
         await batcher.stop()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Wait up to 5 s for `condition`."""
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+
+
+async def test_a_shard_loop_that_dies_of_a_bug_is_started_again_from_its_checkpoint(
+    store: PostgresStore,
+    settings: Settings,
+    name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    await store.create(Counter(name))
+    stream = ListStream([raw("a", name), raw("b", name)])
+    real, calls = store.get_many, []
+
+    async def buggy(names: Sequence[str]) -> dict[str, Counter]:
+        calls.append(names)
+        if len(calls) == 1:
+            raise RuntimeError("a bug that one frame trips")
+        return await real(names)
+
+    monkeypatch.setattr(store, "get_many", buggy)
+    replies, metrics = Collect(), Metrics()
+    batcher = Batcher(stream, replies, store, settings, metrics)
+    await batcher.start()
+    await until(lambda: metrics.restarts.value > 0)
+    # it died on its first frame: said, counted and shown, before anything was answered
+    assert metrics.restarts.value == 1
+    assert batcher.trouble == ["dead shard-shard-0"] and not replies.seen
+    assert "a bug that one frame trips" in caplog.text  # the traceback, for whoever fixes it
+    # started again from the checkpoint: both records answered, each once
+    await until(lambda: len(replies.seen) >= 2)
+    await batcher.stop()
+    assert sorted((r.key, r.first) for r in replies.seen) == [("a", 1), ("b", 2)]
+    assert batcher.healthy and metrics.restarts.value == 1
+    assert await store.allocated(name, "") == 2
+
+
+async def test_a_loop_that_dies_while_stopping_is_not_started_again(
+    store: PostgresStore, settings: Settings, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await store.create(Counter(name))
+    stream = ListStream()
+    batcher = Batcher(stream, Collect(), store, settings, Metrics())
+    await batcher.start()
+
+    async def broken(names: Sequence[str]) -> dict[str, Counter]:
+        raise RuntimeError("a bug met on the way out")
+
+    monkeypatch.setattr(store, "get_many", broken)
+    stream.append(raw("a", name))
+    stopping = asyncio.create_task(batcher.stop())  # drains what is on the stream, and dies
+    await asyncio.wait_for(stopping, 5)
+    await asyncio.sleep(1.2)  # longer than the first restart's backoff
+    assert batcher.trouble == ["dead shard-shard-0"]
+    assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("shard-")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
@@ -178,6 +179,7 @@ class Settings:
         return {f.name.upper(): str(getattr(self, f.name)) for f in fields(self)}
 
 
+@functools.lru_cache(maxsize=4096)  # per request before the first key: ip_address was 3 % of /next
 def loopback(host: str) -> bool:
     """Whether `host` (an address or a name) is on this machine only."""
     if host == "localhost":

@@ -338,6 +338,11 @@ def serve_aws(args: argparse.Namespace, url: str, where: str) -> None:
             f"{len(probes)} batcher(s) ({', '.join(probes)}); edge: {args.edge}",
             flush=True,
         )
+        if args.edge == "lambda" and settings.auth == "none" and not settings.authorizer:
+            # A simulated container cannot see where the edge listens, and refuses AUTH=none
+            # with nothing named in front, as Lambda would; here the front is this server, on
+            # the loopback host port_or_exit has let through.
+            os.environ["AUTHORIZER"] = f"loopback only ({args.host})"
         factory = (
             "numerator.lambdaedge:app_from_env"
             if args.edge == "lambda"

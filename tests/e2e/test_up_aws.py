@@ -91,6 +91,19 @@ def test_up_aws_url_uses_a_running_endpoint(tmp_path: Path, aws_endpoint: str) -
     assert f"the endpoint at {aws_endpoint}" in service.output
 
 
+def test_up_lambda_edge_with_auth_none_serves_loopback(aws_endpoint: str) -> None:
+    """AUTH=none on loopback through simulated Lambda containers: each container refuses
+    AUTH=none with nothing named in front, as in Lambda; `up` names its loopback front."""
+    args = ("--aws", aws_endpoint, "--edge", "lambda", "--ephemeral")
+    with Service(*args, env={"AUTH": "none"}) as service:
+        made = httpx.post(service.url + "/counters", json={"name": "open"}, timeout=30)
+        assert made.status_code == 201, made.text
+        answers, statuses = asyncio.run(burst(service.url, "open", 20))
+    assert statuses == {200: 20}
+    assert_unique_without_holes(answers)
+    assert "AUTH=none (loopback only (127.0.0.1))" in service.output
+
+
 def test_serve_aws_url_is_the_edge_alone_beside_a_batcher(
     aws: tuple[Settings, Any], database_url: str
 ) -> None:

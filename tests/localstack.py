@@ -2,10 +2,14 @@
 (`python -m localstack.runtime.main`, OVERRIDE_IN_DOCKER=0) serves Kinesis from its npm backend
 (kinesis-mock, fetched on first use). Its DynamoDB needs Java 21 and a download this machine cannot
 make, so the tests that use it keep replies on moto. LocalStack pins libraries numerator's venv
-does not share, so it gets a venv of its own, made once in ~/.cache/numerator/localstack."""
+does not share, so it gets a venv of its own, made once in ~/.cache/numerator/localstack.
+
+`python tests/localstack.py` makes that venv and nothing else (standard library only): `.ci/run`
+starts it beside the project's own install, and the fixture waits for it under a file lock."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -13,10 +17,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-
-import httpx
-
-from infra.server import free_port
 
 HOME = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "numerator" / "localstack"
 # localstack-core 4.9.2 as released imports cbor2's old private decoder and pyOpenSSL's
@@ -35,23 +35,41 @@ def install() -> Path:
     venv = HOME / "venv"
     python = venv / "bin" / "python"
     marker = venv / ".numerator-packages"
-    if marker.exists() and marker.read_text() == "\n".join(PACKAGES):
+    HOME.mkdir(parents=True, exist_ok=True)
+    with (HOME / "install.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one install at a time; the others wait, then use it
+        if marker.exists() and marker.read_text() == "\n".join(PACKAGES):
+            return python
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=120
+        )
+        done = subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-compile",  # a third of its CPU; Python compiles what LocalStack imports
+                *PACKAGES,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert done.returncode == 0, f"cannot install LocalStack: {done.stderr[-3000:]}"
+        marker.write_text("\n".join(PACKAGES))
         return python
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True, timeout=120)
-    done = subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *PACKAGES],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert done.returncode == 0, f"cannot install LocalStack: {done.stderr[-3000:]}"
-    marker.write_text("\n".join(PACKAGES))
-    return python
 
 
 @contextmanager
 def localstack() -> Iterator[str]:
     """LocalStack (Kinesis) on a free loopback port; its URL."""
+    import httpx
+
+    from infra.server import free_port
+
     python = install()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -93,3 +111,7 @@ def localstack() -> Iterator[str]:
             process.wait(30)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+if __name__ == "__main__":
+    install()

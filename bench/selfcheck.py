@@ -1,7 +1,7 @@
 """`numerator bench selfcheck`: how fast can this machine's generator send? It drives a trivial
-local endpoint on a rising open-model schedule and reports the highest rate it held without
-missed sends, with its own CPU; where wrk is installed, wrk's closed-model ceiling of the same
-endpoint is measured beside it."""
+local endpoint on a rising open-model schedule and reports the highest rate it held (99 % of a
+second's sends answered, at most 1 % late), with its own CPU; where wrk is installed, wrk's
+closed-model ceiling of the same endpoint is measured beside it."""
 
 from __future__ import annotations
 
@@ -14,10 +14,17 @@ import httpx
 
 from bench import wrk
 from bench.http import Client
-from bench.load import Load, drive
+from bench.load import Load, Second, drive
 from bench.run import Progress, run_async
 from bench.schedule import Schedule
 from infra.server import free_port
+
+
+def held_in(second: Second) -> bool:
+    """Whether the engine held the second's rate: 99 % of its sends answered, and at most 1 %
+    released late. Not none: on a shared machine one stall of the process (tens of ms) makes a
+    few sends late in seconds the engine holds easily, and 'held' would say 3k where it sent 14k."""
+    return second.ok >= 0.99 * second.offered and second.missed <= 0.01 * second.offered
 
 
 def check(max_rps: float, seconds: float, connections: int) -> str:
@@ -52,10 +59,10 @@ def check(max_rps: float, seconds: float, connections: int) -> str:
         outcome = run_async(lambda: drive(Client(url, connections), load, progress))
         held = 0
         for _, second in sorted(outcome.per_second.items()):
-            if second.offered and not second.missed and second.ok >= 0.99 * second.offered:
+            if second.offered and held_in(second):
                 held = max(held, second.ok)
         lines = [
-            f"built-in engine: held {held:,} rps with no missed sends "
+            f"built-in engine: held {held:,} rps (≥ 99 % answered, ≤ 1 % sent late) "
             f"(schedule {schedule.text}; {outcome.missed} missed sends overall, worst "
             f"{outcome.worst_late_ms:.1f} ms late; generator CPU {outcome.cpu_pct:.0f}% of a core)",
         ]

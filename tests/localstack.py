@@ -51,7 +51,6 @@ def install() -> Path:
                 "install",
                 "--quiet",
                 "--disable-pip-version-check",
-                "--no-compile",  # a third of its CPU; Python compiles what LocalStack imports
                 *PACKAGES,
             ],
             capture_output=True,
@@ -61,6 +60,24 @@ def install() -> Path:
         assert done.returncode == 0, f"cannot install LocalStack: {done.stderr[-3000:]}"
         marker.write_text("\n".join(PACKAGES))
         return python
+
+
+def warm(url: str) -> None:
+    """Make the first Kinesis call here, with minutes to spare: it starts LocalStack's
+    kinesis-mock (fetched from npm on a bare machine), which took longer than a client's 10 s
+    read timeout in CI, and the test that happened to make it failed."""
+    import boto3
+    from botocore.config import Config
+
+    kinesis = boto3.client(
+        "kinesis",
+        endpoint_url=url,
+        region_name="us-east-1",
+        aws_access_key_id="test",  # the account the tests use (000000000000)
+        aws_secret_access_key="test",
+        config=Config(read_timeout=300, retries={"max_attempts": 1}),
+    )
+    kinesis.list_streams()
 
 
 @contextmanager
@@ -104,6 +121,7 @@ def localstack() -> Iterator[str]:
                 pass
             assert time.monotonic() < deadline, "LocalStack did not start within 120 s"
             time.sleep(0.5)
+        warm(url)
         yield url
     finally:
         process.terminate()

@@ -98,15 +98,23 @@ def _is_numerator(pid: int) -> bool:
 def forget_dead_handles(pgdata: Path) -> None:
     """pgserver stops the server when its last user exits, counting users in a file of pids. A
     process that was killed never takes its pid out, and then no later exit stops the server:
-    drop the pids of processes that are gone before joining."""
+    drop the pids of processes that are gone before joining (a killed process its parent has not
+    reaped yet is gone too: a zombie exists, and counted, it kept the server running for ever)."""
     handles = pgdata / ".handle_pids.json"
     try:
         pids = json.loads(handles.read_text())
     except (OSError, ValueError):
         return
-    alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+    alive = [pid for pid in pids if isinstance(pid, int) and _running(pid)]
     if alive != pids:
         handles.write_text(json.dumps(alive))
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def forget_dead_postmaster(pgdata: Path) -> None:

@@ -87,10 +87,7 @@ def pid_in(file: Path) -> int | None:
 
 def _is_numerator(pid: int) -> bool:
     try:
-        process = psutil.Process(pid)
-        return process.status() != psutil.STATUS_ZOMBIE and any(
-            "numerator" in part for part in process.cmdline()
-        )
+        return _running(pid) and any("numerator" in p for p in psutil.Process(pid).cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
 
@@ -111,6 +108,7 @@ def forget_dead_handles(pgdata: Path) -> None:
 
 
 def _running(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (dead, its parent yet to reap it)."""
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -124,11 +122,5 @@ def forget_dead_postmaster(pgdata: Path) -> None:
     name is gone or a zombie, so that a fresh server starts and recovers from its WAL."""
     for marker in [pgdata / "postmaster.pid", *pgdata.glob(".s.PGSQL.*.lock")]:
         pid = pid_in(marker)
-        if pid is None:
-            continue
-        try:
-            dead = psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            dead = True
-        if dead:
+        if pid is not None and not _running(pid):
             marker.unlink(missing_ok=True)

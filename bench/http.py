@@ -30,16 +30,17 @@ Done = Callable[[Any, int, bytes, HttpError | None], None]
 class Connection(asyncio.Protocol):
     """One keep-alive connection carrying one request at a time; each answer goes to `finish`."""
 
-    def __init__(self, finish: Callable[[Connection, int, bytes, HttpError | None], None]) -> None:
+    def __init__(
+        self, finish: Callable[[Connection, Any, Done, int, bytes, HttpError | None], None]
+    ) -> None:
         self.finish = finish
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.closed = False
-        self.busy = False
         self.since = 0.0  # when the request on the wire was written
         self.timeout = 0.0
         self.tag: Any = None
-        self.done: Done | None = None
+        self.done: Done | None = None  # the request on the wire's; None while idle
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
@@ -50,7 +51,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
-        if not self.busy:
+        if self.done is None:
             return
         try:
             parsed = _parse(self.buffer)
@@ -64,16 +65,17 @@ class Connection(asyncio.Protocol):
 
     def write(self, raw: bytes, now: float, timeout: float, tag: Any, done: Done) -> None:
         assert self.transport is not None
-        self.busy, self.since, self.timeout, self.tag, self.done = True, now, timeout, tag, done
+        self.since, self.timeout, self.tag, self.done = now, timeout, tag, done
         self.transport.write(raw)
 
     def expire(self) -> None:
         self._end(0, b"", HttpError("timeout", f"no response in {self.timeout:g}s"))
 
     def _end(self, status: int, body: bytes, error: HttpError | None) -> None:
-        if self.busy:
-            self.busy = False
-            self.finish(self, status, body, error)
+        done, tag = self.done, self.tag
+        if done is not None:
+            self.done = self.tag = None
+            self.finish(self, tag, done, status, body, error)
 
     def close(self) -> None:
         if self.transport is not None:
@@ -209,11 +211,15 @@ class Client:
             self.idle.append(connection)
 
     def _finish(
-        self, connection: Connection, status: int, body: bytes, error: HttpError | None
+        self,
+        connection: Connection,
+        tag: Any,
+        done: Done,
+        status: int,
+        body: bytes,
+        error: HttpError | None,
     ) -> None:
         self.wire.discard(connection)
-        tag, done = connection.tag, connection.done
-        assert done is not None
         if error is None:
             self._next(connection)
         else:  # a failed connection is not used again; its slot opens a new one if needed

@@ -137,7 +137,7 @@ async def drive(client: Client, load: Load, progress: Progress | None = None) ->
     start = loop.time() + 0.05
     cpu_start = time.process_time()
     open_requests = 0
-    drained = loop.create_future()
+    drained: asyncio.Future[None] | None = None  # made once every request is released
 
     def done(due: float, status: int, _: bytes, error: HttpError | None) -> None:
         nonlocal open_requests
@@ -155,7 +155,7 @@ async def drive(client: Client, load: Load, progress: Progress | None = None) ->
                 histogram.record(second.latency, now - due)
             else:
                 second.bad += 1
-        if open_requests == 0 and pacer.finished and not drained.done():
+        if open_requests == 0 and drained is not None and not drained.done():
             drained.set_result(None)
 
     async def report() -> None:
@@ -186,6 +186,7 @@ async def drive(client: Client, load: Load, progress: Progress | None = None) ->
         open_requests += 1
         client.submit(raw, load.timeout, release.due, done)
     if open_requests:
+        drained = loop.create_future()
         await drained
     reporter.cancel()
     out.seconds = loop.time() - start

@@ -33,7 +33,6 @@ class Pacer:
         self.missed = 0
         self.worst = 0.0
         self.start = 0.0
-        self.finished = False  # every request released
 
     async def releases(self, start: float) -> AsyncIterator[Release]:
         """Yield every request at its time; `start` is the clock time of offset 0."""
@@ -48,4 +47,3 @@ class Pacer:
                 self.missed += 1
             self.worst = max(self.worst, late)
             yield Release(n, due, late)
-        self.finished = True

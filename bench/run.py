@@ -7,12 +7,11 @@ import asyncio
 import sys
 import time
 import uuid
-from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from bench import local, record, report
 from bench.collect import Collector, Processes, aws_calls
@@ -22,22 +21,9 @@ from bench.load import Load, Outcome, drive
 from bench.scenario import Scenario
 from bench.schedule import Schedule
 from bench.variants import Variant
-from infra import __version__
-
-T = TypeVar("T")
+from infra import __version__, loop
 
 FLOOR = "floor (/ping)"  # the trivial route: no number taken, the same server and generator
-
-
-def run_async(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run on uvloop when it is there: the generator needs every cycle it can get."""
-    try:
-        import uvloop
-
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            return runner.run(main())
-    except ImportError:
-        return asyncio.run(main())
 
 
 @dataclass
@@ -192,7 +178,7 @@ def execute(
                 progress = Progress(name, load.schedule, quiet)
                 pids = target.pids + (db.pids if db else [])
                 sent = replace(load, path="/ping") if name == FLOOR else load
-                outcome, collector = run_async(
+                outcome, collector = loop.run(
                     lambda t=target, p=pids, g=progress, s=sent: measure(  # type: ignore[misc]
                         t.url, s, p, g, t.others, headers
                     )

@@ -15,8 +15,9 @@ import httpx
 from bench import wrk
 from bench.http import Client
 from bench.load import Load, Second, drive
-from bench.run import Progress, run_async
+from bench.run import Progress
 from bench.schedule import Schedule
+from infra import loop
 from infra.server import free_port
 
 
@@ -56,7 +57,7 @@ def check(max_rps: float, seconds: float, connections: int) -> str:
         schedule = Schedule.parse(f"line(100, {max_rps:g}, {seconds:g}s)")
         load = Load(schedule=schedule, connections=connections, path="/ping")
         progress = Progress("selfcheck", schedule, quiet=False)
-        outcome = run_async(lambda: drive(Client(url, connections), load, progress))
+        outcome = loop.run(lambda: drive(Client(url, connections), load, progress))
         held = 0
         for _, second in sorted(outcome.per_second.items()):
             if second.offered and held_in(second):

@@ -14,6 +14,7 @@ import logging
 import signal
 import sys
 
+from infra import loop
 from infra.errors import NumeratorError, StoreError, Unavailable
 from infra.settings import Settings
 from numerator.stack import BatcherStack
@@ -23,9 +24,8 @@ log = logging.getLogger("numerator.batcher")
 
 async def run(settings: Settings, host: str, port: int) -> None:
     stopping = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stopping.set)
+        asyncio.get_running_loop().add_signal_handler(signum, stopping.set)
     async with BatcherStack(settings) as stack:
 
         async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -92,17 +92,11 @@ async def respond(stack: BatcherStack, path: str) -> tuple[str, bytes, str]:
 
 
 def main(settings: Settings, host: str, port: int) -> None:
-    """Run the batcher on uvloop where it is installed, the HTTP workers' loop, so that its
-    timers behave as the embedded batcher's do (FRAME_MIN_MS=0.5: one turn of the loop, not the
-    1 ms that the stdlib loop's epoll wait rounds up to)."""
+    """Run the batcher on the HTTP workers' loop, so that its timers behave as the embedded
+    batcher's do (FRAME_MIN_MS=0.5: one turn of the loop, not the 1 ms that the stdlib loop's
+    epoll wait rounds up to)."""
     try:
-        try:
-            import uvloop
-        except ImportError:  # pragma: no cover - installed everywhere but Windows
-            asyncio.run(run(settings, host, port))
-        else:
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                runner.run(run(settings, host, port))
+        loop.run(lambda: run(settings, host, port))
     except NumeratorError as exc:
         print(f"numerator batcher: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import inspect
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,3 +62,17 @@ def assert_ordered(answers: list[Answer]) -> None:
                 pairs += i
                 assert highest[i - 1] < b.first, f"{counter}: order broken for {b}"
     assert pairs > 0, "no request was sent after another's reply: the check saw nothing"
+
+
+async def until(check: Callable[[], Any], within: float) -> float:
+    """Poll `check` (true, or an awaitable of true) until it holds; the seconds it took (fails
+    after `within`)."""
+    start = time.monotonic()
+    while True:
+        held = check()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return time.monotonic() - start
+        assert time.monotonic() - start < within, f"not within {within} s"
+        await asyncio.sleep(0.05)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 import psycopg
@@ -19,6 +19,7 @@ from infra.ports import Entry
 from infra.postgres import PostgresStore
 from infra.settings import Settings
 from infra.wire import Record, Reply, ReplyError
+from tests.checks import until
 from tests.streams import ListStream
 
 
@@ -302,14 +303,6 @@ async def test_health_comes_back_when_the_stream_does(
         await batcher.stop()
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    """Wait up to 5 s for `condition`."""
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-
-
 async def test_a_shard_loop_that_dies_of_a_bug_is_started_again_from_its_checkpoint(
     store: PostgresStore,
     settings: Settings,
@@ -331,13 +324,13 @@ async def test_a_shard_loop_that_dies_of_a_bug_is_started_again_from_its_checkpo
     replies, metrics = Collect(), Metrics()
     batcher = Batcher(stream, replies, store, settings, metrics)
     await batcher.start()
-    await until(lambda: metrics.restarts.value > 0)
+    await until(lambda: metrics.restarts.value > 0, within=5)
     # it died on its first frame: said, counted and shown, before anything was answered
     assert metrics.restarts.value == 1
     assert batcher.trouble == ["dead shard-shard-0"] and not replies.seen
     assert "a bug that one frame trips" in caplog.text  # the traceback, for whoever fixes it
     # started again from the checkpoint: both records answered, each once
-    await until(lambda: len(replies.seen) >= 2)
+    await until(lambda: len(replies.seen) >= 2, within=5)
     await batcher.stop()
     assert sorted((r.key, r.first) for r in replies.seen) == [("a", 1), ("b", 2)]
     assert batcher.healthy and metrics.restarts.value == 1

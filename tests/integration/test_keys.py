@@ -3,7 +3,6 @@ scopes, 401/403 problems, revocation within its bound, last use, and never a sec
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
@@ -15,7 +14,7 @@ import pytest
 
 from infra.settings import Settings
 from numerator.stack import Stack
-from tests.checks import problem
+from tests.checks import problem, until
 
 REMOTE = ("203.0.113.9", 40000)  # a documentation address: anything but loopback
 
@@ -52,15 +51,6 @@ async def make_key(http: httpx.AsyncClient, name: str, *scopes: str) -> str:
     assert response.headers["cache-control"] == "no-store"
     secret: str = response.json()["secret"]
     return secret
-
-
-async def until(check: Callable[[], Any], within: float) -> float:
-    """Poll the async `check` until it returns true; the seconds it took (fails after `within`)."""
-    start = time.monotonic()
-    while not await check():
-        assert time.monotonic() - start < within, f"not within {within} s"
-        await asyncio.sleep(0.05)
-    return time.monotonic() - start
 
 
 async def test_before_any_key_only_loopback_clients_are_served(clients: Clients) -> None:

@@ -68,10 +68,9 @@ class Service:
         batchers and moto server (each in a session of its own) — and to the embedded Postgres
         whose files are in `data_dir` when given."""
         if data_dir is not None:
-            postmaster = data_dir / "pgdata" / "postmaster.pid"
-            pid = pid_in(postmaster)
-            assert pid is not None, f"no Postgres pid in {postmaster}"
-            os.kill(pid, signal.SIGKILL)
+            postgres = postgres_of(data_dir)
+            assert postgres is not None, f"no Postgres runs on {data_dir}"
+            postgres.kill()
         for child in psutil.Process(self.process.pid).children(recursive=True):
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
@@ -93,6 +92,16 @@ def numerator(*args: str, url: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
     )
+
+
+def postgres_of(data_dir: Path) -> psutil.Process | None:
+    """The embedded Postgres serving `data_dir` (numerator up's --data-dir), if one runs: the
+    postmaster its pid file names."""
+    pid = pid_in(data_dir / "pgdata" / "postmaster.pid")
+    try:
+        return psutil.Process(pid) if pid is not None else None
+    except psutil.NoSuchProcess:
+        return None
 
 
 def data_dir(tmp_path: Path) -> str:

@@ -16,7 +16,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.e2e.service import Service, data_dir
+from tests.e2e.service import Service, data_dir, postgres_of
 
 pytestmark = pytest.mark.slow
 
@@ -75,23 +75,14 @@ def test_sigkill_under_load_then_up_at_once_on_the_same_port(tmp_path: Path, wha
             values = load.stop()
         # the second's exit stops the embedded Postgres, though the killed first was not yet
         # reaped (a zombie) when the second joined it
-        _, running = psutil.wait_procs(postgres_on(folder), timeout=15)
+        postgres = postgres_of(Path(folder))
+        _, running = psutil.wait_procs([postgres] if postgres else [], timeout=15)
         assert not running, f"Postgres outlived the last numerator on {folder}: {running}"
     finally:
         first.stop()
     assert took < 20, f"the restart took {took:.1f}s to serve"
     assert len(values) > 50
     assert len(values) == len(set(values)), "a value was handed out twice across the restart"
-
-
-def postgres_on(folder: str) -> list[psutil.Process]:
-    """The Postgres processes serving the data directory `folder`."""
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        line = " ".join(process.info["cmdline"] or [])
-        if "postgres" in line and f"-D {folder}" in line:
-            found.append(process)
-    return found
 
 
 def test_a_second_up_on_a_held_data_directory_is_refused(tmp_path: Path) -> None:

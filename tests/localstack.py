@@ -69,12 +69,14 @@ def warm(url: str) -> None:
     import boto3
     from botocore.config import Config
 
+    from tests.aws import DEFAULTS  # the tests' region and account
+
     kinesis = boto3.client(
         "kinesis",
         endpoint_url=url,
-        region_name="us-east-1",
-        aws_access_key_id="test",  # the account the tests use (000000000000)
-        aws_secret_access_key="test",
+        region_name=DEFAULTS["AWS_DEFAULT_REGION"],
+        aws_access_key_id=DEFAULTS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=DEFAULTS["AWS_SECRET_ACCESS_KEY"],
         config=Config(read_timeout=300, retries={"max_attempts": 1}),
     )
     kinesis.list_streams()

@@ -43,6 +43,11 @@ PAUSE_BEFORE_PUBLISH_S = float(os.environ.get("NUMERATOR_PAUSE_BEFORE_PUBLISH_S"
 SHARDS_EVERY_S = 10.0  # how often the shard list is read again, to find a reshard's children
 
 
+def dead(shard: str) -> str:
+    """The trouble a shard's dead loop shows on /healthz, named as its task is."""
+    return f"dead shard-{shard}"
+
+
 class Batcher:
     def __init__(
         self,
@@ -122,7 +127,7 @@ class Batcher:
         if error is None:
             return
         shard = task.get_name().removeprefix("shard-")
-        self._trouble.add(f"dead {task.get_name()}")
+        self._trouble.add(dead(shard))
         self._reading.discard(shard)
         self._held.discard(shard)
         self.metrics.leases.set(len(self._held))
@@ -142,7 +147,7 @@ class Batcher:
     def _alive(self, shard: str, committed: bool) -> None:
         """A restarted shard loop works: nothing was waiting for it, or a frame committed
         (which also ends its backoff: a loop that keeps dying waits longer each time)."""
-        self._trouble.discard(f"dead shard-{shard}")
+        self._trouble.discard(dead(shard))
         if committed:
             del self._restarts[shard]
 

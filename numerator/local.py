@@ -49,11 +49,11 @@ def require_moto() -> None:
 @contextmanager
 def moto_server() -> Iterator[str]:
     """moto server on a free loopback port, in its own process (it is CPU-bound, and must not
-    share a GIL with the edge): its URL."""
+    share a GIL with the edge), one request at a time (`numerator.motoserver`): its URL."""
     require_moto()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    command = [sys.executable, "-m", "numerator.motoserver", "-H", "127.0.0.1", "-p", str(port)]
     with tempfile.TemporaryFile("w+") as log:
         process = subprocess.Popen(
             command,

@@ -4,8 +4,8 @@ Each test makes its own stream and table, so that tests never see each other's r
 
 from __future__ import annotations
 
-import logging
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,19 +32,21 @@ def endpoint() -> Iterator[str]:
     if given:
         yield given
         return
-    from moto.server import ThreadedMotoServer
+    from numerator.motoserver import server
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # a line per request otherwise
     port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    running = server("127.0.0.1", port)
+    thread = threading.Thread(target=running.serve_forever, name="moto", daemon=True)
+    thread.start()
     url = f"http://127.0.0.1:{port}"
     os.environ["AWS_ENDPOINT_URL"] = url
     try:
         yield url
     finally:
         del os.environ["AWS_ENDPOINT_URL"]
-        server.stop()
+        running.shutdown()
+        thread.join()
+        running.server_close()
 
 
 @contextmanager

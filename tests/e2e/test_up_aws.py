@@ -74,7 +74,7 @@ def test_up_aws_hands_out_unique_values_to_concurrent_requests(
         took = time.monotonic() - began
         metrics = httpx.get(service.url + "/metrics", timeout=10).text
     print(f"--edge {edge}: {requests} concurrent requests in {took:.1f}s, statuses {statuses}")
-    assert statuses == {200: requests}, statuses
+    assert statuses == {200: requests}, f"{statuses}\n{service.output}"
     assert_unique_without_holes(answers)
     assert "AWS path" in service.output and "batcher(s)" in service.output
     if edge == "server":  # one process: its metrics show the AWS calls it made

@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 
 from infra.errors import NumeratorError
+from infra.server import running
 
 
 @dataclass
@@ -87,7 +88,7 @@ def pid_in(file: Path) -> int | None:
 
 def _is_numerator(pid: int) -> bool:
     try:
-        return _running(pid) and any("numerator" in p for p in psutil.Process(pid).cmdline())
+        return running(pid) and any("numerator" in p for p in psutil.Process(pid).cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
 
@@ -102,17 +103,9 @@ def forget_dead_handles(pgdata: Path) -> None:
         pids = json.loads(handles.read_text())
     except (OSError, ValueError):
         return
-    alive = [pid for pid in pids if isinstance(pid, int) and _running(pid)]
+    alive = [pid for pid in pids if isinstance(pid, int) and running(pid)]
     if alive != pids:
         handles.write_text(json.dumps(alive))
-
-
-def _running(pid: int) -> bool:
-    """Whether the process exists and is not a zombie (dead, its parent yet to reap it)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def forget_dead_postmaster(pgdata: Path) -> None:
@@ -122,5 +115,5 @@ def forget_dead_postmaster(pgdata: Path) -> None:
     name is gone or a zombie, so that a fresh server starts and recovers from its WAL."""
     for marker in [pgdata / "postmaster.pid", *pgdata.glob(".s.PGSQL.*.lock")]:
         pid = pid_in(marker)
-        if pid is not None and not _running(pid):
+        if pid is not None and not running(pid):
             marker.unlink(missing_ok=True)

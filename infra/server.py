@@ -15,12 +15,16 @@ import os
 import resource
 import signal
 import socket
+import tempfile
 
+import psutil
 from granian import Granian
 from granian.constants import Interfaces
 from granian.http import HTTP1Settings
 
 from infra.settings import MAX_HEADER_BUFFER, Settings
+
+WORKERS_DIR = "NUMERATOR_WORKERS_DIR"  # infra.workers reads it in each worker
 
 BACKLOG = 4096  # connections the kernel queues for accept
 # Threads of each worker's Rust I/O runtime. With one, the burst of closing and re-accepting
@@ -43,7 +47,7 @@ def serve(
     refuses one over MAX_HEADER_BYTES with a problem."""
     settings = settings or Settings()
     open_files(settings.max_connections * workers + 1024)
-    Granian(
+    server = Granian(
         factory,
         address=host,
         port=port,
@@ -58,7 +62,13 @@ def serve(
             header_read_timeout=int(settings.header_timeout_s * 1000),
             max_buffer_size=MAX_HEADER_BUFFER,
         ),
-    ).serve()
+    )
+    with contextlib.ExitStack() as made:
+        os.environ.pop(WORKERS_DIR, None)
+        if workers > 1:  # a directory for their metrics, added up by /metrics (infra.workers)
+            shared = tempfile.TemporaryDirectory(prefix="numerator-workers-")
+            os.environ[WORKERS_DIR] = made.enter_context(shared)
+        server.serve()
 
 
 def open_files(wanted: int) -> None:
@@ -106,6 +116,14 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()  # what is alive after start-up stays: never scan it again
     gc.set_threshold(100_000, 50, 100)
+
+
+def running(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (dead, its parent yet to reap it)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def free_port() -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from typing import Any
 
 
 class Counter:
@@ -44,7 +45,14 @@ class LabeledCounter:
 
 
 class Gauge(Counter):
+    """`most`: several processes' values combine as the largest (an age, or what each of them
+    sees of the same thing), not as their sum (what each holds)."""
+
     kind = "gauge"
+
+    def __init__(self, name: str, help: str, most: bool = False) -> None:
+        super().__init__(name, help)
+        self.most = most
 
     def set(self, value: float) -> None:
         self.value = value
@@ -157,7 +165,9 @@ class Metrics:
             SIZES,
         )
         self.batchers = Gauge(
-            "numerator_batchers", "Live batchers sharing the stream's shards, as this one sees."
+            "numerator_batchers",
+            "Live batchers sharing the stream's shards, as this one sees.",
+            most=True,
         )
         self.leases = Gauge("numerator_leases_held", "Shard leases this batcher holds.")
         self.restarts = Counter(
@@ -201,7 +211,9 @@ class Metrics:
             "numerator_reply_wait_seconds", "Time a request waited for its reply.", SECONDS
         )
         self.lag = Gauge(
-            "numerator_batcher_lag_seconds", "Age of the oldest record in the last frame."
+            "numerator_batcher_lag_seconds",
+            "Age of the oldest record in the last frame.",
+            most=True,
         )
         self.stream_depth = Gauge(
             "numerator_stream_depth_records", "Records waiting on the in-process stream."
@@ -216,20 +228,55 @@ class Metrics:
     @classmethod
     def total(cls, many: list[Metrics]) -> Metrics:
         """Several processes' (or simulated Lambda containers') metrics as one: counters and
-        histograms add up, gauges too (leases held, depth), the info is the first's."""
+        histograms add up, gauges too (leases held, depth) or the largest is taken (lag), the
+        info is the first's."""
         out = cls()
         for metrics in many:
             for name, item in vars(metrics).items():
                 into = getattr(out, name)
                 if isinstance(item, Info):
                     into.labels = into.labels or dict(item.labels)
-                elif isinstance(item, LabeledCounter):
-                    for value, count in item.values.items():
+                elif isinstance(item, LabeledCounter):  # a copy: containers count in threads
+                    for value, count in list(item.values.items()):
                         into.inc(value, count)
                 elif isinstance(item, Histogram):
                     into.counts = [a + b for a, b in zip(into.counts, item.counts, strict=True)]
                     into.sum += item.sum
                     into.count += item.count
+                elif isinstance(item, Gauge) and item.most:
+                    into.value = max(into.value, item.value)
                 else:
                     into.value += item.value
+        return out
+
+    def state(self) -> dict[str, Any]:
+        """Every value, as JSON can hold it: `from_state` makes the Metrics again."""
+        out: dict[str, Any] = {}
+        for name, item in vars(self).items():
+            if isinstance(item, Info):
+                out[name] = item.labels
+            elif isinstance(item, LabeledCounter):
+                out[name] = dict(item.values)
+            elif isinstance(item, Histogram):
+                out[name] = {"counts": list(item.counts), "sum": item.sum, "count": item.count}
+            else:
+                out[name] = item.value
+        return out
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], gauges: bool = True) -> Metrics:
+        """Without `gauges`, a gone process's metrics: what it counted stays, what it held
+        (leases, depth) does not. Names this version does not know are left out."""
+        out = cls()
+        for name, value in state.items():
+            item = getattr(out, name, None)
+            if isinstance(item, Info):
+                item.labels = dict(value)
+            elif isinstance(item, LabeledCounter):
+                item.values = {str(k): float(v) for k, v in value.items()}
+            elif isinstance(item, Histogram) and len(value["counts"]) == len(item.counts):
+                item.counts = [int(c) for c in value["counts"]]
+                item.sum, item.count = float(value["sum"]), int(value["count"])
+            elif isinstance(item, Counter) and (gauges or not isinstance(item, Gauge)):
+                item.value = float(value)
         return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import orjson
+
 from infra.metrics import Metrics
 
 
@@ -21,3 +23,52 @@ def test_metrics_of_several_containers_add_up() -> None:
     assert total.reply_wait.count == 2 and total.reply_wait.sum == 2.01
     assert total.info.labels == {"role": "lambda"}
     assert one.next_requests.value == 3, "the parts are left as they were"
+
+
+def test_gauges_add_up_or_take_the_largest() -> None:
+    one, two = Metrics(), Metrics()
+    one.leases.set(2)
+    two.leases.set(3)
+    one.lag.set(0.5)
+    two.lag.set(0.2)
+    one.batchers.set(2)
+    two.batchers.set(2)
+    total = Metrics.total([one, two])
+    assert total.leases.value == 5  # each holds its own
+    assert total.lag.value == 0.5  # the oldest record, not a sum of ages
+    assert total.batchers.value == 2  # both see the same two
+
+
+def full() -> Metrics:
+    metrics = Metrics()
+    metrics.info.labels = {"version": "x"}
+    metrics.next_requests.inc(7)
+    metrics.responses.inc("200", 6)
+    metrics.responses.inc("503")
+    metrics.frame_seconds.observe(0.003)
+    metrics.frame_seconds.observe(4.0)
+    metrics.leases.set(2)
+    metrics.lag.set(0.25)
+    return metrics
+
+
+def test_state_makes_the_same_metrics_again() -> None:
+    metrics = full()
+    state = orjson.loads(orjson.dumps(metrics.state()))  # as a worker's file holds it
+    assert Metrics.from_state(state).render() == metrics.render()
+
+
+def test_a_gone_process_keeps_what_it_counted_not_what_it_held() -> None:
+    gone = Metrics.from_state(full().state(), gauges=False)
+    assert gone.next_requests.value == 7 and gone.responses.values == {"200": 6, "503": 1}
+    assert gone.frame_seconds.count == 2
+    assert gone.leases.value == 0 and gone.lag.value == 0
+
+
+def test_a_state_from_another_version_loads_what_this_one_knows() -> None:
+    state = full().state()
+    state["numerator_gone_total"] = 3
+    state["frame_seconds"] = {"counts": [1, 2], "sum": 1.0, "count": 3}  # other buckets
+    loaded = Metrics.from_state(state)
+    assert loaded.next_requests.value == 7
+    assert loaded.frame_seconds.count == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions.auth import Guard
 from functions.front import Front
@@ -14,6 +14,9 @@ from infra.clock import utc_now
 from infra.metrics import Metrics
 from infra.ports import Replies, Store, Stream
 from infra.settings import Settings
+
+if TYPE_CHECKING:  # the Lambda edge is deployed without the server's modules
+    from infra.workers import Workers
 
 LAMBDA_MARGIN_S = 0.5  # answered this long before the Lambda invocation's own time runs out
 
@@ -37,6 +40,8 @@ class Edge:
     healthy: Callable[[], bool] = always
     observe: Callable[[], None] = nothing
     """Refresh gauges just before /metrics renders them."""
+    workers: Workers | None = None
+    """The server's other worker processes (`--workers N`): /metrics adds theirs to its own."""
     front: Front | None = None
     """Front frames (the AWS path's long-running edge): /next without an Idempotency-Key goes
     through them, one record per counter per frame."""
@@ -49,6 +54,11 @@ class Edge:
         if settings.auth == "keys":
             self.guard = Guard(self.store, settings.keys_refresh_s, self.metrics)
         self.key_rate = KeyRate(settings.idempotency_keys_per_s)
+
+    def observed(self) -> Metrics:
+        """This process's metrics, its gauges refreshed."""
+        self.observe()
+        return self.metrics
 
     def timeout(self, context: Any = None) -> float:
         """Seconds a request waits for its reply: REPLY_TIMEOUT_S, and in Lambda no longer than

@@ -162,8 +162,8 @@ async def healthz(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     edge = edge_of(request)
-    edge.observe()
-    return Response(edge.metrics.render(), media_type="text/plain; version=0.0.4")
+    metrics = edge.observed() if edge.workers is None else edge.workers.total()
+    return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
 
 async def openapi(request: Request) -> Response:

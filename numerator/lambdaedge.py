@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AsyncExitStack
 from typing import Any
 
 from mangum import Mangum
@@ -24,6 +25,7 @@ from functions.handler import build
 from infra.metrics import Metrics
 from infra.server import worker_signals
 from infra.settings import Settings
+from infra.workers import Workers, workers_dir
 
 INVOCATION_TIMEOUT_S = 30.0  # template.yaml's default function timeout
 
@@ -91,6 +93,8 @@ class LambdaEdge:
         self.timeout = timeout
         self._local = threading.local()
         self.containers: list[Metrics] = []
+        self.workers: Workers | None = None
+        self._serving = AsyncExitStack()
 
     def _invoke(self, request: dict[str, Any]) -> dict[str, Any]:
         handler: Mangum | None = getattr(self._local, "handler", None)
@@ -100,10 +104,15 @@ class LambdaEdge:
             handler = self._local.handler = build(metrics=metrics)
         return handler(request, Context(self.timeout))  # type: ignore[arg-type]
 
+    def _total(self) -> Metrics:
+        return Metrics.total(self.containers)
+
     async def _metrics(self, send: Send) -> None:
         """GET /metrics here: every simulated container's metrics added up (in Lambda each
-        container has its own, and a scrape would reach one at random)."""
-        body = Metrics.total(self.containers).render().encode()
+        container has its own, and a scrape would reach one at random), and with `--workers N`
+        every worker's containers."""
+        metrics = self._total() if self.workers is None else self.workers.total()
+        body = metrics.render().encode()
         headers = [(b"content-type", b"text/plain; version=0.0.4")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": body})
@@ -114,12 +123,18 @@ class LambdaEdge:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
                     worker_signals()
+                    directory = workers_dir()
+                    if directory is not None:
+                        made = Workers(directory, self._total)
+                        self.workers = await self._serving.enter_async_context(made)
                     await send({"type": "lifespan.startup.complete"})
                 else:
+                    await self._serving.aclose()
                     self.pool.shutdown(wait=False, cancel_futures=True)
                     await send({"type": "lifespan.shutdown.complete"})
                     return
-        if scope["method"] == "GET" and scope["path"] == "/metrics" and self.containers:
+        here = self.containers or self.workers is not None
+        if scope["method"] == "GET" and scope["path"] == "/metrics" and here:
             await self._metrics(send)
             return
         body = b""

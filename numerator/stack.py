@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
 from types import TracebackType
 from typing import Self
@@ -32,6 +32,7 @@ from infra.postgres import PostgresStore, migrate
 from infra.server import tune_gc, worker_signals
 from infra.serverless import AwsPorts, aws_ports
 from infra.settings import Settings
+from infra.workers import Workers, workers_dir
 
 
 def describe(metrics: Metrics, settings: Settings, role: str) -> None:
@@ -177,8 +178,11 @@ def app_from_env() -> FastPath:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         worker_signals()
         stack = EdgeStack(settings) if settings.mode == "aws" else Stack(settings)
-        async with stack as running:
-            app.state.edge = running.edge
+        async with stack as running, AsyncExitStack() as shared:
+            app.state.edge = edge = running.edge
+            directory = workers_dir()
+            if directory is not None:
+                edge.workers = await shared.enter_async_context(Workers(directory, edge.observed))
             yield
 
     return create_app(lifespan=lifespan)

@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.scrape import parse
+from infra.workers import WRITE_EVERY_S
 from tests.checks import Answer, assert_ordered, assert_unique_without_holes
 from tests.e2e.service import Service, numerator
 
@@ -84,6 +86,9 @@ def test_cli_for_people(tmp_path: Path) -> None:
     assert down.returncode == 1 and "cannot reach" in down.stderr
 
 
+REQUESTS = "numerator_next_requests_total"
+
+
 async def test_several_workers_hand_out_unique_ordered_values(tmp_path: Path) -> None:
     with Service("--ephemeral", "--workers", "2") as service:
         limits = httpx.Limits(max_connections=64)
@@ -100,9 +105,17 @@ async def test_several_workers_hand_out_unique_ordered_values(tmp_path: Path) ->
                     answers.append(Answer("hot", value, value, sent, time.monotonic()))
 
             await asyncio.gather(*(loop() for _ in range(64)))
+
+            async def counted() -> list[float]:
+                """What a scrape says of the requests, whichever worker it reaches."""
+                return [parse((await client.get("/metrics")).text)[REQUESTS] for _ in range(6)]
+
+            await asyncio.sleep(WRITE_EVERY_S)  # the other worker's part is this old at most
+            scrapes = await counted()
     assert len(answers) == 2560
     assert_unique_without_holes(answers)
     assert_ordered(answers)
+    assert scrapes == [2560] * 6, "/metrics counts every worker's requests"
 
 
 @pytest.mark.parametrize("postgres_too", [False, True], ids=["numerator", "numerator+postgres"])

@@ -13,9 +13,12 @@ import gc
 import multiprocessing
 import os
 import resource
+import shutil
 import signal
 import socket
 import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import psutil
 from granian import Granian
@@ -66,9 +69,20 @@ def serve(
     with contextlib.ExitStack() as made:
         os.environ.pop(WORKERS_DIR, None)
         if workers > 1:  # a directory for their metrics, added up by /metrics (infra.workers)
-            shared = tempfile.TemporaryDirectory(prefix="numerator-workers-")
-            os.environ[WORKERS_DIR] = made.enter_context(shared)
+            os.environ[WORKERS_DIR] = made.enter_context(_workers_dir())
         server.serve()
+
+
+@contextlib.contextmanager
+def _workers_dir() -> Iterator[str]:
+    """A directory for this server's workers, named for its pid: one that a SIGKILLed server
+    left behind is removed by the next server to start."""
+    for left in Path(tempfile.gettempdir()).glob("numerator-workers-*"):
+        pid = left.name.split("-")[2]
+        if pid.isdigit() and not running(int(pid)):
+            shutil.rmtree(left, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"numerator-workers-{os.getpid()}-") as made:
+        yield made
 
 
 def open_files(wanted: int) -> None:

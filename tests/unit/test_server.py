@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import errno
+import os
 import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
-from infra.server import cannot_listen
+import pytest
+
+from infra.server import _workers_dir, cannot_listen
 
 
 def test_a_listening_port_is_refused() -> None:
@@ -38,3 +45,20 @@ def test_a_port_whose_connections_linger_in_time_wait_is_free() -> None:
             failed = exc.errno
     assert failed == errno.EADDRINUSE
     assert cannot_listen("127.0.0.1", port) is None
+
+
+def test_a_workers_directory_a_killed_server_left_is_removed_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", ""])
+    dead.wait()
+    left = tmp_path / f"numerator-workers-{dead.pid}-abc"
+    live = tmp_path / f"numerator-workers-{os.getppid()}-def"  # another server, still running
+    for made in (left, live):
+        made.mkdir()
+        (made / "1.json").write_text("{}")
+    with _workers_dir() as mine:
+        assert Path(mine).name.startswith(f"numerator-workers-{os.getpid()}-")
+        assert not left.exists() and live.exists()
+    assert not Path(mine).exists()

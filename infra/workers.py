@@ -45,6 +45,8 @@ class Workers:
         self.write()
         found = []
         for path in sorted(self.directory.glob("*.json")):
+            if not path.stem.isdigit():  # not a worker's
+                continue
             try:
                 state = orjson.loads(path.read_bytes())
             except (OSError, orjson.JSONDecodeError):  # gone since the listing
@@ -55,7 +57,8 @@ class Workers:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(WRITE_EVERY_S)
-            self.write()
+            with contextlib.suppress(OSError):  # a full disk: the next write, or a scrape's, says
+                self.write()
 
     async def __aenter__(self) -> Workers:
         self.write()

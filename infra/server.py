@@ -16,6 +16,7 @@ import resource
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,7 +70,13 @@ def serve(
     with contextlib.ExitStack() as made:
         os.environ.pop(WORKERS_DIR, None)
         if workers > 1:  # a directory for their metrics, added up by /metrics (infra.workers)
-            os.environ[WORKERS_DIR] = made.enter_context(_workers_dir())
+            try:
+                os.environ[WORKERS_DIR] = made.enter_context(_workers_dir())
+            except OSError as exc:  # a read-only file system: serve, each worker's metrics apart
+                print(
+                    f"/metrics is per worker: no directory for the workers' metrics ({exc})",
+                    file=sys.stderr,
+                )
         server.serve()
 
 

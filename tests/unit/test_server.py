@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from infra import server
 from infra.server import _workers_dir, cannot_listen
 
 
@@ -62,3 +63,43 @@ def test_a_workers_directory_a_killed_server_left_is_removed_by_the_next(
         assert Path(mine).name.startswith(f"numerator-workers-{os.getpid()}-")
         assert not left.exists() and live.exists()
     assert not Path(mine).exists()
+
+
+class Served:
+    """Stands in for granian: what a worker would find in its environment."""
+
+    found: list[str | None] = []
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def serve(self) -> None:
+        given = os.environ.get(server.WORKERS_DIR)
+        Served.found.append(given)
+        assert given is None or Path(given).is_dir()
+
+
+def test_several_workers_are_given_a_directory_for_their_metrics_removed_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "Granian", Served)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    Served.found = []
+    server.serve("x:y", "127.0.0.1", 0, 2)
+    server.serve("x:y", "127.0.0.1", 0, 1)
+    given, alone = Served.found
+    assert given is not None and Path(given).parent == tmp_path and not Path(given).exists()
+    assert alone is None, "one worker has no other to add up"
+
+
+def test_without_a_writable_directory_the_workers_serve_with_their_own_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(server, "Granian", Served)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    Served.found = []
+    server.serve("x:y", "127.0.0.1", 0, 2)
+    assert Served.found == [None]
+    assert (
+        "/metrics is per worker: no directory for the workers' metrics" in capsys.readouterr().err
+    )

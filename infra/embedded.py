@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +18,8 @@ import psutil
 
 from infra.errors import NumeratorError
 from infra.server import running
+
+EPHEMERAL = "numerator-ephemeral-"  # `--ephemeral` folders, in the temporary directory
 
 
 @dataclass
@@ -50,13 +54,39 @@ def embedded(data_dir: Path) -> Iterator[Postgres]:
 
 @contextmanager
 def ephemeral() -> Iterator[Postgres]:
-    """An embedded Postgres in a temporary folder, deleted when the block ends."""
-    folder = Path(tempfile.mkdtemp(prefix="numerator-"))
+    """An embedded Postgres in a temporary folder, deleted when the block ends (or, after a kill
+    -9, when the next one starts)."""
+    forget_dead_ephemerals()
+    folder = Path(tempfile.mkdtemp(prefix=EPHEMERAL))
     try:
         with embedded(folder) as postgres:
             yield postgres
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def forget_dead_ephemerals() -> None:
+    """A SIGKILLed `up --ephemeral` leaves its Postgres running and its folder behind, and no
+    later `up` would use either: stop such servers (an immediate shutdown: the data is thrown
+    away) and delete their folders — those whose numerator.pid names no live numerator."""
+    for folder in Path(tempfile.gettempdir()).glob(EPHEMERAL + "*"):
+        owner = pid_in(folder / "numerator.pid")
+        if owner is None or _is_numerator(owner):
+            continue  # being made, or in use
+        postmaster = pid_in(folder / "pgdata" / "postmaster.pid")
+        if postmaster is not None and _is_postgres(postmaster):
+            with contextlib.suppress(OSError):
+                os.kill(postmaster, signal.SIGQUIT)
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(postmaster).wait(10)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _is_postgres(pid: int) -> bool:
+    try:
+        return running(pid) and Path(psutil.Process(pid).cmdline()[0]).name == "postgres"
+    except (psutil.Error, IndexError):
+        return False
 
 
 @contextmanager

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import httpx
 import psutil
 import pytest
 
+from infra.server import running
 from tests.e2e.service import Service, data_dir, postgres_of
 
 pytestmark = pytest.mark.slow
@@ -96,3 +98,26 @@ def test_a_second_up_on_a_held_data_directory_is_refused(tmp_path: Path) -> None
         )
     assert done.returncode == 1
     assert "another numerator (pid" in done.stderr and folder in done.stderr
+
+
+def test_an_ephemeral_postgres_a_kill_9_left_is_stopped_and_deleted_by_the_next_up() -> None:
+    """`up --ephemeral` SIGKILLed (its workers die with it) leaves its Postgres running and its
+    folder behind; the next `up --ephemeral` stops that server and deletes the folder."""
+    with tempfile.TemporaryDirectory(prefix="n") as temporary:  # short: Postgres's socket path
+        env = {"TMPDIR": temporary}  # this test's folders alone
+        first = Service("--ephemeral", env=env)
+        (folder,) = Path(temporary).glob("numerator-ephemeral-*")
+        postgres = postgres_of(folder)
+        assert postgres is not None
+        os.kill(first.process.pid, signal.SIGKILL)  # as the OOM killer would: `up` alone
+        first.process.communicate(timeout=30)
+        try:
+            time.sleep(1)
+            assert running(postgres.pid), "nothing else stops it"
+            with Service("--ephemeral", env=env):
+                assert not running(postgres.pid) and not folder.exists()
+                assert len(list(Path(temporary).glob("numerator-ephemeral-*"))) == 1  # its own
+            assert list(Path(temporary).glob("numerator-ephemeral-*")) == []
+        finally:
+            if running(postgres.pid):  # the test failed: leave no server behind
+                postgres.kill()

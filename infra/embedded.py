@@ -71,8 +71,8 @@ def forget_dead_ephemerals() -> None:
     away) and delete their folders — those whose numerator.pid names no live numerator."""
     for folder in Path(tempfile.gettempdir()).glob(EPHEMERAL + "*"):
         owner = pid_in(folder / "numerator.pid")
-        if owner is None or _is_numerator(owner):
-            continue  # being made, or in use
+        if owner is None or running(owner):
+            continue  # being made, or in use (by any live process: `python -m bench.…` too)
         postmaster = pid_in(folder / "pgdata" / "postmaster.pid")
         if postmaster is not None and _is_postgres(postmaster):
             with contextlib.suppress(OSError):

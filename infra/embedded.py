@@ -68,15 +68,17 @@ def ephemeral() -> Iterator[Postgres]:
 def forget_dead_ephemerals() -> None:
     """A SIGKILLed `up --ephemeral` leaves its Postgres running and its folder behind, and no
     later `up` would use either: stop such servers (an immediate shutdown: the data is thrown
-    away) and delete their folders — those whose numerator.pid names no live numerator."""
+    away) and delete their folders — those whose numerator.pid names no live process."""
     for folder in Path(tempfile.gettempdir()).glob(EPHEMERAL + "*"):
         owner = pid_in(folder / "numerator.pid")
         if owner is None or running(owner):
             continue  # being made, or in use (by any live process: `python -m bench.…` too)
         postmaster = pid_in(folder / "pgdata" / "postmaster.pid")
         if postmaster is not None and _is_postgres(postmaster):
-            with contextlib.suppress(OSError):
+            try:
                 os.kill(postmaster, signal.SIGQUIT)
+            except OSError:
+                continue  # not ours to stop (another user's): leave its folder too
             with contextlib.suppress(psutil.Error):
                 psutil.Process(postmaster).wait(10)
         shutil.rmtree(folder, ignore_errors=True)

@@ -1,6 +1,8 @@
 """A small Prometheus registry: counters and histograms, rendered in the text exposition format.
 
-One registry per process; the edge and the batcher record into it, `/metrics` renders it.
+One registry per process; the edge and the batcher record into it, `/metrics` renders it. Each
+kind also says how several processes' values of it add up (`add`) and how it travels as JSON
+(`state`, `load`), for the sums over Lambda containers and server workers.
 """
 
 from __future__ import annotations
@@ -19,6 +21,15 @@ class Counter:
     def inc(self, amount: float = 1.0) -> None:
         self.value += amount
 
+    def add(self, other: Counter) -> None:
+        self.value += other.value
+
+    def state(self) -> Any:
+        return self.value
+
+    def load(self, state: Any) -> None:
+        self.value = float(state)
+
     def render(self) -> list[str]:
         return [
             f"# HELP {self.name} {self.help}",
@@ -36,6 +47,16 @@ class LabeledCounter:
 
     def inc(self, value: str, amount: float = 1.0) -> None:
         self.values[value] = self.values.get(value, 0.0) + amount
+
+    def add(self, other: LabeledCounter) -> None:
+        for value, count in other.state().items():
+            self.inc(value, count)
+
+    def state(self) -> Any:
+        return dict(self.values)  # a copy at once: Lambda containers count in their threads
+
+    def load(self, state: Any) -> None:
+        self.values = {str(k): float(v) for k, v in state.items()}
 
     def render(self) -> list[str]:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter"]
@@ -57,6 +78,9 @@ class Gauge(Counter):
     def set(self, value: float) -> None:
         self.value = value
 
+    def add(self, other: Counter) -> None:
+        self.value = max(self.value, other.value) if self.most else self.value + other.value
+
 
 class Info:
     """A constant 1 with labels that describe the process (version, settings)."""
@@ -64,6 +88,15 @@ class Info:
     def __init__(self, name: str, help: str) -> None:
         self.name, self.help = name, help
         self.labels: dict[str, str] = {}
+
+    def add(self, other: Info) -> None:
+        self.labels = self.labels or dict(other.labels)  # the first's
+
+    def state(self) -> Any:
+        return dict(self.labels)
+
+    def load(self, state: Any) -> None:
+        self.labels = dict(state)
 
     def render(self) -> list[str]:
         if not self.labels:
@@ -88,6 +121,19 @@ class Histogram:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.sum += value
         self.count += 1
+
+    def add(self, other: Histogram) -> None:
+        self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
+        self.sum += other.sum
+        self.count += other.count
+
+    def state(self) -> Any:
+        return {"counts": list(self.counts), "sum": self.sum, "count": self.count}
+
+    def load(self, state: Any) -> None:
+        if len(state["counts"]) == len(self.counts):  # another version's buckets: left out
+            self.counts = [int(c) for c in state["counts"]]
+            self.sum, self.count = float(state["sum"]), int(state["count"])
 
     def render(self) -> list[str]:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
@@ -233,35 +279,12 @@ class Metrics:
         out = cls()
         for metrics in many:
             for name, item in vars(metrics).items():
-                into = getattr(out, name)
-                if isinstance(item, Info):
-                    into.labels = into.labels or dict(item.labels)
-                elif isinstance(item, LabeledCounter):  # a copy: containers count in threads
-                    for value, count in list(item.values.items()):
-                        into.inc(value, count)
-                elif isinstance(item, Histogram):
-                    into.counts = [a + b for a, b in zip(into.counts, item.counts, strict=True)]
-                    into.sum += item.sum
-                    into.count += item.count
-                elif isinstance(item, Gauge) and item.most:
-                    into.value = max(into.value, item.value)
-                else:
-                    into.value += item.value
+                getattr(out, name).add(item)
         return out
 
     def state(self) -> dict[str, Any]:
         """Every value, as JSON can hold it: `from_state` makes the Metrics again."""
-        out: dict[str, Any] = {}
-        for name, item in vars(self).items():
-            if isinstance(item, Info):
-                out[name] = item.labels
-            elif isinstance(item, LabeledCounter):
-                out[name] = dict(item.values)
-            elif isinstance(item, Histogram):
-                out[name] = {"counts": list(item.counts), "sum": item.sum, "count": item.count}
-            else:
-                out[name] = item.value
-        return out
+        return {name: item.state() for name, item in vars(self).items()}
 
     @classmethod
     def from_state(cls, state: dict[str, Any], gauges: bool = True) -> Metrics:
@@ -270,13 +293,6 @@ class Metrics:
         out = cls()
         for name, value in state.items():
             item = getattr(out, name, None)
-            if isinstance(item, Info):
-                item.labels = dict(value)
-            elif isinstance(item, LabeledCounter):
-                item.values = {str(k): float(v) for k, v in value.items()}
-            elif isinstance(item, Histogram) and len(value["counts"]) == len(item.counts):
-                item.counts = [int(c) for c in value["counts"]]
-                item.sum, item.count = float(value["sum"]), int(value["count"])
-            elif isinstance(item, Counter) and (gauges or not isinstance(item, Gauge)):
-                item.value = float(value)
+            if item is not None and (gauges or not isinstance(item, Gauge)):
+                item.load(value)
         return out

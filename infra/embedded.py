@@ -6,9 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,9 +15,7 @@ from pathlib import Path
 import psutil
 
 from infra.errors import NumeratorError
-from infra.server import running
-
-EPHEMERAL = "numerator-ephemeral-"  # `--ephemeral` folders, in the temporary directory
+from infra.server import own_folder, running
 
 
 @dataclass
@@ -54,34 +50,26 @@ def embedded(data_dir: Path) -> Iterator[Postgres]:
 
 @contextmanager
 def ephemeral() -> Iterator[Postgres]:
-    """An embedded Postgres in a temporary folder, deleted when the block ends (or, after a kill
-    -9, when the next one starts)."""
-    forget_dead_ephemerals()
-    folder = Path(tempfile.mkdtemp(prefix=EPHEMERAL))
+    """An embedded Postgres in a temporary folder, deleted when the block ends; after a kill -9,
+    when the next one starts (`stop_left`)."""
+    with own_folder("ephemeral", stop_left) as folder, embedded(folder) as postgres:
+        yield postgres
+
+
+def stop_left(folder: Path) -> bool:
+    """A SIGKILLed `up --ephemeral` leaves its Postgres running, and no later `up` would use its
+    folder: stop it (an immediate shutdown: the data is thrown away). Whether the folder may go:
+    not while a server that is not ours to stop (another user's) runs in it."""
+    postmaster = pid_in(folder / "pgdata" / "postmaster.pid")
+    if postmaster is None or not _is_postgres(postmaster):
+        return True
     try:
-        with embedded(folder) as postgres:
-            yield postgres
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def forget_dead_ephemerals() -> None:
-    """A SIGKILLed `up --ephemeral` leaves its Postgres running and its folder behind, and no
-    later `up` would use either: stop such servers (an immediate shutdown: the data is thrown
-    away) and delete their folders — those whose numerator.pid names no live process."""
-    for folder in Path(tempfile.gettempdir()).glob(EPHEMERAL + "*"):
-        owner = pid_in(folder / "numerator.pid")
-        if owner is None or running(owner):
-            continue  # being made, or in use (by any live process: `python -m bench.…` too)
-        postmaster = pid_in(folder / "pgdata" / "postmaster.pid")
-        if postmaster is not None and _is_postgres(postmaster):
-            try:
-                os.kill(postmaster, signal.SIGQUIT)
-            except OSError:
-                continue  # not ours to stop (another user's): leave its folder too
-            with contextlib.suppress(psutil.Error):
-                psutil.Process(postmaster).wait(10)
-        shutil.rmtree(folder, ignore_errors=True)
+        os.kill(postmaster, signal.SIGQUIT)
+    except OSError:
+        return False
+    with contextlib.suppress(psutil.Error):
+        psutil.Process(postmaster).wait(10)
+    return True
 
 
 def _is_postgres(pid: int) -> bool:

@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -71,7 +71,7 @@ def serve(
         os.environ.pop(WORKERS_DIR, None)
         if workers > 1:  # a directory for their metrics, added up by /metrics (infra.workers)
             try:
-                os.environ[WORKERS_DIR] = made.enter_context(_workers_dir())
+                os.environ[WORKERS_DIR] = str(made.enter_context(own_folder("workers")))
             except OSError as exc:  # a read-only file system: serve, each worker's metrics apart
                 print(
                     f"/metrics is per worker: no directory for the workers' metrics ({exc})",
@@ -81,15 +81,21 @@ def serve(
 
 
 @contextlib.contextmanager
-def _workers_dir() -> Iterator[str]:
-    """A directory for this server's workers, named for its pid: one that a SIGKILLed server
-    left behind is removed by the next server to start."""
-    for left in Path(tempfile.gettempdir()).glob("numerator-workers-*"):
-        pid = left.name.split("-")[2]
-        if pid.isdigit() and not running(int(pid)):
-            shutil.rmtree(left, ignore_errors=True)
-    with tempfile.TemporaryDirectory(prefix=f"numerator-workers-{os.getpid()}-") as made:
+def own_folder(kind: str, left: Callable[[Path], bool] = lambda _: True) -> Iterator[Path]:
+    """A folder of this process's in the temporary directory, `numerator-<kind>-<pid>-…`, deleted
+    when the block ends. One that a SIGKILLed process left behind (its pid no longer running) is
+    deleted by the next to make one of the same kind, if `left(folder)` says it may be (after
+    stopping what still runs in it, say)."""
+    prefix = f"numerator-{kind}-"
+    for folder in Path(tempfile.gettempdir()).glob(prefix + "*"):
+        owner = folder.name.removeprefix(prefix).split("-")[0]
+        if owner.isdigit() and not running(int(owner)) and left(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+    made = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-"))
+    try:
         yield made
+    finally:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 def open_files(wanted: int) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from infra import server
-from infra.server import _workers_dir, cannot_listen
+from infra.server import cannot_listen, own_folder
 
 
 def test_a_listening_port_is_refused() -> None:
@@ -59,7 +59,7 @@ def test_a_workers_directory_a_killed_server_left_is_removed_by_the_next(
     for made in (left, live):
         made.mkdir()
         (made / "1.json").write_text("{}")
-    with _workers_dir() as mine:
+    with own_folder("workers") as mine:
         assert Path(mine).name.startswith(f"numerator-workers-{os.getpid()}-")
         assert not left.exists() and live.exists()
     assert not Path(mine).exists()

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-from types import TracebackType
 
 import orjson
 
@@ -28,12 +28,11 @@ WRITE_EVERY_S = 0.5
 
 
 class Workers:
-    """This worker's part of the directory: `async with` writes it while the worker serves."""
+    """This worker's part of the directory, and the sum of every worker's."""
 
     def __init__(self, directory: Path, metrics: Callable[[], Metrics]) -> None:
         self.directory, self.metrics = directory, metrics
         self.own = directory / f"{os.getpid()}.json"
-        self._task: asyncio.Task[None] | None = None
 
     def write(self) -> None:
         written = self.own.with_suffix(".part")
@@ -54,29 +53,29 @@ class Workers:
             found.append(Metrics.from_state(state, gauges=running(int(path.stem))))
         return Metrics.total(found)
 
-    async def _run(self) -> None:
+
+@asynccontextmanager
+async def sharing(directory: Path, metrics: Callable[[], Metrics]) -> AsyncIterator[Workers]:
+    """This worker's part, written every WRITE_EVERY_S while the block runs and once more at its
+    end (what it counted to the end stays in the total)."""
+    workers = Workers(directory, metrics)
+    workers.write()
+
+    async def keep_writing() -> None:
         while True:
             await asyncio.sleep(WRITE_EVERY_S)
             with contextlib.suppress(OSError):  # a full disk: the next write, or a scrape's, says
-                self.write()
+                workers.write()
 
-    async def __aenter__(self) -> Workers:
-        self.write()
-        self._task = asyncio.get_running_loop().create_task(self._run())
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+    task = asyncio.get_running_loop().create_task(keep_writing())
+    try:
+        yield workers
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
         with contextlib.suppress(OSError):
-            self.write()  # what it counted to the end stays in the total
+            workers.write()
 
 
 def workers_dir() -> Path | None:

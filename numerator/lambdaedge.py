@@ -25,7 +25,7 @@ from functions.handler import build
 from infra.metrics import Metrics
 from infra.server import worker_signals
 from infra.settings import Settings
-from infra.workers import Workers, workers_dir
+from infra.workers import Workers, sharing, workers_dir
 
 INVOCATION_TIMEOUT_S = 30.0  # template.yaml's default function timeout
 
@@ -125,7 +125,7 @@ class LambdaEdge:
                     worker_signals()
                     directory = workers_dir()
                     if directory is not None:
-                        made = Workers(directory, self._total)
+                        made = sharing(directory, self._total)
                         self.workers = await self._serving.enter_async_context(made)
                     await send({"type": "lifespan.startup.complete"})
                 else:

@@ -32,7 +32,7 @@ from infra.postgres import PostgresStore, migrate
 from infra.server import tune_gc, worker_signals
 from infra.serverless import AwsPorts, aws_ports
 from infra.settings import Settings
-from infra.workers import Workers, workers_dir
+from infra.workers import sharing, workers_dir
 
 
 def describe(metrics: Metrics, settings: Settings, role: str) -> None:
@@ -182,7 +182,7 @@ def app_from_env() -> FastPath:
             app.state.edge = edge = running.edge
             directory = workers_dir()
             if directory is not None:
-                edge.workers = await shared.enter_async_context(Workers(directory, edge.observed))
+                edge.workers = await shared.enter_async_context(sharing(directory, edge.observed))
             yield
 
     return create_app(lifespan=lifespan)

@@ -12,7 +12,7 @@ from pathlib import Path
 import orjson
 
 from infra.metrics import Metrics
-from infra.workers import WRITE_EVERY_S, Workers
+from infra.workers import WRITE_EVERY_S, Workers, sharing
 
 
 def other_worker(directory: Path, pid: int, requests: int, leases: int) -> None:
@@ -54,7 +54,7 @@ def test_a_worker_writes_its_metrics_while_it_serves_and_when_it_stops(tmp_path:
 
     async def serve() -> list[float]:
         seen = []
-        async with Workers(tmp_path, lambda: mine):
+        async with sharing(tmp_path, lambda: mine):
             seen.append(written())
             mine.next_requests.inc(3)
             await asyncio.sleep(WRITE_EVERY_S * 2.5)

@@ -83,7 +83,7 @@ def create_app(mode: str, url: str, pool_max: int) -> Starlette:
     async def create(request: Request) -> Response:
         body = orjson.loads(await request.body())
         name = body.get("name", "") if isinstance(body, dict) else ""
-        if not isinstance(name, str) or not NAME.match(name):
+        if not isinstance(name, str) or not NAME.fullmatch(name):
             return problem(422, "bad name")
         start = int(body.get("start", 1))
         async with pool.connection() as conn:
@@ -101,7 +101,7 @@ def create_app(mode: str, url: str, pool_max: int) -> Starlette:
     async def take(request: Request) -> Response:
         name = request.path_params["name"]
         count = int(request.query_params.get("count", "1"))
-        if not NAME.match(name) or not 1 <= count <= 1000:
+        if not NAME.fullmatch(name) or not 1 <= count <= 1000:
             return problem(422, "bad name or count")
         counters.requests += 1
         try:

@@ -25,7 +25,7 @@ class ScheduleError(ValueError):
 
 
 def duration(text: str) -> float:
-    match = DURATION.match(text)
+    match = DURATION.fullmatch(text)
     if not match:
         raise ScheduleError(f"bad duration {text.strip()!r}: use e.g. 500ms, 10s, 2m, 1h")
     value = float(match.group(1)) * UNITS[match.group(2)]

@@ -6,7 +6,7 @@ from typing import Any
 
 from functions.validation import IDEMPOTENCY_KEY
 from infra.counters import MAX_START, MAX_TEMPLATE, NAME, TEMPLATE
-from infra.keys import MAX_SCOPES
+from infra.keys import MAX_PATTERN, MAX_SCOPES
 from infra.keys import NAME as KEY_NAME
 from infra.keys import PATTERN as SCOPE_PATTERN
 from infra.wire import MAX_COUNT
@@ -35,6 +35,7 @@ NEW_KEY = {
             "maxItems": MAX_SCOPES,
             "items": {
                 "type": "string",
+                "maxLength": len("next:") + MAX_PATTERN,
                 "pattern": f"^(admin|read|next:{SCOPE_PATTERN.pattern.strip('^$')})$",
             },
         },
@@ -94,7 +95,7 @@ SCHEMA: dict[str, Any] = {
                         "description": "Created; Location names it",
                         "content": {"application/json": {"schema": COUNTER}},
                     },
-                    **_problems(408, 409, 413, 422, 503),
+                    **_problems(408, 409, 413, 415, 422, 503),
                 },
             },
             "get": {
@@ -188,7 +189,7 @@ SCHEMA: dict[str, Any] = {
                         "description": "Created: the key, with `secret` (shown once)",
                         "content": {"application/json": {"schema": {"type": "object"}}},
                     },
-                    **_problems(408, 409, 413, 422, 503),
+                    **_problems(408, 409, 413, 415, 422, 503),
                 },
             },
             "get": {

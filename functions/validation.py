@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from typing import Any
 
@@ -20,7 +21,18 @@ MAX_PAGE = 1000
 
 
 async def json_body(request: Request, settings: Settings) -> Any:
-    """The request's JSON body: at most MAX_BODY_BYTES (413), in BODY_TIMEOUT_S (408)."""
+    """The request's JSON body: sent as application/json (415: a form or text/plain body is
+    what a web page can send across sites without asking), at most MAX_BODY_BYTES (413), in
+    BODY_TIMEOUT_S (408), each object's keys once (422: which one wins is no one's guess)."""
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise Problem(
+            415,
+            "unsupported-media-type",
+            f"the body must be sent as Content-Type: application/json, not {media[:80]!r}"
+            if media
+            else "the body must be sent as Content-Type: application/json (none was given)",
+        )
     try:
         async with asyncio.timeout(settings.body_timeout_s):
             return await _json_body(request, settings.max_body_bytes)
@@ -45,9 +57,29 @@ async def _json_body(request: Request, limit: int) -> Any:
     if not body:
         raise invalid("body", "a JSON object is required")
     try:
-        return orjson.loads(body)
+        orjson.loads(body)  # strict JSON (no NaN, valid UTF-8), and its error messages
     except orjson.JSONDecodeError as exc:
         raise invalid("body", f"not valid JSON: {exc}") from None
+    return json.loads(body, object_pairs_hook=once)
+
+
+def once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys each appear once; a repeated one is a 422."""
+    made = dict(pairs)
+    if len(made) != len(pairs):
+        key = repeated(pairs)
+        raise invalid(key[:80], f"{key[:80]!r} is given more than once in the body")
+    return made
+
+
+def repeated(pairs: list[tuple[str, Any]]) -> str:
+    """The first name that `pairs` (which has one) gives a second time."""
+    seen: set[str] = set()
+    for name, _ in pairs:
+        if name in seen:
+            return name
+        seen.add(name)
+    raise ValueError("no name is repeated")
 
 
 def name(value: str) -> str:
@@ -79,6 +111,6 @@ def page_size(raw: str | None) -> int:
 
 
 def idempotency_key(key: str | None) -> str | None:
-    if key is not None and not IDEMPOTENCY_KEY.match(key):
+    if key is not None and not IDEMPOTENCY_KEY.fullmatch(key):
         raise invalid("Idempotency-Key", "must be 1 to 200 printable ASCII characters, no spaces")
     return key

@@ -78,7 +78,7 @@ class Template:
                 raise InvalidCounter("template", "nested fields are not allowed")
             if spec and any(int(n) > MAX_WIDTH for n in re.findall(r"\d+", spec)):
                 raise InvalidCounter("template", f"widths above {MAX_WIDTH} are not allowed")
-        if not TEMPLATE.match(text):
+        if not TEMPLATE.fullmatch(text):
             raise InvalidCounter(
                 "template",
                 "format specs are limited: {value:[[fill]align][sign][#][0][width][,|_][d|x|X|o|b]}"
@@ -188,7 +188,7 @@ class Counter:
 
 
 def check_name(name: object) -> None:
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise InvalidCounter(
             "name", "must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ (letters, digits, . _ -)"
         )

@@ -29,7 +29,14 @@ from infra.errors import InvalidKey
 PREFIX = "nmr_"
 SECRET = re.compile(r"^nmr_([0-9a-f]{8})_[A-Za-z0-9_-]{43}$")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-PATTERN = re.compile(r"^[A-Za-z0-9._*?\[\]!-]{1,128}$")
+# A glob of counter names, as fnmatch reads it: name characters and wildcards, and sets, each
+# `[` closed by a `]` (a `]` or `!` first in a set is a member or the negation, as fnmatch
+# reads them). An unclosed `[` (`next:[`) would match only a literal bracket, which no
+# counter name holds: the typo is refused.
+_MEMBER = r"[A-Za-z0-9._*?!\[-]"
+_SET = rf"\[(?:!(?:\]{_MEMBER}*|{_MEMBER}+)|\]{_MEMBER}*|[A-Za-z0-9._*?\[-]{_MEMBER}*)\]"
+PATTERN = re.compile(rf"^(?:[A-Za-z0-9._*?!-]|{_SET})+$")
+MAX_PATTERN = 128
 MAX_SCOPES = 32
 
 
@@ -48,7 +55,7 @@ def digest(secret: str) -> bytes:
 
 def identify(secret: str) -> str | None:
     """The key id a presented secret names, or None if it is not shaped like one of ours."""
-    match = SECRET.match(secret)
+    match = SECRET.fullmatch(secret)
     return match.group(1) if match else None
 
 
@@ -66,7 +73,7 @@ def new(name: Any, scopes: Any, now: datetime) -> tuple[Key, str]:
 
 
 def check_name(name: Any) -> str:
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise InvalidKey(
             "name", "must be 1-64 letters, digits, '.', '_' or '-', from a letter or digit"
         )
@@ -81,12 +88,13 @@ def check_scopes(scopes: Any) -> tuple[str, ...]:
             raise InvalidKey("scopes", "each scope must be a string")
         if scope in ("admin", "read"):
             continue
-        if scope.startswith("next:") and PATTERN.match(scope[5:]):
+        glob = scope[5:]
+        if scope.startswith("next:") and len(glob) <= MAX_PATTERN and PATTERN.fullmatch(glob):
             continue
         raise InvalidKey(
             "scopes",
             f"{scope[:80]!r} is not a scope: use admin, read or next:PATTERN "
-            "(a glob of counter names, e.g. next:inv-*)",
+            "(a glob of counter names, e.g. next:inv-*, with every [ closed by a ])",
         )
     return tuple(dict.fromkeys(scopes))
 

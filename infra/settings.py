@@ -19,6 +19,7 @@ MODES = ("embedded", "aws")
 POLICIES = ("fixed", "auto")
 AUTHS = ("keys", "none")
 MAX_HEADER_BUFFER = 65_536  # the HTTP server refuses headers beyond this itself (a bare 431)
+LOOPBACK_ONLY = "loopback only"  # AUTHORIZER: nothing in front but a loopback listener
 RESOURCE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")  # Kinesis stream and DynamoDB table names
 
 
@@ -155,7 +156,7 @@ class Settings:
             ("STREAM_NAME", self.stream_name),
             ("REPLY_TABLE", self.reply_table),
         ):
-            if not RESOURCE.match(name):
+            if not RESOURCE.fullmatch(name):
                 raise SettingsError(variable, "must be 1-128 letters, digits, '_', '-' or '.'")
         if self.database_url and not self.database_url.startswith(("postgres://", "postgresql://")):
             raise SettingsError("DATABASE_URL", "must start with postgresql://")
@@ -172,6 +173,15 @@ class Settings:
         return (
             f"AUTH=none serves anyone who reaches it: {where} it needs AUTHORIZER (what checks "
             "callers in front, e.g. iam or jwt), or use AUTH=keys, or listen on loopback only"
+        )
+
+    @property
+    def trusts_loopback(self) -> bool:
+        """AUTH=none with nothing in front but the loopback listener (`numerator up` names it
+        so for its simulated Lambda containers): every client on this machine is served, so
+        the edge must tell a web page acting for the local user from the user (functions.auth)."""
+        return self.auth == "none" and (
+            not self.authorizer or self.authorizer.startswith(LOOPBACK_ONLY)
         )
 
     def to_env(self) -> dict[str, str]:

@@ -1,11 +1,18 @@
 """Who may do what at the edge: Bearer API keys checked against an in-memory copy of the keys.
 
 - The copy is reloaded from Postgres when it is older than KEYS_REFRESH_S, by the first request
-  that finds it so (the others go on with the copy they have), never once per request. A
-  revoked key stops working within KEYS_REFRESH_S plus one query. The same reload writes back
-  when each key was last used.
+  that finds it so (the others go on with the copy they have), never once per request; and at
+  once when a key is created or revoked anywhere: long-running edges follow Postgres's
+  NOTIFY (`Guard.follow`), and a key the copy does not know is looked up (`verify`), so a new key
+  works at once on every worker and every Lambda container. A revoked key stops at once on
+  long-running edges, and within KEYS_REFRESH_S on Lambda containers (which cannot listen
+  while frozen between invocations). The same reload writes back when each key was last used.
 - With no key ever created, the edge serves loopback clients only (Redis's protected mode) and
-  answers everyone else 401, saying how to create the first key.
+  answers everyone else 401, saying how to create the first key. A loopback client is trusted
+  only when it is not a web page acting for the local user (`foreign`): its `Host` must be a
+  loopback name or address (a DNS-rebinding page's is its own name) and its `Origin`, if any,
+  the service's own (a cross-site form's is the page's). AUTH=none without an authorizer in
+  front trusts loopback clients the same way, with the same check.
 - No response or log line holds a secret; a key is named by its id.
 """
 
@@ -19,7 +26,9 @@ from datetime import UTC, datetime
 
 from starlette.types import Scope
 
+from functions.limits import KeyRate
 from functions.problems import Problem
+from infra.backoff import Backoff
 from infra.errors import StoreError, Unavailable
 from infra.keys import Key, Need, identify
 from infra.metrics import Metrics
@@ -30,6 +39,7 @@ log = logging.getLogger("numerator.auth")
 
 OPEN = frozenset({"/healthz", "/ping", "/openapi.json"})  # health checks, the yardstick, the schema
 RETRY_S = 1.0  # after a failed reload, the next try waits this long
+MISS_LOOKUPS_PER_S = 20.0  # unknown keys looked up in Postgres, at most, per edge process
 CACHED = 10_000  # verified headers and scope answers remembered, at most (then forgotten)
 ADMIN, READ, ANY = (Need.ADMIN, ""), (Need.READ, ""), (Need.ANY, "")
 CHALLENGE = 'Bearer realm="numerator"'
@@ -72,6 +82,52 @@ def address(scope: Scope) -> str:
     return str(client[0]) if client else ""
 
 
+def foreign(scope: Scope) -> str | None:
+    """Why a request from this machine may be a web page's acting for the local user, not the
+    user's own (None: it is not): a `Host` that is not a loopback name or address, an `Origin`
+    other than the service's own, or a browser's `Sec-Fetch-Site` saying another site sent it."""
+    host = origin = site = None
+    for header, value in scope["headers"]:
+        if header == b"host":
+            host = value.decode("latin-1")
+        elif header == b"origin":
+            origin = value.decode("latin-1")
+        elif header == b"sec-fetch-site":
+            site = value.decode("latin-1")
+    if host is not None and not loopback(hostname(host)):
+        return f"its Host, {host[:100]!r}, is not a loopback name or address"
+    if origin is not None and origin.lower() not in own_origins(host):
+        return f"its Origin, {origin[:100]!r}, is not this service's own"
+    if site in ("cross-site", "same-site"):
+        return f"the browser says another site sent it (Sec-Fetch-Site: {site})"
+    return None
+
+
+def hostname(host: str) -> str:
+    """The name or address in a Host header, without its port: `[::1]:8190` -> `::1`."""
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+def own_origins(host: str | None) -> tuple[str, ...]:
+    if host is None:
+        return ()
+    host = host.lower()
+    return (f"http://{host}", f"https://{host}")
+
+
+def cross_site(reason: str) -> Problem:
+    return Problem(
+        403,
+        "forbidden",
+        f"this numerator trusts clients on its own machine without a key, but not web pages "
+        f"acting for them, and this request looks like one: {reason}. Send an API key "
+        "(Authorization: Bearer nmr_…), or call it as http://127.0.0.1:PORT (or localhost) "
+        "from a program, not a browser page",
+    )
+
+
 def unauthorized(detail: str, invalid: bool = True) -> Problem:
     problem = Problem(401, "unauthorized", detail)
     challenge = CHALLENGE + (', error="invalid_token"' if invalid else "")
@@ -101,6 +157,7 @@ class Guard:
         self.any = False  # whether any key was ever created (revoked ones count)
         self.ready = False  # whether a copy was ever loaded
         self.due = 0.0  # when (self.clock) the copy is to be reloaded, or a failed reload retried
+        self.misses = KeyRate(MISS_LOOKUPS_PER_S, clock)  # lookups of keys not in the copy
         self.used: dict[str, float] = {}  # key id -> last use (epoch seconds), not written back
         self.verified: dict[str, Key] = {}  # Authorization header -> its live key
         self.allowed: dict[tuple[str, str], bool] = {}  # (key id, counter) -> may take values
@@ -119,12 +176,15 @@ class Guard:
         if header is None:
             if not self.any:
                 if loopback(sender):
+                    reason = foreign(scope)
+                    if reason is not None:
+                        raise self.refuse(cross_site(reason))
                     return sender
                 raise self.refuse(unauthorized(FIRST_KEY, invalid=False))
             raise self.refuse(
                 unauthorized("this route needs an API key: Authorization: Bearer nmr_…", False)
             )
-        key = self.verified.get(header) or self.verify(header)
+        key = self.verified.get(header) or await self.verify(header)
         kind, counter = needed
         if kind is Need.NEXT:
             allowed = self.allowed.get((key.id, counter))
@@ -143,13 +203,18 @@ class Guard:
         self.used[key.id] = time.time()
         return "key:" + key.id
 
-    def verify(self, header: str) -> Key:
+    async def verify(self, header: str) -> Key:
         """The live key an Authorization header carries (remembered until the next reload,
-        so that a key is hashed once per reload, not once per request), or a 401 Problem."""
+        so that a key is hashed once per reload, not once per request), or a 401 Problem. A
+        key this copy does not know may be newer than it: it is looked up in Postgres (at most
+        MISS_LOOKUPS_PER_S times a second, so that made-up keys cannot turn every request into
+        a query), and a key made a moment ago works at once on every edge."""
         scheme, _, secret = header.partition(" ")
         secret = secret.strip()
         key_id = identify(secret) if scheme.lower() == "bearer" else None
         key = self.live.get(key_id) if key_id else None
+        if key is None and key_id is not None and not self.misses.take(""):
+            key = await self.lookup(key_id)
         if key is None or not key.matches(secret):
             raise self.refuse(unauthorized("the API key is unknown or revoked"))
         if len(self.verified) >= CACHED:
@@ -157,9 +222,35 @@ class Guard:
         self.verified[header] = key
         return key
 
+    async def lookup(self, key_id: str) -> Key | None:
+        """A key this copy does not know, read from Postgres: it may be newer than the copy."""
+        try:
+            key = await self.store.key(key_id)
+        except (Unavailable, StoreError) as exc:
+            log.warning("cannot look an API key up: %s", exc)
+            return None
+        if key is None or key.revoked is not None:
+            return None
+        self.live[key.id] = key
+        return key
+
+    async def follow(self) -> None:
+        """Reload the copy whenever a key is created or revoked anywhere (the store's
+        key_changes: Postgres LISTEN/NOTIFY), until cancelled: a revoked key stops at once
+        on every long-running edge, not within KEYS_REFRESH_S. When it cannot listen, it says
+        so and tries again with backoff; the reloads every KEYS_REFRESH_S go on meanwhile."""
+        backoff = Backoff(base=0.5, cap=30.0)
+        while True:
+            try:
+                async for _ in self.store.key_changes():
+                    self.changed()
+                    backoff.reset()
+            except Unavailable as exc:
+                log.warning("cannot follow key changes (reloading every %gs): %s", self.every, exc)
+            await asyncio.sleep(backoff.next())
+
     def changed(self) -> None:
-        """Keys were created or revoked through this edge: reload before the next check. (Other
-        edges see it within KEYS_REFRESH_S.)"""
+        """Keys were created or revoked: reload before the next check."""
         self.due = 0.0
 
     def refuse(self, problem: Problem) -> Problem:

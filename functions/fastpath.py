@@ -17,11 +17,12 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from functions import validation
-from functions.auth import address, next_counter
+from functions.auth import address, cross_site, foreign, next_counter
 from functions.edge import Edge
-from functions.problems import REPLY_PROBLEMS, Problem, bad_reply, unavailable
+from functions.problems import REPLY_PROBLEMS, Problem, bad_reply, invalid, unavailable
 from infra.counters import template
 from infra.errors import ReplyTimeout, StreamFull, Unavailable
+from infra.settings import loopback
 from infra.wire import BadReply, Record, Reply, reply_key
 
 log = logging.getLogger("numerator.edge")
@@ -121,6 +122,17 @@ def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
     return {"counter": reply.counter, "first": reply.first, "last": reply.last, "values": values}
 
 
+def parameters(raw: bytes) -> dict[str, str]:
+    """A query string's parameters, each given once (a 422 names one given more often: which
+    of two `count`s counts is no one's guess)."""
+    pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+    found = dict(pairs)
+    if len(found) != len(pairs):
+        name = validation.repeated(pairs)
+        raise invalid(name[:80], f"the query parameter {name[:80]!r} is given more than once")
+    return found
+
+
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
@@ -139,7 +151,7 @@ class FastPath:
         path: str = scope["path"]
         edge: Edge = self.edge or self.app.state.edge
         settings = edge.settings
-        count = key = None
+        key = None
         length = size = 0
         for header, value in scope["headers"]:
             size += len(header) + len(value)
@@ -153,13 +165,17 @@ class FastPath:
         except Problem as problem:
             await problem.response(path)(scope, receive, send)
             return
+        query: dict[str, str] = {}
+        if scope["query_string"]:
+            try:
+                query = parameters(scope["query_string"])
+            except Problem as problem:
+                await problem.response(path)(scope, receive, send)
+                return
         if counter is None:
             await self.app(scope, receive, send)
             return
-        if scope["query_string"]:
-            count = dict(
-                parse_qsl(scope["query_string"].decode("latin-1"), keep_blank_values=True)
-            ).get("count")
+        count = query.get("count")
         try:
             if length > settings.max_body_bytes:
                 raise Problem(413, "body-too-large", "/next takes no body")
@@ -189,4 +205,10 @@ class FastPath:
             )
         if edge.guard is not None:
             return await edge.guard.admit(scope, counter)
-        return address(scope)
+        sender = address(scope)
+        if edge.settings.trusts_loopback and loopback(sender):
+            reason = foreign(scope)
+            if reason is not None:
+                edge.metrics.refused.inc("403")
+                raise cross_site(reason)
+        return sender

@@ -34,6 +34,7 @@ TITLES = {
     "too-many-idempotency-keys": "Too many Idempotency-Keys from this client",
     "headers-too-large": "The request headers are too large",
     "body-timeout": "The request body did not arrive in time",
+    "unsupported-media-type": "The request body is not JSON",
 }
 
 

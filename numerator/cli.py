@@ -15,7 +15,7 @@ from bench.cli import add_bench
 from infra.embedded import Postgres, default_data_dir, embedded, ephemeral
 from infra.errors import NumeratorError, StoreUnavailable
 from infra.postgres import migrate, migrations
-from infra.settings import Settings, loopback
+from infra.settings import LOOPBACK_ONLY, Settings, loopback
 from numerator import __version__, client
 from numerator.keys import add_keys
 
@@ -89,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--database-url",
         default=os.environ.get("DATABASE_URL") or None,
         help="the Postgres (default: $DATABASE_URL)",
+    )
+    batcher.add_argument(
+        "--owner",
+        default=None,
+        help="the name this batcher holds shard leases under (default: a new random one). "
+        "A batcher started under the name of one that is certainly dead takes its shards at "
+        "once instead of after LEASE_TTL_S: how `up` restarts a batcher it saw die. Never "
+        "give two running batchers one name",
     )
     batcher.set_defaults(run=run_batcher)
 
@@ -318,10 +326,14 @@ def serve_aws(args: argparse.Namespace, url: str, where: str) -> None:
     from numerator import local
 
     with ExitStack() as running:
+        children: list[local.Child] = []
         try:
-            endpoint = (
-                running.enter_context(local.moto_server()) if args.aws == "moto" else args.aws
-            )
+            if args.aws == "moto":
+                moto = running.enter_context(local.moto_server())
+                children.append(moto)
+                endpoint = moto.url
+            else:
+                endpoint = args.aws
             use_endpoint(endpoint, "moto or an endpoint URL")
             os.environ["DATABASE_URL"] = url
             os.environ["WORKERS"] = str(args.workers)
@@ -329,26 +341,30 @@ def serve_aws(args: argparse.Namespace, url: str, where: str) -> None:
             made = create(clients(settings), settings)
             asyncio.run(migrate_when_ready(url, args.wait_for_db))
             probes = running.enter_context(local.batchers(args.batchers, {"DATABASE_URL": url}))
+            children.extend(probes)
         except NumeratorError as exc:
             client.fail(str(exc))
         what = "moto server" if args.aws == "moto" else "the endpoint"
         print(
             f"AWS path: {what} at {endpoint}; stream {settings.stream_name} and table "
             f"{settings.reply_table} ({', '.join(made) + ' created' if made else 'existing'}); "
-            f"{len(probes)} batcher(s) ({', '.join(probes)}); edge: {args.edge}",
+            f"{len(probes)} batcher(s) ({', '.join(p.url for p in probes)}); edge: {args.edge}",
             flush=True,
         )
         if args.edge == "lambda" and settings.auth == "none" and not settings.authorizer:
             # A simulated container cannot see where the edge listens, and refuses AUTH=none
             # with nothing named in front, as Lambda would; here the front is this server, on
             # the loopback host port_or_exit has let through.
-            os.environ["AUTHORIZER"] = f"loopback only ({args.host})"
+            os.environ["AUTHORIZER"] = f"{LOOPBACK_ONLY} ({args.host})"
         factory = (
             "numerator.lambdaedge:app_from_env"
             if args.edge == "lambda"
             else "numerator.stack:app_from_env"
         )
+        supervisor = running.enter_context(local.Supervisor(children))
         serve_http(args, url, where, factory)
+    if supervisor.failed:
+        client.fail(f"stopped: {supervisor.failed}")
 
 
 def serve_http(
@@ -409,7 +425,7 @@ def run_batcher(args: argparse.Namespace) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     logging.getLogger("botocore").setLevel(logging.WARNING)
-    probe.main(settings, args.host, args.port)
+    probe.main(settings, args.host, args.port, args.owner)
 
 
 def run_migrate(args: argparse.Namespace) -> None:

@@ -29,6 +29,7 @@ from infra.backoff import Backoff
 from infra.clock import utc_now
 from infra.counters import Counter
 from infra.errors import LeaseLost, NumeratorError, ShardEnded, StoreError, Unavailable
+from infra.health import ALIVE_EVERY_S
 from infra.metrics import Metrics
 from infra.ports import Lease, Replies, Store, Stream
 from infra.settings import Settings
@@ -94,6 +95,7 @@ class Batcher:
         self._tasks.append(asyncio.create_task(self._prune(), name="prune"))
         if self.stream.durable:
             self._tasks.append(asyncio.create_task(self._watch_shards(), name="shards"))
+            self._tasks.append(asyncio.create_task(self._heartbeat(), name="alive"))
 
     async def stop(self) -> None:
         """Apply what is already on the stream, publish, release the leases, and return."""
@@ -167,6 +169,15 @@ class Batcher:
                 await self._follow(shards)
             except NumeratorError as exc:
                 log.warning("cannot list the stream's shards or the batchers: %s", exc)
+
+    async def _heartbeat(self) -> None:
+        """Say this batcher is alive every ALIVE_EVERY_S, so that an edge's /healthz knows
+        within BATCHER_ALIVE_S when no batcher is left (the shares move at their own pace)."""
+        while await self._pause(ALIVE_EVERY_S):
+            try:
+                await self.store.alive(self.stream.name, self.owner)
+            except NumeratorError as exc:
+                log.debug("cannot say this batcher is alive: %s", exc)
 
     async def _balance(self, shards: dict[str, tuple[str, ...]]) -> None:
         """Say this batcher is alive, and work out its share of the shards not yet ended."""

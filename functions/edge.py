@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -11,6 +14,7 @@ from functions.auth import Guard
 from functions.front import Front
 from functions.limits import KeyRate
 from infra.clock import utc_now
+from infra.health import Health, responds
 from infra.metrics import Metrics
 from infra.ports import Replies, Store, Stream
 from infra.settings import Settings
@@ -19,10 +23,6 @@ if TYPE_CHECKING:  # the Lambda edge is deployed without the server's modules
     from infra.workers import Workers
 
 LAMBDA_MARGIN_S = 0.5  # answered this long before the Lambda invocation's own time runs out
-
-
-def always() -> bool:
-    return True
 
 
 def nothing() -> None:
@@ -37,7 +37,8 @@ class Edge:
     settings: Settings
     metrics: Metrics
     clock: Callable[[], datetime] = utc_now
-    healthy: Callable[[], bool] = always
+    health: Health | None = None
+    """What /healthz checks; by default that Postgres answers."""
     observe: Callable[[], None] = nothing
     """Refresh gauges just before /metrics renders them."""
     workers: Workers | None = None
@@ -54,6 +55,23 @@ class Edge:
         if settings.auth == "keys":
             self.guard = Guard(self.store, settings.keys_refresh_s, self.metrics)
         self.key_rate = KeyRate(settings.idempotency_keys_per_s)
+        if self.health is None:
+            self.health = Health({"store": responds(self.store.ping)})
+
+    @asynccontextmanager
+    async def following_keys(self) -> AsyncIterator[None]:
+        """While the block runs, a key created or revoked anywhere is known here at once
+        (Guard.follow): for a long-running edge, not a Lambda container."""
+        if self.guard is None:
+            yield
+            return
+        task = asyncio.create_task(self.guard.follow(), name="keys")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     def observed(self) -> Metrics:
         """This process's metrics, its gauges refreshed."""

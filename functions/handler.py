@@ -21,6 +21,7 @@ from functions.app import create_app
 from functions.edge import Edge
 from infra.emf import Emf
 from infra.errors import SettingsError
+from infra.health import Health
 from infra.metrics import Metrics
 from infra.ports import Store
 from infra.serverless import aws_ports
@@ -56,12 +57,14 @@ def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) 
     metrics = metrics or Metrics()
     metrics.info.labels = {"mode": "aws", "role": "lambda"}
     aws = aws_ports(settings, metrics)
+    store = cast(Store, LazyStore(settings))
     edge = Edge(
         stream=aws.stream,
         replies=aws.replies,
-        store=cast(Store, LazyStore(settings)),
+        store=store,
         settings=settings,
         metrics=metrics,
+        health=Health(aws.edge_checks(store)),
     )
     return Mangum(create_app(edge), lifespan="off")
 

@@ -81,12 +81,17 @@ class Calls:
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="aws")
         self.metrics, self.attempts, self.cap = metrics, attempts, cap
 
-    async def __call__(self, method: Callable[..., dict[str, Any]], /, **kwargs: Any) -> Any:
+    async def __call__(
+        self, method: Callable[..., dict[str, Any]], /, tries: int = 0, **kwargs: Any
+    ) -> Any:
+        """`method(**kwargs)` (boto3's parameters are CamelCase), tried up to `tries` times
+        (0: the `attempts` this was made with; 1 for a health check, which must answer now)."""
         loop = asyncio.get_running_loop()
         name = getattr(method, "__name__", "call")
         backoff: Backoff | None = None
         problem = ""
-        for _ in range(self.attempts):
+        tries = tries or self.attempts
+        for _ in range(tries):
             self.metrics.aws_calls.inc(name)
             try:
                 return await loop.run_in_executor(self.pool, partial(method, **kwargs))
@@ -110,7 +115,7 @@ class Calls:
             self.metrics.aws_retries.inc(reason)
             backoff = backoff or Backoff(base=0.05, cap=self.cap)
             await asyncio.sleep(backoff.next())
-        raise AwsUnavailable(f"{problem} (gave up after {self.attempts} tries)")
+        raise AwsUnavailable(f"{problem} (gave up after {tries} tries)")
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

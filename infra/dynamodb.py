@@ -61,6 +61,11 @@ class DynamoReplies:
         self.ttl, self.expected = ttl, expected
         self._poller = _Poller()
 
+    async def ping(self) -> None:
+        """Describe the reply table (for /healthz): AwsUnavailable, or MissingResource, if it
+        does not answer."""
+        await self.calls(self.client.describe_table, tries=1, TableName=self.table)
+
     def expect(self, key: str) -> None:
         loop = asyncio.get_running_loop()
         self._poller.waits[key] = _Wait(loop.create_future(), time.monotonic() + self.expected)

@@ -150,15 +150,30 @@ class KinesisStream:
             else:
                 done.set_result(None)
 
-    async def shards(self) -> dict[str, tuple[str, ...]]:
+    async def identity(self) -> str:
+        """The stream's name in the lease and batcher tables. A stream deleted and made again
+        under the same name (a restarted moto or LocalStack, say) numbers its records afresh:
+        its checkpoints must not be the old stream's, so the tables know it by name and
+        creation time."""
         if not self._identified:
-            # A stream deleted and made again under the same name (a restarted moto or
-            # LocalStack, say) numbers its records afresh: its checkpoints must not be the old
-            # stream's, so the lease table knows it by name and creation time.
-            out = await self.calls(self.client.describe_stream_summary, StreamName=self.stream_name)
+            await self._describe(tries=0)
+        return self.name
+
+    async def ping(self) -> None:
+        """Describe the stream, once (for /healthz): AwsUnavailable, or MissingResource."""
+        await self._describe(tries=1)
+
+    async def _describe(self, tries: int) -> None:
+        out = await self.calls(
+            self.client.describe_stream_summary, tries=tries, StreamName=self.stream_name
+        )
+        if not self._identified:
             created = out["StreamDescriptionSummary"]["StreamCreationTimestamp"]
             self.name = f"{self.stream_name}@{created.timestamp():.0f}"
             self._identified = True
+
+    async def shards(self) -> dict[str, tuple[str, ...]]:
+        await self.identity()
         found: dict[str, tuple[str, ...]] = {}
         arguments: dict[str, Any] = {"StreamName": self.stream_name}
         while True:
@@ -214,7 +229,7 @@ class KinesisStream:
         return entries
 
     async def _iterator(self, shard: str, after: str | None) -> str:
-        where: dict[str, str] = (
+        where: dict[str, Any] = (
             {"ShardIteratorType": "AFTER_SEQUENCE_NUMBER", "StartingSequenceNumber": after}
             if after
             else {"ShardIteratorType": "TRIM_HORIZON"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -168,6 +168,12 @@ class Store(Protocol):
         """Say that batcher `owner` is alive, and return the live batchers of `stream` (seen
         within `ttl` seconds), `owner` among them, sorted: the shards are shared among these."""
 
+    async def alive(self, stream: str, owner: str) -> None:
+        """Say that batcher `owner` is alive (every ALIVE_EVERY_S, for /healthz)."""
+
+    async def alive_batchers(self, stream: str, within: float) -> int:
+        """How many batchers of `stream` said they were alive within `within` seconds."""
+
     async def leave(self, stream: str, owner: str) -> None:
         """Batcher `owner` stops: the others share its shards from their next look."""
 
@@ -206,8 +212,15 @@ class Store(Protocol):
     async def keys(self) -> list[Key]:
         """Every key, revoked ones included."""
 
+    async def key(self, key_id: str) -> Key | None:
+        """The key with this id, revoked or not; None if there is none."""
+
     async def revoke_key(self, name: str) -> Key | None:
         """Revoke the unrevoked key of this name; None if there is none."""
+
+    def key_changes(self) -> AsyncIterator[None]:
+        """Yields once listening, then whenever a key is created or revoked anywhere; raises
+        Unavailable when it cannot listen (the edge then relies on KEYS_REFRESH_S)."""
 
     async def touch_keys(self, used: Mapping[str, datetime]) -> None:
         """Record when keys (by id) were last used."""

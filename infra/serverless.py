@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 from infra.aws import Calls, Clients, clients
 from infra.dynamodb import DynamoReplies
+from infra.health import BATCHER_ALIVE_S, Check, responds
 from infra.kinesis import KinesisStream
 from infra.metrics import Metrics
+from infra.ports import Store
 from infra.settings import Settings
 
 
@@ -21,6 +23,23 @@ class AwsPorts:
 
     def close(self) -> None:
         self.calls.close()
+
+    def checks(self) -> dict[str, Check]:
+        """/healthz's checks of the stream and the reply table."""
+        return {"stream": responds(self.stream.ping), "replies": responds(self.replies.ping)}
+
+    def edge_checks(self, store: Store) -> dict[str, Check]:
+        """An edge's /healthz on the AWS path: Postgres, the stream, the reply table, and a
+        live batcher (one that said so within BATCHER_ALIVE_S): without one, every /next would
+        wait for its 504."""
+
+        async def batchers() -> str | None:
+            stream = await self.stream.identity()
+            if await store.alive_batchers(stream, BATCHER_ALIVE_S) == 0:
+                return f"no batcher said it was alive in the last {BATCHER_ALIVE_S:g} s"
+            return None
+
+        return {"store": responds(store.ping), **self.checks(), "batchers": batchers}
 
 
 def aws_ports(settings: Settings, metrics: Metrics, found: Clients | None = None) -> AwsPorts:

@@ -15,18 +15,19 @@ import signal
 import sys
 
 from infra import loop
-from infra.errors import NumeratorError, StoreError, Unavailable
+from infra.errors import NumeratorError
+from infra.health import OK, healthy
 from infra.settings import Settings
 from numerator.stack import BatcherStack
 
 log = logging.getLogger("numerator.batcher")
 
 
-async def run(settings: Settings, host: str, port: int) -> None:
+async def run(settings: Settings, host: str, port: int, owner: str | None = None) -> None:
     stopping = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stopping.set)
-    async with BatcherStack(settings) as stack:
+    async with BatcherStack(settings, owner=owner) as stack:
 
         async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
@@ -80,23 +81,20 @@ async def respond(stack: BatcherStack, path: str) -> tuple[str, bytes, str]:
     if path == "/metrics":
         return "200 OK", stack.metrics.render().encode(), "text/plain; version=0.0.4"
     if path == "/healthz":
-        problems = [f"batcher: {what}" for what in stack.batcher.trouble]
-        try:
-            await asyncio.wait_for(stack.store.ping(), 1.0)
-        except (TimeoutError, Unavailable, StoreError) as exc:
-            problems.append(f"Postgres: {exc}")
-        if problems:
-            return "503 Service Unavailable", "; ".join(problems).encode(), "text/plain"
-        return "200 OK", b"ok", "text/plain"
+        report = await stack.health.report()
+        if healthy(report):
+            return "200 OK", b"ok", "text/plain"
+        problems = "; ".join(f"{name}: {answer}" for name, answer in report.items() if answer != OK)
+        return "503 Service Unavailable", problems.encode(), "text/plain"
     return "404 Not Found", b"no such path: /healthz or /metrics", "text/plain"
 
 
-def main(settings: Settings, host: str, port: int) -> None:
+def main(settings: Settings, host: str, port: int, owner: str | None = None) -> None:
     """Run the batcher on the HTTP workers' loop, so that its timers behave as the embedded
     batcher's do (FRAME_MIN_MS=0.5: one turn of the loop, not the 1 ms that the stdlib loop's
     epoll wait rounds up to)."""
     try:
-        loop.run(lambda: run(settings, host, port))
+        loop.run(lambda: run(settings, host, port, owner))
     except NumeratorError as exc:
         print(f"numerator batcher: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -25,6 +25,7 @@ from functions.front import Front
 from infra import __version__
 from infra.aws import check
 from infra.clock import utc_now
+from infra.health import Check, Health, responds
 from infra.memory import MemoryReplies, MemoryStream
 from infra.metrics import Metrics
 from infra.ports import Replies, Stream
@@ -54,7 +55,12 @@ class BatcherStack:
 
     role = "batcher"
 
-    def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], datetime] = utc_now,
+        owner: str | None = None,
+    ) -> None:
         if not settings.database_url:
             raise ValueError("the batcher needs settings.database_url")
         self.settings = settings
@@ -63,7 +69,22 @@ class BatcherStack:
         self.store = PostgresStore(settings.database_url, settings.pool_max)
         self.aws: AwsPorts | None = None
         self.stream, self.replies = self.ports()
-        self.batcher = Batcher(self.stream, self.replies, self.store, settings, self.metrics, clock)
+        self.batcher = Batcher(
+            self.stream, self.replies, self.store, settings, self.metrics, clock, owner
+        )
+        self.health = Health(self.checks())
+
+    def checks(self) -> dict[str, Check]:
+        """What this process's /healthz checks: Postgres, the batcher's own loops, and the
+        stream and reply table where they are AWS's."""
+        checks = {"store": responds(self.store.ping), "batcher": self.batcher_check}
+        if self.aws is not None:
+            checks.update(self.aws.checks())
+        return checks
+
+    async def batcher_check(self) -> str | None:
+        trouble = self.batcher.trouble
+        return f"retrying: {', '.join(trouble)}" if trouble else None
 
     def ports(self) -> tuple[Stream, Replies]:
         self.aws = aws_ports(self.settings, self.metrics)
@@ -107,7 +128,7 @@ class Stack(BatcherStack):
             settings=settings,
             metrics=self.metrics,
             clock=clock,
-            healthy=lambda: self.batcher.healthy,
+            health=self.health,
             observe=lambda: self.metrics.stream_depth.set(len(self.memory)),
         )
 
@@ -135,6 +156,7 @@ class EdgeStack:
             settings=settings,
             metrics=self.metrics,
             clock=clock,
+            health=Health(self.aws.edge_checks(self.store)),
         )
         if settings.front_frame_ms > 0:
             self.edge.front = Front(
@@ -180,6 +202,7 @@ def app_from_env() -> FastPath:
         stack = EdgeStack(settings) if settings.mode == "aws" else Stack(settings)
         async with stack as running, AsyncExitStack() as shared:
             app.state.edge = edge = running.edge
+            await shared.enter_async_context(edge.following_keys())
             directory = workers_dir()
             if directory is not None:
                 edge.workers = await shared.enter_async_context(sharing(directory, edge.observed))

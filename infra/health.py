@@ -1,0 +1,87 @@
+"""Health that tells the truth: named checks of what a process needs to hand out values, run
+together with a time limit, the answer kept for a moment.
+
+An edge on the AWS path is healthy only when Postgres, the stream and the reply table answer and
+at least one batcher said it was alive within BATCHER_ALIVE_S; a batcher only when Postgres, the
+stream and the reply table answer and none of its own loops is in trouble. A load balancer that
+polls /healthz then stops sending requests within seconds of the stack losing any of them.
+
+The answer is kept for FRESH_S, so that many health checkers (a load balancer's nodes, every
+worker's) cost the stream and the table a call or two a second, not one per probe: Kinesis
+allows its account 20 DescribeStreamSummary calls a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+from infra.errors import NumeratorError
+
+Check = Callable[[], Awaitable[str | None]]
+"""A check: None when what it checks works; what is wrong otherwise (or it raises
+NumeratorError, or takes longer than the time limit)."""
+
+TIMEOUT_S = 1.5  # a check that has not answered by then is down
+FRESH_S = 1.0  # a report is reused for this long
+BATCHER_ALIVE_S = 5.0  # a batcher says it is alive every ALIVE_EVERY_S; silent this long: gone
+ALIVE_EVERY_S = 1.0
+OK = "ok"
+
+
+class Health:
+    def __init__(
+        self,
+        checks: Mapping[str, Check],
+        timeout: float = TIMEOUT_S,
+        fresh: float = FRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.checks, self.timeout, self.fresh, self.clock = dict(checks), timeout, fresh, clock
+        self._last: tuple[float, dict[str, str]] | None = None
+        self._running: asyncio.Future[dict[str, str]] | None = None
+
+    async def report(self) -> dict[str, str]:
+        """Each check's answer, `ok` or what is wrong, from one run shared by every caller that
+        asks while it runs, and reused for FRESH_S after."""
+        if self._last is not None and self.clock() - self._last[0] < self.fresh:
+            return self._last[1]
+        if self._running is None:
+            self._running = asyncio.ensure_future(self._run())
+            self._running.add_done_callback(self._done)
+        return await asyncio.shield(self._running)
+
+    def _done(self, running: asyncio.Future[dict[str, str]]) -> None:
+        self._running = None
+        if not running.cancelled() and running.exception() is None:
+            self._last = self.clock(), running.result()
+
+    async def _run(self) -> dict[str, str]:
+        names = list(self.checks)
+        answers = await asyncio.gather(*(self._one(self.checks[name]) for name in names))
+        return dict(zip(names, answers, strict=True))
+
+    async def _one(self, check: Check) -> str:
+        try:
+            async with asyncio.timeout(self.timeout):
+                wrong = await check()
+        except TimeoutError:
+            return f"down: no answer within {self.timeout:g} s"
+        except NumeratorError as exc:
+            return f"down: {exc}"
+        return OK if wrong is None else f"down: {wrong}"
+
+
+def healthy(report: Mapping[str, str]) -> bool:
+    return all(answer == OK for answer in report.values())
+
+
+def responds(ping: Callable[[], Awaitable[None]]) -> Check:
+    """A check that `ping` returns (rather than raises NumeratorError or hangs)."""
+
+    async def check() -> str | None:
+        await ping()
+        return None
+
+    return check

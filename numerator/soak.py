@@ -156,8 +156,8 @@ async def soak(args: argparse.Namespace, folder: Path) -> Tally:
     postgres = pgserver.get_server(folder / "pgdata", cleanup_mode="stop")
     tally = Tally()
     try:
-        with moto_server() as endpoint:
-            env = aws_environment(endpoint)
+        with moto_server() as moto:
+            env = aws_environment(moto.url)
             os.environ.update(env)
             settings = replace(
                 Settings.from_env(),

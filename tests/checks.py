@@ -35,17 +35,21 @@ def problem(response: httpx.Response, status: int, kind: str) -> dict[str, Any]:
     return body  # type: ignore[no-any-return]
 
 
-def assert_unique_without_holes(answers: list[Answer], start: int = 1) -> None:
+def assert_guarantees(answers: list[Answer], start: int = 1) -> None:
+    """Guarantees 1 and 2 over a test's recorded answers: no value handed out twice, no hole
+    (every value from `start` on was answered), and real-time order (order_pairs)."""
     by_counter: dict[str, list[int]] = {}
     for a in answers:
         by_counter.setdefault(a.counter, []).extend(range(a.first, a.last + 1))
     for counter, values in by_counter.items():
         assert len(values) == len(set(values)), f"{counter}: a value was handed out twice"
         assert sorted(values) == list(range(start, start + len(values))), f"{counter}: holes"
+    order_pairs(answers)
 
 
-def assert_ordered(answers: list[Answer]) -> None:
-    """If A's reply was read before B was sent, A's values are smaller than B's."""
+def order_pairs(answers: list[Answer]) -> int:
+    """Check that if A's reply was read before B was sent, A's values are smaller than B's;
+    how many such pairs there were (none, for one burst sent all at once)."""
     by_counter: dict[str, list[Answer]] = {}
     for a in answers:
         by_counter.setdefault(a.counter, []).append(a)
@@ -61,7 +65,15 @@ def assert_ordered(answers: list[Answer]) -> None:
             if i:
                 pairs += i
                 assert highest[i - 1] < b.first, f"{counter}: order broken for {b}"
-    assert pairs > 0, "no request was sent after another's reply: the check saw nothing"
+    return pairs
+
+
+def assert_ordered(answers: list[Answer]) -> None:
+    """order_pairs, for a test built to send requests after others' replies: it must have
+    seen some."""
+    assert order_pairs(answers) > 0, (
+        "no request was sent after another's reply: the check saw nothing"
+    )
 
 
 async def until(check: Callable[[], Any], within: float) -> float:

@@ -104,7 +104,7 @@ async def stack(settings: Settings, clock: Clock) -> AsyncIterator[Stack]:
 @pytest.fixture
 async def client(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=stack.app())
-    async with httpx.AsyncClient(transport=transport, base_url="http://numerator") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
         yield http
 
 

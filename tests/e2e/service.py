@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -50,6 +52,17 @@ class Service:
             time.sleep(0.2)
         self.stop()
         raise AssertionError(f"numerator up did not become healthy:\n{self.output}")
+
+    def said(self) -> str:
+        """What the service has printed so far, without waiting for it to end."""
+        stdout = self.process.stdout
+        assert stdout is not None
+        while select.select([stdout], [], [], 0)[0]:
+            chunk = os.read(stdout.fileno(), 65536)
+            if not chunk:
+                break
+            self.output += chunk.decode(errors="replace")
+        return self.output
 
     def stop(self) -> int:
         """Ctrl-C, as a person would; return the exit code."""
@@ -106,3 +119,49 @@ def postgres_of(data_dir: Path) -> psutil.Process | None:
 
 def data_dir(tmp_path: Path) -> str:
     return str(tmp_path / "data")
+
+
+class BatcherProcess:
+    """A `numerator batcher` process, its output in a file."""
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.port, self.log = free_port(), log
+        with log.open("w") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "numerator", "batcher", "--port", str(self.port)],
+                env={**os.environ, **env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+    def metric(self, name: str) -> float:
+        text = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5).text
+        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+    async def ready(self) -> None:
+        deadline = time.monotonic() + 60
+        async with httpx.AsyncClient(timeout=1) as client:
+            while time.monotonic() < deadline:
+                assert self.process.poll() is None, self.log.read_text()
+                try:
+                    if (await client.get(f"http://127.0.0.1:{self.port}/healthz")).is_success:
+                        return
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.2)
+        raise AssertionError(f"the batcher did not start: {self.log.read_text()}")
+
+    async def said(self, text: str, within: float) -> None:
+        deadline = time.monotonic() + within
+        while text not in self.log.read_text():
+            assert time.monotonic() < deadline, f"the batcher never said {text!r}"
+            await asyncio.sleep(0.02)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(timeout=60)

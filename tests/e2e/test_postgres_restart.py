@@ -62,7 +62,7 @@ async def outage(app: Any, own_postgres: Any) -> None:
     values: list[int] = []
     timeline: list[tuple[float, int]] = []
     async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://n", timeout=30
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=30
     ) as client:
         assert (await client.post("/counters", json={"name": "hot"})).status_code == 201
         running = True

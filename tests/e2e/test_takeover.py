@@ -8,10 +8,6 @@ requests of the last seconds were answered as fast as before the kills."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,10 +18,12 @@ import orjson
 import psycopg
 import pytest
 
-from infra.server import free_port
 from infra.settings import Settings
 from numerator.stack import EdgeStack
 from tests.aws import resources
+from tests.checks import Answer as Checked
+from tests.checks import assert_ordered
+from tests.e2e.service import BatcherProcess
 
 pytestmark = pytest.mark.slow
 
@@ -40,52 +38,6 @@ class Answer:
     status: int
     counter: str
     values: list[int]
-
-
-class Batcher:
-    """A `numerator batcher` process, its output in a file."""
-
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.port, self.log = free_port(), log
-        with log.open("w") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "numerator", "batcher", "--port", str(self.port)],
-                env={**os.environ, **env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-
-    def metric(self, name: str) -> float:
-        text = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=5).text
-        return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
-
-    async def ready(self) -> None:
-        deadline = time.monotonic() + 60
-        async with httpx.AsyncClient(timeout=1) as client:
-            while time.monotonic() < deadline:
-                assert self.process.poll() is None, self.log.read_text()
-                try:
-                    if (await client.get(f"http://127.0.0.1:{self.port}/healthz")).is_success:
-                        return
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.2)
-        raise AssertionError(f"the batcher did not start: {self.log.read_text()}")
-
-    async def said(self, text: str, within: float) -> None:
-        deadline = time.monotonic() + within
-        while text not in self.log.read_text():
-            assert time.monotonic() < deadline, f"the batcher never said {text!r}"
-            await asyncio.sleep(0.02)
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.wait()
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout=60)
 
 
 async def load(client: httpx.AsyncClient, stop: asyncio.Event, worker: int) -> list[Answer]:
@@ -142,12 +94,14 @@ async def test_batchers_killed_mid_frame_and_before_publishing_lose_and_repeat_n
     )
     with resources(quick, shards=4) as (own, found):
         env = {k: v for k, v in own.to_env().items() if v}
-        batchers = [Batcher(env, tmp_path / f"b{i}") for i in (0, 1)]
+        batchers = [BatcherProcess(env, tmp_path / f"b{i}") for i in (0, 1)]
         try:
             await asyncio.gather(*(b.ready() for b in batchers))
             async with EdgeStack(own) as edge:
                 transport = httpx.ASGITransport(app=edge.app())
-                async with httpx.AsyncClient(transport=transport, base_url="http://n") as client:
+                async with httpx.AsyncClient(
+                    transport=transport, base_url="http://127.0.0.1"
+                ) as client:
                     for i in range(COUNTERS):
                         await client.post("/counters", json={"name": f"c{i}"})
                     stop = asyncio.Event()
@@ -157,13 +111,13 @@ async def test_batchers_killed_mid_frame_and_before_publishing_lose_and_repeat_n
                     # A third batcher joins, takes its share of the shards, commits a frame and
                     # pauses before publishing it: killed there.
                     fault = {**env, "NUMERATOR_PAUSE_BEFORE_PUBLISH_S": "30"}
-                    batchers.append(Batcher(fault, tmp_path / "b2"))
+                    batchers.append(BatcherProcess(fault, tmp_path / "b2"))
                     await batchers[-1].said("pausing 30s before publishing", within=30)
                     batchers[-1].kill()
                     killed_at = time.monotonic()
                     await asyncio.sleep(2.5)
                     batchers[0].kill()  # mid-load, wherever it is
-                    batchers.append(Batcher(env, tmp_path / "b3"))
+                    batchers.append(BatcherProcess(env, tmp_path / "b3"))
                     await batchers[-1].ready()
                     await asyncio.sleep(4 * TTL)
                     stop.set()
@@ -181,6 +135,9 @@ async def test_batchers_killed_mid_frame_and_before_publishing_lose_and_repeat_n
     ok = [(a.counter, v) for a in answers for v in a.values]
     assert len(ok) > 100, len(ok)
     assert len(ok) == len(set(ok)), "a value was handed out twice"
+    assert_ordered(
+        [Checked(a.counter, v, v, a.began, a.began + a.took) for a in answers for v in a.values]
+    )
     assert set(ok) <= values, "a client got a value no committed frame allocated"
     assert unpublished == 0, "a committed frame's replies were never published"
     assert values <= out, f"{len(values - out)} committed values missing from the reply table"

@@ -14,6 +14,8 @@ from numerator.stack import Stack
 from tests.checks import problem
 from tests.conftest import Clock
 
+JSON = {"content-type": "application/json"}
+
 
 async def test_create_returns_201_with_location_and_defaults(
     client: httpx.AsyncClient, name: str
@@ -86,7 +88,7 @@ async def test_create_rejects_malformed_json_with_422(
 
 async def test_oversized_body_is_413(client: httpx.AsyncClient) -> None:
     big = b'{"name": "' + b"x" * 20_000 + b'"}'
-    problem(await client.post("/counters", content=big), 413, "body-too-large")
+    problem(await client.post("/counters", content=big, headers=JSON), 413, "body-too-large")
 
 
 async def test_oversized_chunked_body_is_413(client: httpx.AsyncClient) -> None:
@@ -94,7 +96,7 @@ async def test_oversized_chunked_body_is_413(client: httpx.AsyncClient) -> None:
         for _ in range(40):
             yield b"x" * 1000
 
-    problem(await client.post("/counters", content=chunks()), 413, "body-too-large")
+    problem(await client.post("/counters", content=chunks(), headers=JSON), 413, "body-too-large")
 
 
 async def test_get_returns_settings_and_current_value(client: httpx.AsyncClient, name: str) -> None:

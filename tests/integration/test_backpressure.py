@@ -21,7 +21,7 @@ async def test_saturated_stream_answers_503_with_retry_after(settings: Settings,
     tight = replace(settings, stream_capacity=5, back_frame_ms=50, retry_after_s=3)
     async with Stack(tight) as stack:
         transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://n") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             await client.post("/counters", json={"name": name})
             responses = await asyncio.gather(
                 *(client.post(f"/counters/{name}/next") for _ in range(60))
@@ -42,7 +42,7 @@ async def test_no_reply_in_time_is_504(settings: Settings, database_url: str) ->
     metrics = Metrics()
     edge = Edge(MemoryStream(), MemoryReplies(metrics), store, quick, metrics)
     transport = httpx.ASGITransport(app=create_app(edge))
-    async with httpx.AsyncClient(transport=transport, base_url="http://n") as client:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         response = await client.post("/counters/anything/next")
     assert response.status_code == 504
     assert response.headers["content-type"] == "application/problem+json"

@@ -31,7 +31,7 @@ async def running(
     own = replace(settings, reply_timeout_s=TIMEOUT, **changes)
     async with BatcherStack(own) as batcher, EdgeStack(own) as edge:
         transport = httpx.ASGITransport(app=edge.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://n") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             assert (await client.post("/counters", json={"name": name})).status_code == 201
             yield edge, client, batcher
 

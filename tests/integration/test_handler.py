@@ -314,3 +314,35 @@ def test_the_entry_point_logs_json_with_the_request_id_and_writes_emf_metrics(
     assert "ReplyTimeouts" not in emf[0]
     namespace = emf[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"]
     assert namespace == "numerator"
+
+
+@pytest.mark.parametrize("auth", ["keys", "none"])
+def test_the_lambda_edge_refuses_a_web_page_acting_for_a_loopback_caller(
+    aws: tuple[Settings, Any],
+    fresh_database: str,
+    name: str,
+    containers: list[Container],
+    auth: str,
+) -> None:
+    """The cross-site checks through Mangum, where they apply: a caller that API Gateway (or
+    `up --edge lambda`) names as loopback is trusted only with a loopback Host and its own
+    Origin, before the first key (AUTH=keys) or with nothing in front (AUTH=none)."""
+    settings = replace(aws[0], database_url=fresh_database)
+    env = {**environment(settings), "AUTH": auth, "AUTHORIZER": ""}
+    if auth == "none":
+        env["AUTHORIZER"] = "loopback only (127.0.0.1)"  # what `up --edge lambda` names
+    lam = Container(env)
+    containers.append(lam)
+
+    def local(**headers: str) -> dict[str, Any]:
+        request = event("http-api-create.json", name)
+        request["requestContext"]["http"]["sourceIp"] = "127.0.0.1"
+        request["headers"].update(headers)
+        return request
+
+    rebound = lam(local(host="attacker.example:3000"))
+    assert rebound["statusCode"] == 403 and "Host" in body(rebound)["detail"], rebound
+    form = lam(local(host="127.0.0.1:3000", origin="http://attacker.example"))
+    assert form["statusCode"] == 403 and "Origin" in body(form)["detail"], form
+    own = lam(local(host="127.0.0.1:3000", origin="http://127.0.0.1:3000"))
+    assert own["statusCode"] == 201, own

@@ -36,7 +36,9 @@ async def clients(keyed: Settings) -> AsyncIterator[Clients]:
         def client(key: str | None = None, address: tuple[str, int] = REMOTE) -> httpx.AsyncClient:
             headers = {"Authorization": f"Bearer {key}"} if key else {}
             transport = httpx.ASGITransport(app=app, client=address)
-            http = httpx.AsyncClient(transport=transport, base_url="http://n", headers=headers)
+            http = httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1", headers=headers
+            )
             made.append(http)
             return http
 
@@ -140,9 +142,9 @@ async def test_a_revoked_key_stops_within_the_stated_bound(
     assert default.keys_refresh_s == Settings().keys_refresh_s <= 5
     async with Stack(default) as stack:
         transport = httpx.ASGITransport(app=stack.app(), client=REMOTE)
-        async with httpx.AsyncClient(transport=transport, base_url="http://n") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             local = httpx.ASGITransport(app=stack.app(), client=("127.0.0.1", 1))
-            async with httpx.AsyncClient(transport=local, base_url="http://n") as first:
+            async with httpx.AsyncClient(transport=local, base_url="http://127.0.0.1") as first:
                 secret = await make_key(first, "ops", "admin")
             auth = {"Authorization": f"Bearer {secret}"}
 
@@ -212,10 +214,12 @@ async def test_too_many_idempotency_keys_get_429(settings: Settings) -> None:
     async with Stack(limited) as stack:
         app = stack.app()
         flood = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 1)), base_url="http://n"
+            transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 1)),
+            base_url="http://127.0.0.1",
         )
         other = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app, client=("127.0.0.2", 1)), base_url="http://n"
+            transport=httpx.ASGITransport(app=app, client=("127.0.0.2", 1)),
+            base_url="http://127.0.0.1",
         )
         async with flood, other:
             name = f"rate-{time.time_ns()}"

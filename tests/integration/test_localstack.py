@@ -23,7 +23,7 @@ async def test_values_go_through_kinesis_on_localstack(
     own = replace(settings, reply_timeout_s=20.0)
     async with BatcherStack(own), EdgeStack(own) as edge:
         transport = httpx.ASGITransport(app=edge.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://n") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             assert (await client.post("/counters", json={"name": name})).status_code == 201
             got = await asyncio.gather(*(client.post(f"/counters/{name}/next") for _ in range(30)))
             keyed = await client.post(

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.checks import Answer, assert_ordered, assert_unique_without_holes
+from tests.checks import Answer, assert_guarantees, assert_ordered
 
 
 def test_duplicates_and_holes_are_caught() -> None:
     with pytest.raises(AssertionError, match="twice"):
-        assert_unique_without_holes([Answer("c", 1, 2, 0, 1), Answer("c", 2, 3, 0, 1)])
+        assert_guarantees([Answer("c", 1, 2, 0, 1), Answer("c", 2, 3, 0, 1)])
     with pytest.raises(AssertionError, match="holes"):
-        assert_unique_without_holes([Answer("c", 1, 1, 0, 1), Answer("c", 3, 3, 0, 1)])
+        assert_guarantees([Answer("c", 1, 1, 0, 1), Answer("c", 3, 3, 0, 1)])
 
 
 def test_order_violation_is_caught() -> None:
@@ -24,3 +24,11 @@ def test_order_violation_is_caught() -> None:
 def test_order_check_refuses_to_pass_vacuously() -> None:
     with pytest.raises(AssertionError, match="saw nothing"):
         assert_ordered([Answer("c", 1, 1, 0, 5), Answer("c", 2, 2, 1, 6)])
+
+
+def test_every_recorded_run_is_checked_for_order() -> None:
+    """assert_guarantees checks real-time order too: a unique, hole-free run whose later
+    request got the smaller value fails."""
+    with pytest.raises(AssertionError, match="order"):
+        assert_guarantees([Answer("c", 2, 2, 0, 1), Answer("c", 1, 1, 2, 3)])
+    assert_guarantees([Answer("c", 1, 1, 0, 5), Answer("c", 2, 2, 1, 6)])  # a burst: no pairs

@@ -1,0 +1,64 @@
+"""infra.health without I/O: answers, time limits, errors, and one run shared and reused."""
+
+from __future__ import annotations
+
+import asyncio
+
+from infra.errors import StoreUnavailable
+from infra.health import Health, healthy, responds
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_each_check_says_ok_or_what_is_wrong() -> None:
+    async def fine() -> None:
+        return None
+
+    async def gone() -> None:
+        raise StoreUnavailable("Postgres is unavailable: refused")
+
+    async def slow() -> str | None:
+        await asyncio.sleep(10)
+        return None
+
+    async def trouble() -> str | None:
+        return "retrying: frames"
+
+    report = await Health(
+        {"a": responds(fine), "b": responds(gone), "c": slow, "d": trouble}, timeout=0.05
+    ).report()
+    assert report == {
+        "a": "ok",
+        "b": "down: Postgres is unavailable: refused",
+        "c": "down: no answer within 0.05 s",
+        "d": "down: retrying: frames",
+    }
+    assert not healthy(report)
+    assert healthy({"a": "ok"})
+
+
+async def test_a_report_is_shared_while_it_runs_and_reused_while_fresh() -> None:
+    calls = 0
+
+    async def counted() -> str | None:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.01)
+        return None
+
+    clock = Clock()
+    health = Health({"x": counted}, fresh=1.0, clock=clock)
+    await asyncio.gather(*(health.report() for _ in range(10)))
+    assert calls == 1, "ten probes at once: one run"
+    clock.now = 0.9
+    await health.report()
+    assert calls == 1, "still fresh"
+    clock.now = 1.1
+    await health.report()
+    assert calls == 2

@@ -120,7 +120,7 @@ def own_origins(host: str | None) -> tuple[str, ...]:
 def cross_site(reason: str) -> Problem:
     return Problem(
         403,
-        "forbidden",
+        "cross-site",
         f"this numerator trusts clients on its own machine without a key, but not web pages "
         f"acting for them, and this request looks like one: {reason}. Send an API key "
         "(Authorization: Bearer nmr_…), or call it as http://127.0.0.1:PORT (or localhost) "

@@ -29,6 +29,7 @@ TITLES = {
     "internal": "Internal error",
     "unauthorized": "No valid API key",
     "forbidden": "The API key does not allow this",
+    "cross-site": "A web page may not act for this machine's user",
     "key-exists": "An API key with this name exists",
     "key-not-found": "No such API key",
     "too-many-idempotency-keys": "Too many Idempotency-Keys from this client",

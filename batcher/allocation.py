@@ -48,6 +48,147 @@ def error(record_key: str, counter: str, kind: ReplyError, detail: str) -> Reply
     return Reply(key=record_key, counter=counter, error=kind, detail=detail)
 
 
+@dataclass(frozen=True, slots=True)
+class Live:
+    """A record that asks for values: its counter's definition, and the period and day it
+    falls in at the frame's time."""
+
+    record: Record
+    counter: Counter
+    period: str
+    day: date
+
+
+@dataclass
+class Classified:
+    """A frame's entries sorted by what becomes of them (`classify`): answered without any
+    allocation (replays, poison records, expired ones, unknown counters), or `live`."""
+
+    live: list[Live] = field(default_factory=list)
+    replies: list[Reply] = field(default_factory=list)
+    letters: list[DeadLetter] = field(default_factory=list)
+    replays: int = 0
+    expired: int = 0
+
+    def keyed(self) -> set[tuple[str, str]]:
+        """The (counter, Idempotency-Key) pairs the live records carry."""
+        return {
+            (live.record.counter, live.record.idempotency_key)
+            for live in self.live
+            if live.record.idempotency_key is not None
+        }
+
+
+def classify(
+    entries: Sequence[Entry],
+    counters: dict[str, Counter],
+    lease: Lease,
+    now: datetime,
+    wall: float,
+    earlier: dict[str, Reply],
+) -> Classified:
+    """Sort a frame's entries (pure): entries at or below `lease.applied` are replays,
+    answered from `earlier`; a record that does not decode, or names no counter, is a dead
+    letter; one whose deadline passed before `wall` expires; the rest are live, in order, each
+    with the period `now` puts it in."""
+    out = Classified()
+    periods: dict[str, tuple[str, date]] = {}  # per counter, once per frame, not per record
+    days: dict[str, date] = {}  # per time zone: a frame over many counters has few zones
+    for entry in entries:
+        if lease.applied is not None and int(entry.sequence) <= lease.applied:
+            out.replays += 1
+            if entry.key:
+                out.replies.append(_replayed(entry, earlier))
+            continue
+        record = entry.record
+        if record is None:
+            out.letters.append(
+                DeadLetter(lease.stream, entry.shard, entry.sequence, entry.problem, entry.raw)
+            )
+            if entry.key:
+                out.replies.append(error(entry.key, "", ReplyError.BAD_RECORD, entry.problem))
+            continue
+        if record.deadline and record.deadline < wall:
+            out.expired += 1
+            detail = "the request's deadline passed before its frame"
+            out.replies.append(error(record.key, record.counter, ReplyError.EXPIRED, detail))
+            continue
+        counter = counters.get(record.counter)
+        if counter is None:
+            problem = f"no counter named {record.counter!r}"
+            out.letters.append(
+                DeadLetter(lease.stream, entry.shard, entry.sequence, problem, _raw(entry))
+            )
+            out.replies.append(
+                error(record.key, record.counter, ReplyError.COUNTER_NOT_FOUND, problem)
+            )
+            continue
+        if counter.name not in periods:
+            day = days.get(counter.timezone)
+            if day is None:
+                day = days[counter.timezone] = counter.today(now)
+            periods[counter.name] = (counter.reset.period(day), day)
+        period, day = periods[counter.name]
+        out.live.append(Live(record, counter, period, day))
+    return out
+
+
+def assign(
+    live: Sequence[Live], found: dict[tuple[str, str], Claim]
+) -> tuple[list[Live], list[Live]]:
+    """Which live records take new values (pure), and which share an answer: a record whose
+    Idempotency-Key already has a claim (`found`), or follows another record of this frame with
+    the same key, takes nothing of its own."""
+    takers: list[Live] = []
+    sharers: list[Live] = []
+    first: set[tuple[str, str]] = set()
+    for one in live:
+        key = one.record.idempotency_key
+        if key is not None:
+            pair = (one.record.counter, key)
+            if pair in found or pair in first:
+                sharers.append(one)
+                continue
+            first.add(pair)
+        takers.append(one)
+    return takers, sharers
+
+
+def demand(takers: Sequence[Live]) -> dict[tuple[str, str], list[int]]:
+    """Each (counter, period)'s counts, in arrival order (pure): one delta each, their sum."""
+    wanted: dict[tuple[str, str], list[int]] = {}
+    for one in takers:
+        wanted.setdefault((one.counter.name, one.period), []).append(one.record.count)
+    return wanted
+
+
+def share(sharers: Sequence[Live], claims: dict[tuple[str, str], Claim]) -> list[Reply]:
+    """The replies of records whose Idempotency-Key has an answer (pure): that answer, or
+    idempotency-key-reused when they asked for another count."""
+    replies = []
+    for one in sharers:
+        record = one.record
+        assert record.idempotency_key is not None
+        claim = claims[(record.counter, record.idempotency_key)]
+        if claim.count != record.count:
+            detail = f"this Idempotency-Key was first used with count={claim.count}"
+            replies.append(
+                error(record.key, record.counter, ReplyError.IDEMPOTENCY_KEY_REUSED, detail)
+            )
+        else:
+            replies.append(
+                Reply(
+                    record.key,
+                    record.counter,
+                    claim.first,
+                    claim.last,
+                    one.counter.template,
+                    claim.day,
+                )
+            )
+    return replies
+
+
 async def apply(
     entries: Sequence[Entry],
     counters: dict[str, Counter],
@@ -67,125 +208,43 @@ async def apply(
     a republish after a crash, and for replays); `published` names earlier held replies that have
     been published, marked in the same transaction. Entries at or below `lease.applied` are
     replays: answered from `earlier` (their kept replies, by reply key), never allocated again."""
-    out = Outcome()
-    letters: list[DeadLetter] = []
-    live: list[tuple[Record, Counter, str, date]] = []
-    periods: dict[str, tuple[str, date]] = {}  # per counter, once per frame, not per record
-    days: dict[str, date] = {}  # per time zone: a frame over many counters has few zones
-    applied = lease.applied
-    for entry in entries:
-        if applied is not None and int(entry.sequence) <= applied:
-            out.replays += 1
-            if entry.key:
-                out.replies.append(_replayed(entry, earlier or {}))
-            continue
-        record = entry.record
-        if record is None:
-            letters.append(
-                DeadLetter(lease.stream, entry.shard, entry.sequence, entry.problem, entry.raw)
-            )
-            if entry.key:
-                out.replies.append(error(entry.key, "", ReplyError.BAD_RECORD, entry.problem))
-            continue
-        if record.deadline and record.deadline < wall:
-            out.expired += 1
-            out.replies.append(
-                error(
-                    record.key,
-                    record.counter,
-                    ReplyError.EXPIRED,
-                    "the request's deadline passed before its frame",
-                )
-            )
-            continue
-        counter = counters.get(record.counter)
-        if counter is None:
-            problem = f"no counter named {record.counter!r}"
-            letters.append(
-                DeadLetter(lease.stream, entry.shard, entry.sequence, problem, _raw(entry))
-            )
-            out.replies.append(
-                error(record.key, record.counter, ReplyError.COUNTER_NOT_FOUND, problem)
-            )
-            continue
-        if counter.name not in periods:
-            day = days.get(counter.timezone)
-            if day is None:
-                day = days[counter.timezone] = counter.today(now)
-            periods[counter.name] = (counter.reset.period(day), day)
-        period, day = periods[counter.name]
-        live.append((record, counter, period, day))
-
-    keyed = {(r.counter, r.idempotency_key) for r, *_ in live if r.idempotency_key is not None}
-    if live and not keyed and not letters and not hold and not published:
+    classified = classify(entries, counters, lease, now, wall, earlier or {})
+    out = Outcome(
+        replies=classified.replies, replays=classified.replays, expired=classified.expired
+    )
+    keyed = classified.keyed()
+    if classified.live and not keyed and not classified.letters and not hold and not published:
         # A plain frame (the embedded path's usual one): ONE statement, its own transaction.
         # At low load each round trip wakes Postgres and this process in turn; four of them
         # (BEGIN, allocate, checkpoint, COMMIT) were most of a lone request's time.
-        demand: dict[tuple[str, str], list[int]] = {}
-        for record, counter, period, _ in live:
-            demand.setdefault((counter.name, period), []).append(record.count)
-        plain = [(n, p, sum(c), counters[n].start) for (n, p), c in demand.items()]
+        wanted = demand(classified.live)
+        plain = [(n, p, sum(c), counters[n].start) for (n, p), c in wanted.items()]
         totals = await store.allocate_plain(lease, entries[-1].sequence, plain)
-        _hand_out(live, demand, totals, counters, out)
+        _hand_out(classified.live, wanted, totals, counters, out)
         return out
     async with store.frame() as tx:
         found = await tx.claims(list(keyed)) if keyed else {}
-        demand = {}
-        takers: list[tuple[Record, Counter, str, date]] = []
-        sharers: list[tuple[Record, Counter]] = []
-        first_taker: set[tuple[str, str]] = set()
-        for record, counter, period, day in live:
-            if record.idempotency_key:
-                key = (record.counter, record.idempotency_key)
-                if key in found or key in first_taker:
-                    sharers.append((record, counter))
-                    continue
-                first_taker.add(key)
-            demand.setdefault((counter.name, period), []).append(record.count)
-            takers.append((record, counter, period, day))
-
-        totals = await tx.allocate({k: sum(v) for k, v in demand.items()}) if demand else {}
-        claims, audit = _hand_out(takers, demand, totals, counters, out)
-        for claim in claims:
-            found[(claim.counter, claim.key)] = claim
-        for record, counter in sharers:
-            assert record.idempotency_key is not None
-            claim = found[(record.counter, record.idempotency_key)]
-            if claim.count != record.count:
-                out.replies.append(
-                    error(
-                        record.key,
-                        record.counter,
-                        ReplyError.IDEMPOTENCY_KEY_REUSED,
-                        f"this Idempotency-Key was first used with count={claim.count}",
-                    )
-                )
-            else:
-                out.replies.append(
-                    Reply(
-                        record.key,
-                        record.counter,
-                        claim.first,
-                        claim.last,
-                        counter.template,
-                        claim.day,
-                    )
-                )
+        takers, sharers = assign(classified.live, found)
+        wanted = demand(takers)
+        totals = await tx.allocate({k: sum(v) for k, v in wanted.items()}) if wanted else {}
+        claims, audit = _hand_out(takers, wanted, totals, counters, out)
+        found.update(((claim.counter, claim.key), claim) for claim in claims)
+        out.replies.extend(share(sharers, found))
         await tx.remember(claims, retention)
-        await tx.dead_letter(letters)
+        await tx.dead_letter(classified.letters)
         await tx.checkpoint(lease, entries[-1].sequence, audit)
         await tx.published(published)
         if hold:
             out.held = await tx.hold(
                 lease, entries[0].sequence, entries[-1].sequence, encode_replies(out.replies)
             )
-    out.dead_letters = len(letters)
+    out.dead_letters = len(classified.letters)
     return out
 
 
 def _hand_out(
-    takers: Sequence[tuple[Record, Counter, str, date]],
-    demand: dict[tuple[str, str], list[int]],
+    takers: Sequence[Live],
+    wanted: dict[tuple[str, str], list[int]],
     totals: dict[tuple[str, str], int],
     counters: dict[str, Counter],
     out: Outcome,
@@ -193,18 +252,21 @@ def _hand_out(
     """Split each counter's allocated range among its takers in arrival order, into `out`'s
     replies; the claims of the keyed takers, and the frame's audit ranges."""
     ranges: dict[tuple[str, str], list[tuple[int, int]]] = {}
-    for (name, period), counts in demand.items():
+    for (name, period), counts in wanted.items():
         ranges[(name, period)] = split(counters[name].start, totals[(name, period)], counts)
     audit = [(n, p, r[0][0], r[-1][1]) for (n, p), r in ranges.items()]
     cursors = {k: iter(r) for k, r in ranges.items()}
     claims: list[Claim] = []
-    for record, counter, period, day in takers:
-        first, last = next(cursors[(counter.name, period)])
+    for one in takers:
+        record, counter = one.record, one.counter
+        first, last = next(cursors[(counter.name, one.period)])
         out.allocated += record.count
-        out.replies.append(Reply(record.key, record.counter, first, last, counter.template, day))
+        out.replies.append(
+            Reply(record.key, record.counter, first, last, counter.template, one.day)
+        )
         if record.idempotency_key:
             claims.append(
-                Claim(counter.name, record.idempotency_key, record.count, first, last, day)
+                Claim(counter.name, record.idempotency_key, record.count, first, last, one.day)
             )
     return claims, audit
 

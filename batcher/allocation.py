@@ -10,8 +10,17 @@ from datetime import date, datetime
 import orjson
 
 from infra.counters import Counter
-from infra.ports import Claim, DeadLetter, Entry, Lease, Store
-from infra.wire import Record, Reply, ReplyError, encode
+from infra.ports import (
+    Audit,
+    Claim,
+    DeadLetter,
+    Entry,
+    FrameTransaction,
+    Lease,
+    Store,
+    VoidAsk,
+)
+from infra.wire import Record, Reply, ReplyError, Void, encode
 
 
 @dataclass
@@ -65,6 +74,8 @@ class Classified:
     allocation (replays, poison records, expired ones, unknown counters), or `live`."""
 
     live: list[Live] = field(default_factory=list)
+    voids: list[tuple[Void, Counter, str]] = field(default_factory=list)
+    """Voids asked for, each with its counter and period."""
     replies: list[Reply] = field(default_factory=list)
     letters: list[DeadLetter] = field(default_factory=list)
     replays: int = 0
@@ -89,8 +100,9 @@ def classify(
 ) -> Classified:
     """Sort a frame's entries (pure): entries at or below `lease.applied` are replays,
     answered from `earlier`; a record that does not decode, or names no counter, is a dead
-    letter; one whose deadline passed before `wall` expires; the rest are live, in order, each
-    with the period `now` puts it in."""
+    letter; one whose deadline passed before `wall` expires; voids are set apart with the
+    period they name (or the one `now` puts their counter in); the rest are live, in order,
+    each with the period `now` puts it in."""
     out = Classified()
     periods: dict[str, tuple[str, date]] = {}  # per counter, once per frame, not per record
     days: dict[str, date] = {}  # per time zone: a frame over many counters has few zones
@@ -114,6 +126,9 @@ def classify(
             out.replies.append(error(record.key, record.counter, ReplyError.EXPIRED, detail))
             continue
         counter = counters.get(record.counter)
+        if counter is not None and isinstance(record, Void):
+            out.voids.append((record, counter, record.period or counter.period(now)))
+            continue
         if counter is None:
             problem = f"no counter named {record.counter!r}"
             out.letters.append(
@@ -129,6 +144,7 @@ def classify(
                 day = days[counter.timezone] = counter.today(now)
             periods[counter.name] = (counter.reset.period(day), day)
         period, day = periods[counter.name]
+        assert isinstance(record, Record)
         out.live.append(Live(record, counter, period, day))
     return out
 
@@ -189,6 +205,38 @@ def share(sharers: Sequence[Live], claims: dict[tuple[str, str], Claim]) -> list
     return replies
 
 
+def audits(
+    takers: Sequence[Live], made: Sequence[VoidAsk], counters: dict[str, Counter], keep: float
+) -> dict[str, Audit]:
+    """The frame's audit rows by retention class, their ranges still to fill (pure): each
+    taking record, in the order its range is split, and each void made, under its counter's
+    class (`keep`: AUDIT_RETENTION_S, for counters without a retention of their own)."""
+    rows: dict[str, Audit] = {}
+
+    def row(counter: Counter) -> Audit:
+        klass, keep_s = counter.keeping(keep)
+        if klass not in rows:
+            rows[klass] = Audit(klass, keep_s, {"r": [], "v": []})
+        return rows[klass]
+
+    for one in takers:
+        record = one.record
+        row(one.counter).detail["r"].append(
+            [
+                one.counter.name,
+                one.period,
+                record.count,
+                record.who,
+                record.idempotency_key,
+                record.key,
+            ]
+        )
+    for ask in made:
+        void = [ask.counter, ask.period, ask.first, ask.last, ask.reason, ask.who]
+        row(counters[ask.counter]).detail["v"].append(void)
+    return rows
+
+
 async def apply(
     entries: Sequence[Entry],
     counters: dict[str, Counter],
@@ -200,6 +248,7 @@ async def apply(
     hold: bool = False,
     published: Sequence[int] = (),
     earlier: dict[str, Reply] | None = None,
+    keep: float = 86_400.0,
 ) -> Outcome:
     """Apply one frame. `counters` holds the definitions of every counter the frame names that
     exists; `now` decides periods, `wall` (Unix seconds) decides which records have expired.
@@ -207,19 +256,29 @@ async def apply(
     On a durable stream, with `hold`, the frame's replies are kept in the same transaction (for
     a republish after a crash, and for replays); `published` names earlier held replies that have
     been published, marked in the same transaction. Entries at or below `lease.applied` are
-    replays: answered from `earlier` (their kept replies, by reply key), never allocated again."""
+    replays: answered from `earlier` (their kept replies, by reply key), never allocated again.
+    `keep`: how long audit rows are kept for counters without a retention of their own."""
     classified = classify(entries, counters, lease, now, wall, earlier or {})
-    out = Outcome(
-        replies=classified.replies, replays=classified.replays, expired=classified.expired
-    )
+    out = Outcome(classified.replies, replays=classified.replays, expired=classified.expired)
     keyed = classified.keyed()
-    if classified.live and not keyed and not classified.letters and not hold and not published:
+    if (
+        classified.live
+        and not keyed
+        and not classified.voids
+        and not classified.letters
+        and not hold
+        and not published
+    ):
         # A plain frame (the embedded path's usual one): ONE statement, its own transaction.
         # At low load each round trip wakes Postgres and this process in turn; four of them
         # (BEGIN, allocate, checkpoint, COMMIT) were most of a lone request's time.
         wanted = demand(classified.live)
-        plain = [(n, p, sum(c), counters[n].start) for (n, p), c in wanted.items()]
-        totals = await store.allocate_plain(lease, entries[-1].sequence, plain)
+        plain = [
+            (n, p, sum(c), counters[n].start, counters[n].keeping(keep)[0])
+            for (n, p), c in wanted.items()
+        ]
+        rows = audits(classified.live, (), counters, keep)
+        totals = await store.allocate_plain(lease, entries[-1].sequence, plain, list(rows.values()))
         _hand_out(classified.live, wanted, totals, counters, out)
         return out
     async with store.frame() as tx:
@@ -227,12 +286,16 @@ async def apply(
         takers, sharers = assign(classified.live, found)
         wanted = demand(takers)
         totals = await tx.allocate({k: sum(v) for k, v in wanted.items()}) if wanted else {}
-        claims, audit = _hand_out(takers, wanted, totals, counters, out)
+        claims, ranges = _hand_out(takers, wanted, totals, counters, out)
         found.update(((claim.counter, claim.key), claim) for claim in claims)
         out.replies.extend(share(sharers, found))
+        made = await _void(tx, classified.voids, keep, now, out)
+        rows = audits(takers, made, counters, keep)
+        for name, period, first, last in ranges:
+            rows[counters[name].keeping(keep)[0]].ranges.append((name, period, first, last))
         await tx.remember(claims, retention)
         await tx.dead_letter(classified.letters)
-        await tx.checkpoint(lease, entries[-1].sequence, audit)
+        await tx.checkpoint(lease, entries[-1].sequence, list(rows.values()))
         await tx.published(published)
         if hold:
             out.held = await tx.hold(
@@ -240,6 +303,41 @@ async def apply(
             )
     out.dead_letters = len(classified.letters)
     return out
+
+
+async def _void(
+    tx: FrameTransaction,
+    voids: Sequence[tuple[Void, Counter, str]],
+    keep: float,
+    now: datetime,
+    out: Outcome,
+) -> list[VoidAsk]:
+    """Make the frame's voids in its transaction, answering each; the ones newly made."""
+    asks = [
+        VoidAsk(
+            counter.name,
+            period,
+            void.first,
+            void.last,
+            void.reason,
+            void.who,
+            counter.start,
+            counter.keeping(keep)[1],
+        )
+        for void, counter, period in voids
+    ]
+    made = []
+    for ask, (void, counter, _), result in zip(asks, voids, await tx.void(asks), strict=True):
+        if isinstance(result, tuple):
+            out.replies.append(error(void.key, void.counter, *result))
+            continue
+        if result:
+            made.append(ask)
+        day = counter.today(now)
+        out.replies.append(
+            Reply(void.key, void.counter, ask.first, ask.last, counter.template, day)
+        )
+    return made
 
 
 def _hand_out(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import Enum
 
 from infra.ports import Entry
-from infra.wire import Record, Reply
+from infra.wire import Record, Reply, Void
 
 
 class State(Enum):
@@ -63,10 +63,11 @@ class Frame:
         self._require(State.OPEN, "add records to")
         self.entries.extend(entries)
 
-    def drop(self, cutoff: float) -> list[Record]:
+    def drop(self, cutoff: float) -> list[Record | Void]:
         """Take out the records whose deadline falls before `cutoff`; return them."""
         self._require(State.OPEN, "drop records from")
-        kept, dropped = [], []
+        kept: list[Entry] = []
+        dropped: list[Record | Void] = []
         for entry in self.entries:
             record = entry.record
             if record is not None and record.deadline and record.deadline < cutoff:

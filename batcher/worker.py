@@ -41,7 +41,10 @@ PRUNE_EVERY_S = 60.0
 # A fault for the crash tests, not a setting: every frame waits this long between its commit and
 # its publish, and says so, so that a test can SIGKILL the batcher at the worst moment.
 PAUSE_BEFORE_PUBLISH_S = float(os.environ.get("NUMERATOR_PAUSE_BEFORE_PUBLISH_S") or 0)
-SHARDS_EVERY_S = 10.0  # how often the shard list is read again, to find a reshard's children
+SHARDS_EVERY_S = 10.0
+# Counter definitions are read once and kept this long: only a counter's retention changes
+# (PATCH /counters/{name}), and its audit rows follow within this time.
+COUNTERS_FRESH_S = 30.0  # how often the shard list is read again, to find a reshard's children
 
 
 def dead(shard: str) -> str:
@@ -64,6 +67,7 @@ class Batcher:
         self.settings, self.metrics, self.clock = settings, metrics, clock
         self.owner = owner or uuid.uuid4().hex
         self.counters: dict[str, Counter] = {}
+        self._counters_read = time.monotonic()  # when `counters` was last emptied
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._reading: set[str] = set()
@@ -459,9 +463,11 @@ class Batcher:
             ):
                 earlier.update((reply.key, reply) for reply in decode_replies(raw))
         names = {e.record.counter for e in frame.entries if e.record is not None}
+        if time.monotonic() - self._counters_read > COUNTERS_FRESH_S:
+            self.counters.clear()  # a counter's retention may have changed
+            self._counters_read = time.monotonic()
         missing = [n for n in names if n not in self.counters]
         if missing:
-            # Counters never change once created, so a definition read once is good for ever.
             self.counters.update(await self.store.get_many(missing))
         return await apply(
             frame.entries,
@@ -474,6 +480,7 @@ class Batcher:
             hold=durable,
             published=self._published.get(lease.shard, ()),
             earlier=earlier,
+            keep=self.settings.audit_retention_s,
         )
 
     async def _publish(self, frame: Frame) -> bool:

@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from functions import routes
+from functions import ledger, routes
 from functions.edge import Edge
 from functions.fastpath import FastPath
 from functions.problems import Problem, handle_problem, unavailable
@@ -56,8 +56,12 @@ def create_app(edge: Edge | None = None, lifespan: Lifespan | None = None) -> Fa
     app = Starlette(
         routes=[
             Route("/counters", routes.counters, methods=["GET", "POST"]),
-            Route("/counters/{name}", routes.get_counter, methods=["GET"]),
+            Route("/counters/{name}", routes.counter, methods=["GET", "PATCH"]),
             Route("/counters/{name}/next", routes.next_values, methods=["POST"]),
+            Route("/counters/{name}/void", ledger.void, methods=["POST"]),
+            Route("/counters/{name}/report", ledger.report, methods=["GET"]),
+            Route("/counters/{name}/audit", ledger.audit, methods=["GET"]),
+            Route("/audit/verify", ledger.verify, methods=["GET"]),
             Route("/keys", routes.keys_, methods=["GET", "POST"]),
             Route("/keys/{name}", routes.revoke_key, methods=["DELETE"]),
             Route("/healthz", routes.healthz, methods=["GET"]),

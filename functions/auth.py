@@ -71,6 +71,11 @@ def need(method: str, path: str, counter: str | None) -> tuple[Need, str] | None
         return None
     if path == "/keys" or path.startswith("/keys/") or (method == "POST" and path == "/counters"):
         return ADMIN
+    if method == "PATCH" and path.startswith("/counters/") and path.count("/") == 2:
+        return ADMIN  # a counter's retention
+    voiding = method == "POST" and path.startswith("/counters/") and path.endswith("/void")
+    if voiding and path.count("/") == 3:
+        return Need.NEXT, path[10:-5]  # a key that may take a counter's values may void them
     if method in ("GET", "HEAD"):
         return READ
     return ANY

@@ -23,7 +23,7 @@ from functions.problems import REPLY_PROBLEMS, Problem, bad_reply, invalid, unav
 from infra.counters import template
 from infra.errors import ReplyTimeout, StreamFull, Unavailable
 from infra.settings import loopback
-from infra.wire import BadReply, Record, Reply, reply_key
+from infra.wire import BadReply, Record, Reply, Void, reply_key
 
 log = logging.getLogger("numerator.edge")
 
@@ -67,9 +67,10 @@ async def _take(
     sent = time.time()
     try:
         if edge.front is not None and key is None:
-            reply = await edge.front.take(name, count, timeout)
+            reply = await edge.front.take(name, count, timeout, who)
         else:
-            reply = await _own_record(edge, name, count, key, timeout, sent)
+            record = Record(reply_key(), name, count, key, sent + edge.budget(timeout), sent, who)
+            reply = await put_and_wait(edge, record, timeout)
     except StreamFull as exc:
         raise unavailable(f"the batcher is saturated: {exc}", settings.retry_after_s) from None
     except Unavailable as exc:
@@ -83,11 +84,8 @@ async def _take(
     return answer(reply, count, settings.retry_after_s)
 
 
-async def _own_record(
-    edge: Edge, name: str, count: int, key: str | None, timeout: float, sent: float
-) -> Reply:
-    """Put a record for this request alone and await its reply."""
-    record = Record(reply_key(), name, count, key, sent + edge.budget(timeout), sent)
+async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Reply:
+    """Put a record for one request and await its reply."""
     edge.replies.expect(record.key)
     try:
         await edge.stream.put((record,))
@@ -101,13 +99,7 @@ async def _own_record(
 def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
     """The body for a reply, or the problem it stands for."""
     if reply.error is not None:
-        known = REPLY_PROBLEMS.get(reply.error)
-        if known is None:
-            raise bad_reply(f"the batcher answered an error this edge does not know: {reply.error}")
-        status, kind = known
-        if status == 503:
-            raise unavailable(reply.detail or reply.error.value, retry_after)
-        raise Problem(status, kind, reply.detail)
+        raise answer_problem(reply, retry_after)
     assert reply.day is not None
     render = template(reply.template).render
     if count == 1 and reply.first == reply.last:
@@ -131,6 +123,18 @@ def parameters(raw: bytes) -> dict[str, str]:
         name = validation.repeated(pairs)
         raise invalid(name[:80], f"the query parameter {name[:80]!r} is given more than once")
     return found
+
+
+def answer_problem(reply: Reply, retry_after: int) -> Problem:
+    """The problem an error reply stands for."""
+    assert reply.error is not None
+    known = REPLY_PROBLEMS.get(reply.error)
+    if known is None:
+        return bad_reply(f"the batcher answered an error this edge does not know: {reply.error}")
+    status, kind = known
+    if status == 503:
+        return unavailable(reply.detail or reply.error.value, retry_after)
+    return Problem(status, kind, reply.detail)
 
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -173,6 +177,7 @@ class FastPath:
                 await problem.response(path)(scope, receive, send)
                 return
         if counter is None:
+            scope["numerator.who"] = who  # for the audit trail of a void
             await self.app(scope, receive, send)
             return
         count = query.get("count")

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from infra.errors import NumeratorError, ReplyTimeout
 from infra.metrics import Metrics
@@ -32,6 +33,7 @@ class Waiter:
     until: float
     deadline: float
     answer: asyncio.Future[Reply] = field(repr=False)
+    who: str = ""
 
 
 class Front:
@@ -57,13 +59,14 @@ class Front:
         self._putting = 0  # puts in flight
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def take(self, counter: str, count: int, timeout: float) -> Reply:
+    async def take(self, counter: str, count: int, timeout: float, who: str = "") -> Reply:
         """The reply for `count` values of `counter`: a slice of the front frame's range, or the
         frame's error. Raises what putting raised (StreamFull, Unavailable), ReplyTimeout or
         BadReply, as a record of its own would."""
         loop = asyncio.get_running_loop()
         now = time.time()
-        waiter = Waiter(count, now + timeout, now + self.budget(timeout), loop.create_future())
+        deadline = now + self.budget(timeout)
+        waiter = Waiter(count, now + timeout, deadline, loop.create_future(), who)
         self._open.setdefault(counter, []).append(waiter)
         if self._timer is None:
             self._timer = loop.call_later(self.seconds, self._close)
@@ -104,6 +107,7 @@ class Front:
                     None,
                     min(w.deadline for w in chunk),
                     sent,
+                    runs(chunk),
                 )
                 self.replies.expect(record.key)
                 batches.append((record, chunk))
@@ -150,6 +154,18 @@ class Front:
         """Send what is gathered and wait for the frames in flight (a worker that stops)."""
         self._close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def runs(waiters: list[Waiter]) -> list[list[Any]]:
+    """Who asked, run by run, for the audit trail: [[count, who], ...] in the order the
+    record's range is split among the waiters."""
+    out: list[list[Any]] = []
+    for waiter in waiters:
+        if out and out[-1][1] == waiter.who:
+            out[-1][0] += waiter.count
+        else:
+            out.append([waiter.count, waiter.who])
+    return out
 
 
 def _chunks(waiters: Sequence[Waiter]) -> list[list[Waiter]]:

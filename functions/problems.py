@@ -36,6 +36,8 @@ TITLES = {
     "headers-too-large": "The request headers are too large",
     "body-timeout": "The request body did not arrive in time",
     "unsupported-media-type": "The request body is not JSON",
+    "value-not-issued": "The values have not been handed out",
+    "value-already-void": "The values are void already",
 }
 
 
@@ -70,6 +72,8 @@ REPLY_PROBLEMS: dict[ReplyError, tuple[int, str]] = {
     ReplyError.BAD_RECORD: (422, "invalid-request"),
     ReplyError.EXPIRED: (503, "unavailable"),
     ReplyError.UNAVAILABLE: (503, "unavailable"),
+    ReplyError.NOT_ISSUED: (409, "value-not-issued"),
+    ReplyError.ALREADY_VOID: (409, "value-already-void"),
 }
 """Each reply error's HTTP status and problem type: the one table the edge answers from."""
 

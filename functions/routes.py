@@ -81,6 +81,15 @@ async def create_counter(request: Request) -> Response:
     )
 
 
+async def counter(request: Request) -> Response:
+    """/counters/{name}: read it, or (PATCH) change its retention."""
+    if request.method == "PATCH":
+        from functions.ledger import update
+
+        return await update(request)
+    return await get_counter(request)
+
+
 async def get_counter(request: Request) -> Response:
     edge = edge_of(request)
     name = validation.name(request.path_params["name"])

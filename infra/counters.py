@@ -15,6 +15,7 @@ from infra.errors import InvalidCounter
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MAX_START = 2**62
+MAX_RETENTION = 36_600  # days: a century
 MAX_TEMPLATE = 200
 MAX_WIDTH = 64
 # What a template may be, as one pattern — the API schema publishes it and Template checks it:
@@ -47,6 +48,15 @@ class Reset(StrEnum):
         if self is Reset.MONTHLY:
             return f"{day.year:04d}-{day.month:02d}"
         return day.isoformat()
+
+
+PERIOD_S = {
+    Reset.NEVER: 0.0,
+    Reset.DAILY: 2 * 86_400.0,
+    Reset.MONTHLY: 32 * 86_400.0,
+    Reset.YEARLY: 367 * 86_400.0,
+}
+"""How long a period lasts, at the most, with a day for time zones."""
 
 
 class Template:
@@ -134,6 +144,9 @@ class Counter:
     template: str = "{value}"
     reset: Reset = Reset.NEVER
     timezone: str = "UTC"
+    retention_days: int | None = None
+    """How long the audit trail of a period is kept after the period ends (None: the service's
+    AUDIT_RETENTION_S); changeable later."""
 
     def today(self, now: datetime) -> date:
         """The calendar day of the instant `now` in the counter's time zone."""
@@ -152,14 +165,27 @@ class Counter:
             "template": self.template,
             "reset": self.reset.value,
             "timezone": self.timezone,
+            "retention_days": self.retention_days,
         }
+
+    def retention_s(self, default: float) -> float:
+        return self.retention_days * 86_400.0 if self.retention_days else default
+
+    def keeping(self, default: float) -> tuple[str, float]:
+        """The retention class of this counter's audit rows, and how long after it is written
+        a row of it is kept: the retention, plus the longest a period lasts (and a day of time
+        zones), so that a period's rows are kept at least the retention after it ends. All the
+        rows of one class expire in the order they were written."""
+        retention = self.retention_s(default)
+        return f"{retention:g}s-{self.reset.value}", retention + PERIOD_S[self.reset]
 
     @classmethod
     def parse(cls, body: object) -> Counter:
         """Validate a create request's body; raise InvalidCounter naming the bad field."""
         if not isinstance(body, dict):
             raise InvalidCounter("body", "must be a JSON object")
-        unknown = sorted(set(body) - {"name", "start", "template", "reset", "timezone"})
+        fields = {"name", "start", "template", "reset", "timezone", "retention_days"}
+        unknown = sorted(set(body) - fields)
         if unknown:
             raise InvalidCounter(unknown[0], "unknown field")
         name = body.get("name")
@@ -184,7 +210,28 @@ class Counter:
         tz = body.get("timezone", "UTC")
         zone(tz)
         assert isinstance(name, str) and isinstance(text, str) and isinstance(tz, str)
-        return cls(name=name, start=start, template=text, reset=period, timezone=tz)
+        retention = check_retention(body.get("retention_days"))
+        return cls(
+            name=name,
+            start=start,
+            template=text,
+            reset=period,
+            timezone=tz,
+            retention_days=retention,
+        )
+
+
+def check_retention(days: object) -> int | None:
+    """A retention in whole days (None: the service's default)."""
+    if days is None:
+        return None
+    if isinstance(days, float) and days.is_integer():
+        days = int(days)
+    if not isinstance(days, int) or isinstance(days, bool) or not 1 <= days <= MAX_RETENTION:
+        raise InvalidCounter(
+            "retention_days", f"must be a whole number of days, 1 to {MAX_RETENTION}"
+        )
+    return days
 
 
 def check_name(name: object) -> None:

@@ -29,7 +29,7 @@ from infra.backoff import Backoff
 from infra.errors import AwsRefused, NumeratorError, ShardEnded, StreamFull
 from infra.metrics import Metrics
 from infra.ports import Entry
-from infra.wire import Record, encode
+from infra.wire import Record, Void, encode
 
 MAX_RECORDS, MAX_BYTES = 500, 5 * 1024 * 1024
 PUT_ATTEMPTS = 6
@@ -69,7 +69,7 @@ class KinesisStream:
         self._cursors: dict[str, _Cursor] = {}
         self._behind: dict[str, float] = {}
 
-    def partition(self, record: Record) -> str:
+    def partition(self, record: Record | Void) -> str:
         if self.spread == 1:
             return record.counter
         if record.idempotency_key is not None:
@@ -78,7 +78,7 @@ class KinesisStream:
             slot = next(self._rotor) % self.spread
         return f"{record.counter}#{slot}"
 
-    async def put(self, records: Sequence[Record]) -> None:
+    async def put(self, records: Sequence[Record | Void]) -> None:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         self._pending.append(([(encode(r), self.partition(r)) for r in records], done))

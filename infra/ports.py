@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from infra.counters import Counter
 from infra.keys import Key
-from infra.wire import BadRecord, Record, Reply, decode_record
+from infra.ledger import Link, VoidRow
+from infra.wire import BadRecord, Record, Reply, ReplyError, Void, decode_record
 
 
 @dataclass(slots=True)
@@ -20,7 +21,7 @@ class Entry:
 
     shard: str
     sequence: str
-    record: Record | None
+    record: Record | Void | None
     raw: bytes = b""
     problem: str = ""
     key: str | None = None
@@ -48,7 +49,7 @@ class Stream(Protocol):
     name: str
     durable: bool
 
-    async def put(self, records: Sequence[Record]) -> None:
+    async def put(self, records: Sequence[Record | Void]) -> None:
         """Append records, each to the shard its counter maps to; raise StreamFull when the
         stream will not take them now (back-pressure, throttling), Unavailable when it cannot
         be reached. A record is put at most once."""
@@ -108,6 +109,33 @@ class Claim:
     day: date
 
 
+@dataclass(slots=True)
+class Audit:
+    """A frame's audit row for the counters of one retention class (Counter.keeping): the
+    (counter, period, first, last) ranges it allocated, and `detail`: "r", each taking record
+    as [counter, period, count, who, Idempotency-Key, reply key] in the order its range was
+    split; "v", each void made as [counter, period, first, last, reason, who]."""
+
+    klass: str
+    keep_s: float
+    detail: dict[str, list[list[Any]]]
+    ranges: list[tuple[str, str, int, int]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class VoidAsk:
+    """A void to make in a frame's transaction, checked there against what was handed out."""
+
+    counter: str
+    period: str
+    first: int
+    last: int
+    reason: str
+    who: str
+    start: int
+    keep_s: float
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
     stream: str
@@ -133,11 +161,14 @@ class FrameTransaction(Protocol):
 
     async def dead_letter(self, letters: Sequence[DeadLetter]) -> None: ...
 
-    async def checkpoint(
-        self, lease: Lease, sequence: str, ranges: Sequence[tuple[str, str, int, int]]
-    ) -> None:
-        """Advance the shard's checkpoint and record the frame's (counter, period, first, last)
-        ranges; raise LeaseLost when `lease` is no longer current."""
+    async def void(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
+        """Make each void, in order: True when made, False when the same void was made before
+        (the same values, the same reason: idempotent), or why not (values not handed out
+        yet, or void already for another reason)."""
+
+    async def checkpoint(self, lease: Lease, sequence: str, audits: Sequence[Audit]) -> None:
+        """Advance the shard's checkpoint and write the frame's audit rows, each the next link
+        of its chain; raise LeaseLost when `lease` is no longer current."""
 
     async def hold(self, lease: Lease, first: str, last: str, replies: bytes) -> int:
         """Keep the frame's encoded replies (sequences `first` to `last`); their id."""
@@ -182,12 +213,17 @@ class Store(Protocol):
     def frame(self) -> AbstractAsyncContextManager[FrameTransaction]: ...
 
     async def allocate_plain(
-        self, lease: Lease, sequence: str, demand: Sequence[tuple[str, str, int, int]]
+        self,
+        lease: Lease,
+        sequence: str,
+        demand: Sequence[tuple[str, str, int, int, str]],
+        audits: Sequence[Audit],
     ) -> dict[tuple[str, str], int]:
-        """A plain frame in one transaction: add each (counter, period, delta, start)'s delta,
-        record the audit ranges, and move the lease's checkpoint to `sequence`, fenced by its
-        epoch (LeaseLost, and nothing applied, if another batcher holds it now); the allocated
-        totals by (counter, period)."""
+        """A plain frame in one transaction: add each (counter, period, delta, start, class)'s
+        delta, write the audit rows (`audits`, one per class, their ranges made from what was
+        allocated), and move the lease's checkpoint to `sequence`, fenced by its epoch
+        (LeaseLost, and nothing applied, if another batcher holds it now); the allocated totals
+        by (counter, period)."""
 
     async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
         """Held replies of the shard's committed frames not known to be published, oldest first."""
@@ -205,6 +241,18 @@ class Store(Protocol):
     async def prune(self, now: datetime, audit_retention: float, reply_retention: float) -> int:
         """Drop idempotency keys past their expiry, allocation rows and dead letters older than
         `audit_retention` seconds, and held replies older than `reply_retention`; how many went."""
+
+    async def set_retention(self, name: str, days: int | None) -> Counter | None:
+        """Change a counter's retention (None: the service's default); None if no counter."""
+
+    async def trail(self, name: str) -> tuple[list[Link], dict[str, int]]:
+        """Every kept audit row naming the counter, in commit order; and per period, the
+        highest value whose row retention pruned."""
+
+    async def voids(self, name: str, period: str) -> list[VoidRow]: ...
+
+    async def verify(self, name: str | None) -> dict[str, Any]:
+        """Recompute the hash chains holding the counter's rows (every chain, for None)."""
 
     async def add_key(self, key: Key) -> Key:
         """Store a new key (KeyExists if an unrevoked key has its name); as stored."""

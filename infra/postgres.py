@@ -21,7 +21,9 @@ from infra import secret
 from infra.counters import Counter, Reset
 from infra.errors import CounterExists, KeyExists, LeaseLost, StoreError, StoreUnavailable
 from infra.keys import Key
-from infra.ports import Claim, DeadLetter, Lease
+from infra.ledger import Link, VoidRow
+from infra.ports import Audit, Claim, DeadLetter, Lease, VoidAsk
+from infra.wire import ReplyError
 
 log = logging.getLogger("numerator.batcher")
 
@@ -56,7 +58,7 @@ OPTIONS = (
 # its counter rows are locked, and says so, so that a test can freeze the batcher (SIGSTOP) there.
 PAUSE_IN_FRAME_S = float(os.environ.get("NUMERATOR_PAUSE_IN_FRAME_S") or 0)
 PRUNE_BATCH, PRUNE_BATCHES = 20_000, 20
-COUNTER_COLUMNS = "name, start, template, reset, timezone"
+COUNTER_COLUMNS = "name, start, template, reset, timezone, retention_days"
 KEY_COLUMNS = "id, name, digest, scopes, created_at, last_used_at, revoked_at"
 # The checkpoint, fenced by the lease's epoch: a CTE that yields a row only while the lease holds.
 FENCED = (
@@ -77,9 +79,38 @@ ADD = (
 )
 
 
+# A frame's audit rows, from a CTE `rows` (klass, keep_s, ranges, detail, names): each the next
+# link of its chain, stream/shard/class, written only while the lease holds (`fenced`).
+AUDIT = (
+    " t AS (SELECT now() AS at),"
+    " linked AS (SELECT rows.*, t.at, t.at + make_interval(secs => rows.keep_s) AS keep,"
+    "  coalesce((SELECT f.hash FROM allocation_frames f"
+    "   WHERE f.chain = %(chain)s || rows.klass ORDER BY f.id DESC LIMIT 1), '\\x'::bytea) AS prev"
+    "  FROM rows, t),"
+    " audit AS (INSERT INTO allocation_frames (stream, shard, sequence, chain, ranges, detail,"
+    "  counters, committed_at, keep_until, prev, hash)"
+    "  SELECT %(stream)s, %(shard)s, %(sequence)s::text, %(chain)s || klass, ranges, detail,"
+    "  names, at, keep, prev, sha256(prev || ledger_content(%(stream)s, %(shard)s,"
+    "  %(sequence)s::text, ranges, detail, at, keep))"
+    "  FROM linked WHERE EXISTS (SELECT FROM fenced) RETURNING 1)"
+)
+
+
+def chained(lease: Lease, sequence: str, audits: Sequence[Audit]) -> dict[str, Any]:
+    """FENCED's and AUDIT's parameters: `audits` as [klass, keep_s, ranges, detail, names]."""
+    return {
+        **fence(lease, sequence),
+        "chain": f"{lease.stream}/{lease.shard}/",
+        "audits": rows(
+            [a.klass, a.keep_s, a.ranges, a.detail, sorted({r[0] for r in a.ranges})]
+            for a in audits
+        ),
+    }
+
+
 def _counter(row: tuple[Any, ...]) -> Counter:
-    name, start, template, reset, timezone = row
-    return Counter(name=name, start=start, template=template, reset=Reset(reset), timezone=timezone)
+    name, start, template, reset, timezone, retention = row
+    return Counter(name, start, template, Reset(reset), timezone, retention)
 
 
 def _key(row: tuple[Any, ...]) -> Key:
@@ -220,18 +251,62 @@ class PostgresFrame:
                 [(x.stream, x.shard, x.sequence, x.problem, x.raw) for x in letters],
             )
 
-    async def checkpoint(
-        self, lease: Lease, sequence: str, ranges: Sequence[tuple[str, str, int, int]]
-    ) -> None:
-        # The fence, the checkpoint and the frame's audit row in one statement: one round trip.
+    async def void(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
+        results: list[tuple[ReplyError, str] | bool] = []
+        for ask in asks:
+            # The period's row, locked: a void and an allocation of the same counter wait
+            # for each other, and two voids of the same values are made one after the other.
+            cur = await self.conn.execute(
+                "SELECT allocated FROM counter_values WHERE counter = %s AND period = %s"
+                " FOR UPDATE",
+                (ask.counter, ask.period),
+            )
+            found = await cur.fetchone()
+            issued = ask.start - 1 + (int(found[0]) if found else 0)
+            if ask.first < ask.start or ask.last > issued:
+                shown = f"the last is {issued}" if issued >= ask.start else "none yet"
+                results.append(
+                    (
+                        ReplyError.NOT_ISSUED,
+                        f"values {ask.first} to {ask.last} of period {ask.period!r} were not "
+                        f"all handed out ({shown}, from {ask.start})",
+                    )
+                )
+                continue
+            cur = await self.conn.execute(
+                "SELECT first, last, reason FROM voids WHERE counter = %s AND period = %s"
+                " AND first <= %s AND last >= %s ORDER BY first",
+                (ask.counter, ask.period, ask.last, ask.first),
+            )
+            overlap = await cur.fetchall()
+            if overlap == [(ask.first, ask.last, ask.reason)]:
+                results.append(False)
+                continue
+            if overlap:
+                first, last, reason = overlap[0]
+                results.append(
+                    (
+                        ReplyError.ALREADY_VOID,
+                        f"values {first} to {last} are void already, for {reason!r}",
+                    )
+                )
+                continue
+            await self.conn.execute(
+                "INSERT INTO voids (counter, period, first, last, reason, who, keep_until)"
+                " VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s))",
+                (ask.counter, ask.period, ask.first, ask.last, ask.reason, ask.who, ask.keep_s),
+            )
+            results.append(True)
+        return results
+
+    async def checkpoint(self, lease: Lease, sequence: str, audits: Sequence[Audit]) -> None:
+        # The fence, the checkpoint and the frame's audit rows in one statement: one round trip.
         cur = await self.conn.execute(
             f"WITH {FENCED},"
-            " audit AS ("
-            " INSERT INTO allocation_frames (stream, shard, sequence, ranges)"
-            " SELECT %(stream)s, %(shard)s, %(sequence)s::text, %(ranges)s::json FROM fenced"
-            " WHERE %(ranges)s::json IS NOT NULL RETURNING 1)"
-            " SELECT 1 FROM fenced",
-            {**fence(lease, sequence), "ranges": rows(ranges) if ranges else None},
+            " rows AS (SELECT x->>0 AS klass, (x->>1)::float8 AS keep_s, x->2 AS ranges,"
+            "  x->3 AS detail, ARRAY(SELECT json_array_elements_text(x->4)) AS names"
+            "  FROM json_array_elements(%(audits)s::json) AS x)," + AUDIT + " SELECT 1 FROM fenced",
+            chained(lease, sequence, audits),
         )
         if not await cur.fetchall():
             raise lost(lease)
@@ -325,13 +400,14 @@ class PostgresStore:
         try:
             async with self._connection() as conn:
                 await conn.execute(
-                    f"INSERT INTO counters ({COUNTER_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",
+                    f"INSERT INTO counters ({COUNTER_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)",
                     (
                         counter.name,
                         counter.start,
                         counter.template,
                         counter.reset.value,
                         counter.timezone,
+                        counter.retention_days,
                     ),
                 )
         except pgerrors.UniqueViolation as exc:
@@ -429,27 +505,38 @@ class PostgresStore:
             yield PostgresFrame(conn)
 
     async def allocate_plain(
-        self, lease: Lease, sequence: str, demand: Sequence[tuple[str, str, int, int]]
+        self,
+        lease: Lease,
+        sequence: str,
+        demand: Sequence[tuple[str, str, int, int, str]],
+        audits: Sequence[Audit],
     ) -> dict[tuple[str, str], int]:
         # ONE statement, so one round trip and its own transaction: the fence first; the
         # allocation only if it holds, in name order (no deadlock between batchers); the audit
-        # row from what the allocation returned: [counter, period, first, last] per row.
+        # rows from what the allocation returned: [counter, period, first, last] per row,
+        # grouped by the counters' retention class.
         async with self._connection(FRAME_CONNECT_S) as conn:
             cur = await conn.execute(
                 f"WITH {FENCED},"
                 " d AS (SELECT x->>0 AS counter, x->>1 AS period, (x->>2)::bigint AS delta,"
-                " (x->>3)::bigint AS start FROM json_array_elements(%(demand)s::json) AS x),"
+                " (x->>3)::bigint AS start, x->>4 AS klass"
+                " FROM json_array_elements(%(demand)s::json) AS x),"
                 " alloc AS ("
                 + ADD.format(rows="counter, period, delta FROM d WHERE EXISTS (SELECT FROM fenced)")
-                + "), audit AS (INSERT INTO allocation_frames (stream, shard, sequence, ranges)"
-                " SELECT %(stream)s, %(shard)s, %(sequence)s::text, json_agg(json_build_array("
-                " a.counter, a.period, d.start + a.allocated - d.delta, d.start - 1 + a.allocated)"
-                " ORDER BY a.counter, a.period)"
+                + "), k AS (SELECT x->>0 AS klass, (x->>1)::float8 AS keep_s, x->3 AS detail"
+                " FROM json_array_elements(%(audits)s::json) AS x),"
+                " made AS (SELECT d.klass, json_agg(json_build_array(a.counter, a.period,"
+                " d.start + a.allocated - d.delta, d.start - 1 + a.allocated)"
+                " ORDER BY a.counter, a.period) AS ranges,"
+                " array_agg(DISTINCT a.counter) AS names"
                 " FROM alloc a JOIN d ON d.counter = a.counter AND d.period = a.period"
-                " HAVING count(*) > 0 RETURNING 1)"
-                " SELECT counter, period, allocated FROM alloc"
+                " GROUP BY d.klass),"
+                " rows AS (SELECT made.klass, k.keep_s, made.ranges, k.detail, made.names"
+                " FROM made JOIN k ON k.klass = made.klass),"
+                + AUDIT
+                + " SELECT counter, period, allocated FROM alloc"
                 " UNION ALL SELECT NULL, NULL, NULL FROM fenced",
-                {**fence(lease, sequence), "demand": rows(demand)},
+                {**chained(lease, sequence, audits), "demand": rows(demand)},
             )
             found = await cur.fetchall()
         if not any(row[0] is None for row in found):
@@ -499,11 +586,28 @@ class PostgresStore:
         cutoff = now - timedelta(seconds=audit_retention)
         statements = [
             ("idempotency_keys", "ctid", "expires_at < %s", now),
-            ("allocation_frames", "id", "committed_at < %s", cutoff),
+            ("voids", "ctid", "keep_until < %s", now),
             ("dead_letters", "id", "created_at < %s", cutoff),
             ("frame_replies", "id", "committed_at < %s", now - timedelta(seconds=reply_retention)),
         ]
         total = 0
+        for _ in range(PRUNE_BATCHES):
+            # The audit trail's oldest rows, noting how far each counter's period was pruned.
+            found = await self._fetch(
+                "WITH gone AS (DELETE FROM allocation_frames WHERE id IN"
+                " (SELECT id FROM allocation_frames WHERE keep_until < %s"
+                f" LIMIT {PRUNE_BATCH}) RETURNING ranges),"
+                " marks AS (INSERT INTO pruned (counter, period, upto)"
+                " SELECT r->>0, r->>1, max((r->>3)::bigint)"
+                " FROM gone, json_array_elements(gone.ranges) AS r GROUP BY 1, 2"
+                " ON CONFLICT (counter, period) DO UPDATE"
+                " SET upto = greatest(pruned.upto, excluded.upto))"
+                " SELECT count(*) FROM gone",
+                (now,),
+            )
+            total += int(found[0][0])
+            if int(found[0][0]) < PRUNE_BATCH:
+                break
         for table, key, condition, bound in statements:
             params = (bound,)
             for _ in range(PRUNE_BATCHES):
@@ -517,6 +621,85 @@ class PostgresStore:
                 if int(rows[0][0]) < PRUNE_BATCH:
                     break
         return total
+
+    async def set_retention(self, name: str, days: int | None) -> Counter | None:
+        rows = await self._fetch(
+            f"UPDATE counters SET retention_days = %s WHERE name = %s RETURNING {COUNTER_COLUMNS}",
+            (days, name),
+        )
+        return _counter(rows[0]) if rows else None
+
+    async def trail(self, name: str) -> tuple[list[Link], dict[str, int]]:
+        rows = await self._fetch(
+            "SELECT id, committed_at, chain, ranges::text, detail::text, hash, prev"
+            " FROM allocation_frames WHERE counters @> ARRAY[%s] ORDER BY id",
+            (name,),
+        )
+        links = [
+            Link(
+                id,
+                at,
+                chain,
+                orjson.loads(ranges),
+                orjson.loads(detail) if detail else None,
+                bytes(hash).hex() if hash else "",
+                bytes(prev).hex() if prev else "",
+            )
+            for id, at, chain, ranges, detail, hash, prev in rows
+        ]
+        pruned = await self._fetch("SELECT period, upto FROM pruned WHERE counter = %s", (name,))
+        return links, {period: int(upto) for period, upto in pruned}
+
+    async def voids(self, name: str, period: str) -> list[VoidRow]:
+        rows = await self._fetch(
+            "SELECT counter, period, first, last, reason, who, at FROM voids"
+            " WHERE counter = %s AND period = %s ORDER BY first",
+            (name, period),
+        )
+        return [VoidRow(*row) for row in rows]
+
+    async def verify(self, name: str | None) -> dict[str, Any]:
+        chains = (
+            " AND chain IN (SELECT DISTINCT chain FROM allocation_frames"
+            " WHERE counters @> ARRAY[%(name)s])"
+            if name
+            else ""
+        )
+        rows = await self._fetch(
+            "SELECT id, chain, hash, prev,"
+            " hash = sha256(prev || ledger_content(stream, shard, sequence, ranges, detail,"
+            "  committed_at, keep_until)) AS sound,"
+            " lag(hash) OVER (PARTITION BY chain ORDER BY id) AS before"
+            " FROM allocation_frames WHERE chain IS NOT NULL" + chains + " ORDER BY chain, id",
+            {"name": name},
+        )
+        heads: dict[str, str] = {}
+        first_bad: dict[str, Any] | None = None
+        for id, chain, hash, prev, sound, before in rows:
+            heads[chain] = bytes(hash).hex()
+            if first_bad is not None:
+                continue
+            if not sound:
+                first_bad = {
+                    "row": id,
+                    "chain": chain,
+                    "why": "its content does not match its hash",
+                }
+            elif before is not None and bytes(before) != bytes(prev):
+                first_bad = {
+                    "row": id,
+                    "chain": chain,
+                    "why": "it does not follow the row before it in its chain (a row was "
+                    "removed, inserted or changed before it)",
+                }
+        return {
+            "counter": name,
+            "rows": len(rows),
+            "chains": len(heads),
+            "ok": first_bad is None,
+            "first_bad": first_bad,
+            "heads": heads,
+        }
 
     async def add_key(self, key: Key) -> Key:
         try:

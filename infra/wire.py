@@ -44,6 +44,8 @@ class ReplyError(Enum):
     BAD_RECORD = "bad-record"
     EXPIRED = "expired"
     UNAVAILABLE = "unavailable"
+    NOT_ISSUED = "not-issued"
+    ALREADY_VOID = "already-void"
 
 
 class BadReply(ValueError):
@@ -75,6 +77,9 @@ class Record:
     idempotency_key: str | None = None
     deadline: float = 0.0
     sent: float = 0.0
+    who: str | list[list[Any]] = ""
+    """Who asked, for the audit trail: an API key (`key:ID`) or a client address; a front
+    frame's record says it for each run of its requests, [[count, who], ...] in order."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -87,6 +92,8 @@ class Record:
         }
         if self.idempotency_key is not None:
             out["i"] = self.idempotency_key
+        if self.who:
+            out["w"] = self.who
         return out
 
     @classmethod
@@ -111,11 +118,86 @@ class Record:
             raise BadRecord(f"count must be an integer from 1 to {MAX_RECORD_COUNT}", key)
         if idem is not None and not isinstance(idem, str):
             raise BadRecord("idempotency key must be a string", key)
-        for field, number in (("deadline", deadline), ("sent", sent)):
-            if not isinstance(number, int | float) or isinstance(number, bool):
-                raise BadRecord(f"{field} must be a number", key)
-        assert isinstance(deadline, int | float) and isinstance(sent, int | float)
-        return cls(key, counter, count, idem, float(deadline), float(sent))
+        deadline, sent = _times(data, key)
+        who = data.get("w", "")
+        if not isinstance(who, str | list):
+            raise BadRecord("who must be a string or a list of [count, who]", key)
+        return cls(key, counter, count, idem, deadline, sent, who)
+
+
+def _times(data: dict[str, Any], key: str) -> tuple[float, float]:
+    deadline, sent = data.get("d"), data.get("s", 0.0)
+    for field, number in (("deadline", deadline), ("sent", sent)):
+        if not isinstance(number, int | float) or isinstance(number, bool):
+            raise BadRecord(f"{field} must be a number", key)
+    assert isinstance(deadline, int | float) and isinstance(sent, int | float)
+    return float(deadline), float(sent)
+
+
+MAX_VOID = 100_000
+"""The most values one void may take out of use."""
+
+
+@dataclass(slots=True)
+class Void:
+    """A demand to take values out of use: [first, last] of `counter` in `period` (None: the
+    period the batcher's clock puts the counter in), for `reason`. Answered under `key` with
+    the range (a void already made the same way answers the same: idempotent) or an error."""
+
+    key: str
+    counter: str
+    first: int
+    last: int
+    reason: str
+    period: str | None = None
+    who: str = ""
+    deadline: float = 0.0
+    sent: float = 0.0
+
+    @property
+    def idempotency_key(self) -> None:
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "v": VERSION,
+            "o": "void",
+            "k": self.key,
+            "c": self.counter,
+            "f": self.first,
+            "l": self.last,
+            "r": self.reason,
+            "d": self.deadline,
+            "s": self.sent,
+        }
+        if self.period is not None:
+            out["p"] = self.period
+        if self.who:
+            out["w"] = self.who
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Void:
+        key = data.get("k")
+        if not isinstance(key, str) or not key:
+            raise BadRecord("void has no reply key")
+        counter, first, last = data.get("c"), data.get("f"), data.get("l")
+        reason, period, who = data.get("r"), data.get("p"), data.get("w", "")
+        if not isinstance(counter, str) or not counter:
+            raise BadRecord("void has no counter", key)
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (first, last)):
+            raise BadRecord("a void's first and last must be integers", key)
+        assert isinstance(first, int) and isinstance(last, int)
+        if not 0 <= last - first < MAX_VOID:
+            raise BadRecord(f"a void takes 1 to {MAX_VOID} values, first to last", key)
+        if not isinstance(reason, str) or not reason:
+            raise BadRecord("a void needs a reason", key)
+        if period is not None and not isinstance(period, str):
+            raise BadRecord("a void's period must be a string", key)
+        if not isinstance(who, str):
+            raise BadRecord("who must be a string", key)
+        deadline, sent = _times(data, key)
+        return cls(key, counter, first, last, reason, period, who, deadline, sent)
 
 
 @dataclass(slots=True)
@@ -186,15 +268,17 @@ class Reply:
             raise BadReply(f"unreadable reply: {exc!r}") from exc
 
 
-def encode(item: Record | Reply) -> bytes:
+def encode(item: Record | Void | Reply) -> bytes:
     return orjson.dumps(item.to_json())
 
 
-def decode_record(raw: bytes) -> Record:
+def decode_record(raw: bytes) -> Record | Void:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BadRecord(f"record is not JSON: {exc}") from exc
+    if isinstance(data, dict) and data.get("o") == "void" and data.get("v", VERSION) == VERSION:
+        return Void.from_json(data)
     return Record.from_json(data)
 
 

@@ -29,6 +29,7 @@ async def test_create_returns_201_with_location_and_defaults(
         "template": "{value}",
         "reset": "never",
         "timezone": "UTC",
+        "retention_days": None,
     }
 
 

@@ -15,12 +15,14 @@ from infra.counters import Counter
 from infra.errors import LeaseLost, ShardEnded, Unavailable
 from infra.memory import MemoryReplies
 from infra.metrics import Metrics
-from infra.ports import Entry
+from infra.ports import Audit, Entry
 from infra.postgres import PostgresStore
 from infra.settings import Settings
 from infra.wire import Record, Reply, ReplyError
 from tests.checks import until
 from tests.streams import ListStream
+
+CLASS = "3600s-never"
 
 
 class Collect(MemoryReplies):
@@ -134,6 +136,11 @@ async def test_lease_is_exclusive_and_fences_an_old_owner(store: PostgresStore, 
         await tx.checkpoint(theirs, "9", [])
 
 
+def audit(*ranges: tuple[str, str, int, int], keep: float = 3600.0) -> Audit:
+    """One audit row of the class 'never reset, kept `keep` seconds', with these ranges."""
+    return Audit(f"{keep:g}s-never", keep, {"r": [], "v": []}, list(ranges))
+
+
 async def test_a_frame_that_loses_its_lease_rolls_back(store: PostgresStore, name: str) -> None:
     await store.create(Counter(name))
     stream = f"lease-{name}"
@@ -144,7 +151,7 @@ async def test_a_frame_that_loses_its_lease_rolls_back(store: PostgresStore, nam
     with pytest.raises(LeaseLost):
         async with store.frame() as tx:
             await tx.allocate({(name, ""): 5})
-            await tx.checkpoint(stale, "1", [(name, "", 1, 5)])
+            await tx.checkpoint(stale, "1", [audit((name, "", 1, 5))])
     assert await store.allocated(name, "") == 0  # nothing allocated by the fenced-out owner
 
 
@@ -163,11 +170,13 @@ async def test_a_plain_frame_is_fenced_and_audited_in_one_statement(
     owner = await store.acquire(stream, "s", "b", ttl=30)
     assert owner is not None
     with pytest.raises(LeaseLost):
-        await store.allocate_plain(stale, "1", [(name, "", 5, 100)])
+        await store.allocate_plain(stale, "1", [(name, "", 5, 100, CLASS)], [audit()])
     assert await store.allocated(name, "") == 0
 
-    first = await store.allocate_plain(owner, "1", [(name, "", 5, 100), (other, "", 2, 1)])
-    second = await store.allocate_plain(owner, "2", [(name, "", 3, 100)])
+    first = await store.allocate_plain(
+        owner, "1", [(name, "", 5, 100, CLASS), (other, "", 2, 1, CLASS)], [audit()]
+    )
+    second = await store.allocate_plain(owner, "2", [(name, "", 3, 100, CLASS)], [audit()])
     assert first == {(name, ""): 5, (other, ""): 2} and second == {(name, ""): 8}
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         cur = await conn.execute(
@@ -175,12 +184,12 @@ async def test_a_plain_frame_is_fenced_and_audited_in_one_statement(
             " ORDER BY frame, counter",
             (stream,),
         )
-        audit = await cur.fetchall()
+        trail = await cur.fetchall()
         cur = await conn.execute(
             "SELECT sequence FROM leases WHERE stream = %s AND shard = 's'", (stream,)
         )
         (checkpoint,) = await cur.fetchone()  # type: ignore[misc]
-    assert audit == [("1", name, 100, 104), ("1", other, 1, 2), ("2", name, 105, 107)]
+    assert trail == [("1", name, 100, 104), ("1", other, 1, 2), ("2", name, 105, 107)]
     assert checkpoint == "2"
 
 
@@ -202,7 +211,7 @@ async def test_prune_drops_expired_keys_and_old_audit_rows(
         await tx.allocate({(name, ""): 3})
         await tx.remember([Claim(name, "k", 3, 1, 3, datetime.now(UTC).date())], retention=60)
         await tx.dead_letter([DeadLetter(lease.stream, "s", "1", "bad", b"x")])
-        await tx.checkpoint(lease, "1", [(name, "", 1, 3)])
+        await tx.checkpoint(lease, "1", [audit((name, "", 1, 3))])
 
     async def rows() -> tuple[int, int, int]:
         async with await psycopg.AsyncConnection.connect(database_url) as conn:

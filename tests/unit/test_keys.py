@@ -63,6 +63,10 @@ def test_what_each_route_needs() -> None:
         and needs("GET", "/metrics")[0] is Need.READ
     )  # type: ignore[index]
     assert needs("PUT", "/counters/inv") == (Need.ANY, "")
+    assert needs("PATCH", "/counters/inv") == (Need.ADMIN, "")
+    assert needs("POST", "/counters/inv/void") == (Need.NEXT, "inv")
+    assert needs("GET", "/counters/inv/report") == (Need.READ, "")
+    assert needs("GET", "/audit/verify") == (Need.READ, "")
 
 
 def test_auth_none_is_refused_unless_loopback_or_behind_an_authorizer() -> None:

@@ -1,0 +1,198 @@
+"""The ledger's routes: voids, the completeness report, the audit export and its verification,
+and a counter's retention (docs/invoices.md).
+
+A void travels as a record on the stream, as /next does, so that the batcher checks it against
+what was handed out in the same transaction that writes it into the frame's audit row: the hash
+chains cover voids as they cover allocations.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import time
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from functions import validation
+from functions.edge import Edge
+from functions.fastpath import answer_problem, put_and_wait
+from functions.problems import Problem, invalid, unavailable
+from functions.routes import JSON
+from infra import ledger
+from infra.counters import Counter, check_retention
+from infra.errors import InvalidCounter, ReplyTimeout, StreamFull, Unavailable
+from infra.wire import MAX_VOID, BadReply, Reply, Void, reply_key
+
+REASON = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
+PERIOD = re.compile(r"|[0-9]{4}(-[0-9]{2}(-[0-9]{2})?)?")
+MAX_VALUES = 1000
+
+
+def edge_of(request: Request) -> Edge:
+    edge: Edge = request.app.state.edge
+    return edge
+
+
+async def counter_of(edge: Edge, raw: str) -> Counter:
+    name = validation.name(raw)
+    counter = await edge.store.get(name)
+    if counter is None:
+        raise Problem(404, "counter-not-found", f"no counter named {name!r}")
+    return counter
+
+
+def period_of(counter: Counter, raw: object, edge: Edge) -> str:
+    if raw is None:
+        return counter.period(edge.clock())
+    if not isinstance(raw, str) or not PERIOD.fullmatch(raw):
+        raise invalid("period", "must be '' (never reset), YYYY, YYYY-MM or YYYY-MM-DD")
+    return raw
+
+
+def void_ranges(body: dict[str, Any]) -> list[tuple[int, int]]:
+    """The contiguous ranges a void's body names: `values` (a list), or `first` and `last`."""
+    values, first, last = body.get("values"), body.get("first"), body.get("last", body.get("first"))
+    if values is not None:
+        if first is not None:
+            raise invalid("values", "give values, or first and last, not both")
+        if not isinstance(values, list) or not 1 <= len(values) <= MAX_VALUES:
+            raise invalid("values", f"must be a list of 1 to {MAX_VALUES} values")
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+            raise invalid("values", "each value must be a whole number")
+        spans: list[tuple[int, int]] = []
+        for value in sorted(set(values)):
+            if spans and spans[-1][1] + 1 == value:
+                spans[-1] = (spans[-1][0], value)
+            else:
+                spans.append((value, value))
+        return spans
+    for field, number in (("first", first), ("last", last)):
+        if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+            raise invalid(field, "must be a whole number (or give values: [...])")
+    assert isinstance(first, int) and isinstance(last, int)
+    if not 0 <= last - first < MAX_VOID:
+        raise invalid("last", f"a void takes 1 to {MAX_VOID} values, first to last")
+    return [(first, last)]
+
+
+async def void(request: Request) -> Response:
+    """POST /counters/{name}/void: take values out of use, for a reason. Idempotent: the same
+    void again answers the same; a value never handed out, or void for another reason, is 409."""
+    edge = edge_of(request)
+    body = await validation.json_body(request, edge.settings)
+    if not isinstance(body, dict):
+        raise invalid("body", 'must be a JSON object: {"values": [...], "reason": "..."}')
+    unknown = sorted(set(body) - {"values", "first", "last", "reason", "period"})
+    if unknown:
+        raise invalid(unknown[0], "unknown field")
+    reason = body.get("reason")
+    if not isinstance(reason, str) or not REASON.fullmatch(reason):
+        raise invalid("reason", "must be 1 to 200 characters, no control characters")
+    if reason in ledger.SYSTEM_REASONS:
+        raise invalid("reason", f"{reason!r} is numerator's own reason; say why in your words")
+    counter = await counter_of(edge, request.path_params["name"])
+    period = period_of(counter, body.get("period"), edge)
+    spans = void_ranges(body)
+    who = request.scope.get("numerator.who", "")
+    timeout = edge.timeout(request.scope.get("aws.context"))
+    sent = time.time()
+    voided, refused = [], None
+    for first, last in spans:
+        record = Void(
+            reply_key(),
+            counter.name,
+            first,
+            last,
+            reason,
+            period,
+            who,
+            sent + edge.budget(timeout),
+            sent,
+        )
+        reply = await _wait(edge, record, timeout)
+        if reply.error is not None:
+            refused = answer_problem(reply, edge.settings.retry_after_s)
+            break
+        voided.append({"first": first, "last": last})
+    if refused is not None:
+        refused.extra["voided"] = voided
+        raise refused
+    return JSON({"counter": counter.name, "period": period, "reason": reason, "voided": voided})
+
+
+async def _wait(edge: Edge, record: Void, timeout: float) -> Reply:
+    try:
+        return await put_and_wait(edge, record, timeout)
+    except StreamFull as exc:
+        raise unavailable(f"the batcher is saturated: {exc}", edge.settings.retry_after_s) from None
+    except Unavailable as exc:
+        raise unavailable(str(exc), edge.settings.retry_after_s) from None
+    except ReplyTimeout as exc:
+        raise Problem(
+            504, "reply-timeout", f"{exc}; the same void again answers the same"
+        ) from None
+    except BadReply as exc:
+        raise Problem(502, "bad-reply", str(exc)) from None
+
+
+async def report(request: Request) -> Response:
+    """GET /counters/{name}/report?period=P: the completeness report of a period."""
+    edge = edge_of(request)
+    counter = await counter_of(edge, request.path_params["name"])
+    period = period_of(counter, request.query_params.get("period"), edge)
+    links, pruned = await edge.store.trail(counter.name)
+    voids = await edge.store.voids(counter.name, period)
+    allocated = await edge.store.allocated(counter.name, period)
+    body = ledger.report(counter, period, allocated, links, voids, pruned.get(period))
+    return JSON(body)
+
+
+async def audit(request: Request) -> Response:
+    """GET /counters/{name}/audit?period=P&format=json|csv: the export an auditor keeps."""
+    edge = edge_of(request)
+    counter = await counter_of(edge, request.path_params["name"])
+    period = period_of(counter, request.query_params.get("period"), edge)
+    form = request.query_params.get("format", "json")
+    if form not in ("json", "csv"):
+        raise invalid("format", "must be json or csv")
+    links, _ = await edge.store.trail(counter.name)
+    rows = ledger.export(counter.name, period, links, await edge.store.voids(counter.name, period))
+    if form == "json":
+        return JSON({"counter": counter.name, "period": period, "rows": rows})
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=ledger.EXPORT_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return Response(out.getvalue(), media_type="text/csv; charset=utf-8")
+
+
+async def verify(request: Request) -> Response:
+    """GET /audit/verify?counter=NAME: recompute the hash chains (those holding the counter's
+    rows, or all); 200 when sound, 409 naming the first row that is not."""
+    edge = edge_of(request)
+    name = request.query_params.get("counter")
+    if name is not None:
+        validation.name(name)
+    found = await edge.store.verify(name)
+    return JSON(found, status_code=200 if found["ok"] else 409)
+
+
+async def update(request: Request) -> Response:
+    """PATCH /counters/{name}: change what may change, its retention (`retention_days`)."""
+    edge = edge_of(request)
+    name = validation.name(request.path_params["name"])
+    body = await validation.json_body(request, edge.settings)
+    if not isinstance(body, dict) or set(body) != {"retention_days"}:
+        raise invalid("body", 'only the retention may change: {"retention_days": N or null}')
+    try:
+        days = check_retention(body["retention_days"])
+    except InvalidCounter as exc:
+        raise invalid(exc.field, exc.problem) from None
+    counter = await edge.store.set_retention(name, days)
+    if counter is None:
+        raise Problem(404, "counter-not-found", f"no counter named {name!r}")
+    return JSON(counter.to_json())

@@ -1,0 +1,221 @@
+"""The ledger, read: a period's completeness report and its export, from the audit trail. No I/O.
+
+Every value of a period from `start` to the last handed out is accounted for by exactly one
+audit row's range (issued), and may also be void (with a reason). A value in no range is a gap:
+explained when retention pruned the rows that held it (`pruned`), unexplained otherwise. The
+report also checks that the ranges rise with the order they were committed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from itertools import pairwise
+from typing import Any
+
+from infra.counters import Counter
+
+NOT_DELIVERED = frozenset({"abandoned"})
+"""Void reasons that say no client received the values."""
+SYSTEM_REASONS = frozenset({"abandoned", "not-confirmed"})
+"""Reasons numerator gives itself; a user's void names its own."""
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One audit row: a frame's ranges and detail for one retention class, and its hashes."""
+
+    id: int
+    at: datetime
+    chain: str | None
+    ranges: list[list[Any]]
+    detail: dict[str, list[list[Any]]] | None
+    hash: str
+    prev: str
+
+
+@dataclass(frozen=True, slots=True)
+class VoidRow:
+    counter: str
+    period: str
+    first: int
+    last: int
+    reason: str
+    who: str
+    at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "first": self.first,
+            "last": self.last,
+            "reason": self.reason,
+            "who": self.who,
+            "at": self.at.isoformat(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """The values one record took, and who asked."""
+
+    first: int
+    last: int
+    who: Any
+    idempotency_key: str | None
+    request: str
+    link: Link
+
+
+def taken(link: Link, counter: str, period: str) -> Iterator[Taken]:
+    """The records of `link` that took values of `counter` in `period`, each with its range:
+    the row's range for them split in the order the detail lists them."""
+    for name, kind, first, last in link.ranges:
+        if name != counter or kind != period:
+            continue
+        records = [r for r in (link.detail or {}).get("r", []) if r[0] == name and r[1] == kind]
+        if not records:  # a row from before the ledger: the range alone
+            yield Taken(first, last, None, None, "", link)
+            continue
+        cursor = first
+        for _, _, count, who, idem, request in records:
+            yield Taken(cursor, cursor + count - 1, who, idem, request, link)
+            cursor += count
+
+
+def ranges(links: Sequence[Link], counter: str, period: str) -> list[tuple[int, int, int]]:
+    """(first, last, row id) of every range of `counter` in `period`, in commit order."""
+    return [
+        (first, last, link.id)
+        for link in links
+        for name, kind, first, last in link.ranges
+        if name == counter and kind == period
+    ]
+
+
+def gaps(
+    covered: Sequence[tuple[int, int, int]], low: int, high: int
+) -> tuple[list[list[int]], list[list[int]]]:
+    """The spans of [low, high] no range covers, and the spans two ranges both cover."""
+    holes: list[list[int]] = []
+    twice: list[list[int]] = []
+    cursor = low
+    for first, last, _ in sorted(covered):
+        if first > cursor:
+            holes.append([cursor, min(first - 1, high)])
+        elif first < cursor:
+            twice.append([first, min(last, cursor - 1)])
+        cursor = max(cursor, last + 1)
+    if cursor <= high:
+        holes.append([cursor, high])
+    return [h for h in holes if h[0] <= h[1] and h[0] <= high], twice
+
+
+def report(
+    counter: Counter,
+    period: str,
+    allocated: int,
+    links: Sequence[Link],
+    voids: Sequence[VoidRow],
+    pruned_upto: int | None,
+) -> dict[str, Any]:
+    """The completeness report of one counter's period."""
+    start = counter.start
+    last = start + allocated - 1
+    covered = ranges(links, counter.name, period)
+    holes, twice = gaps(covered, start, last)
+    pruned: list[int] | None = None
+    if holes and pruned_upto is not None and holes[0][0] == start and pruned_upto >= start:
+        pruned = [start, min(holes[0][1], pruned_upto)]
+        rest = [pruned[1] + 1, holes[0][1]]
+        holes = ([rest] if rest[0] <= rest[1] else []) + holes[1:]
+    falls = [
+        {"row": row, "first": first, "after": before}
+        for (_, before, _), (first, _, row) in pairwise(covered)
+        if first <= before
+    ]
+    by_reason: dict[str, int] = {}
+    for void in voids:
+        by_reason[void.reason] = by_reason.get(void.reason, 0) + void.last - void.first + 1
+    not_delivered = sum(n for reason, n in by_reason.items() if reason in NOT_DELIVERED)
+    return {
+        "counter": counter.name,
+        "period": period,
+        "start": start,
+        "first": start if allocated else None,
+        "last": last if allocated else None,
+        "issued": allocated,
+        "delivered": allocated - not_delivered,
+        "voided": dict(sorted(by_reason.items())),
+        "voids": [void.to_json() for void in voids],
+        "trail": {
+            "rows": len({row for _, _, row in covered}),
+            "pruned": pruned,
+            "retention_days": counter.retention_days,
+        },
+        "unexplained_gaps": sum(b - a + 1 for a, b in holes),
+        "gaps": holes,
+        "issued_twice": twice,
+        "rising": not falls,
+        "falls": falls[:10],
+    }
+
+
+EXPORT_COLUMNS = (
+    "first",
+    "last",
+    "status",
+    "reason",
+    "at",
+    "who",
+    "idempotency_key",
+    "request",
+    "row",
+    "row_hash",
+)
+
+
+def export(
+    counter: str, period: str, links: Sequence[Link], voids: Sequence[VoidRow]
+) -> list[dict[str, Any]]:
+    """What an auditor keeps of a period: every issued range with who took it and the audit
+    row (and its hash) that says so, and every void with its reason, in value order."""
+    out: list[dict[str, Any]] = []
+    for one in (t for link in links for t in taken(link, counter, period)):
+        who = one.who if isinstance(one.who, str) or one.who is None else _runs(one.who)
+        out.append(
+            {
+                "first": one.first,
+                "last": one.last,
+                "status": "issued",
+                "reason": "",
+                "at": one.link.at.isoformat(),
+                "who": who or "",
+                "idempotency_key": one.idempotency_key or "",
+                "request": one.request,
+                "row": one.link.id,
+                "row_hash": one.link.hash,
+            }
+        )
+    for void in voids:
+        out.append(
+            {
+                "first": void.first,
+                "last": void.last,
+                "status": "void",
+                "reason": void.reason,
+                "at": void.at.isoformat(),
+                "who": void.who,
+                "idempotency_key": "",
+                "request": "",
+                "row": "",
+                "row_hash": "",
+            }
+        )
+    out.sort(key=lambda row: (row["first"], row["status"] != "issued"))
+    return out
+
+
+def _runs(parts: list[list[Any]]) -> str:
+    """A front frame's requesters, run by run: `5 key:ab12, 1 key:cd34`."""
+    return ", ".join(f"{count} {who}" for count, who in parts)

@@ -1,0 +1,179 @@
+"""The ledger against a real Postgres: voids, the completeness report, the export, the hash
+chains and their verification (which an UPDATE made by SQL breaks), and retention."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import psycopg
+import pytest
+
+from infra.postgres import PostgresStore
+from infra.settings import Settings
+from numerator.stack import Stack
+from tests.checks import problem
+
+
+async def take(client: httpx.AsyncClient, name: str, count: int = 1) -> None:
+    answer = await client.post(f"/counters/{name}/next", params={"count": count})
+    assert answer.status_code == 200, answer.text
+
+
+async def test_a_period_with_voids_reports_every_value_explained(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    assert (await client.post("/counters", json={"name": name})).status_code == 201
+    await asyncio.gather(*(take(client, name) for _ in range(5)))
+    await take(client, name, 3)
+    void = {"values": [2, 3, 7], "reason": "invoice cancelled: order 17 refunded"}
+    made = await client.post(f"/counters/{name}/void", json=void)
+    assert made.status_code == 200, made.text
+    assert made.json()["voided"] == [{"first": 2, "last": 3}, {"first": 7, "last": 7}]
+    again = await client.post(f"/counters/{name}/void", json=void)
+    assert again.status_code == 200 and again.json() == made.json(), "idempotent"
+
+    other = await client.post(f"/counters/{name}/void", json={"first": 3, "reason": "typo"})
+    assert "void already" in problem(other, 409, "value-already-void")["detail"]
+    early = await client.post(f"/counters/{name}/void", json={"first": 9, "reason": "ahead"})
+    assert "not all handed out" in problem(early, 409, "value-not-issued")["detail"]
+    mine = await client.post(f"/counters/{name}/void", json={"first": 1, "reason": "abandoned"})
+    problem(mine, 422, "invalid-request")
+
+    report = (await client.get(f"/counters/{name}/report")).json()
+    assert report["issued"] == 8 and (report["first"], report["last"]) == (1, 8)
+    assert report["voided"] == {"invoice cancelled: order 17 refunded": 3}
+    assert [(v["first"], v["last"]) for v in report["voids"]] == [(2, 3), (7, 7)]
+    assert report["unexplained_gaps"] == 0 and report["gaps"] == []
+    assert report["issued_twice"] == [] and report["rising"] is True
+    assert report["delivered"] == 8  # a user's void cancels what was delivered
+
+    values = await client.post(f"/counters/{name}/next")
+    assert values.json()["value"] == 9, "a void never frees a value for reuse"
+
+
+async def test_the_export_says_who_took_each_value_and_round_trips(
+    client: httpx.AsyncClient, name: str
+) -> None:
+    await client.post("/counters", json={"name": name, "template": "R-{value:04d}"})
+    await take(client, name, 2)
+    keyed = await client.post(
+        f"/counters/{name}/next", params={"count": 3}, headers={"Idempotency-Key": "order-9"}
+    )
+    assert keyed.json()["first"] == 3
+    await client.post(f"/counters/{name}/void", json={"first": 4, "reason": "spoiled"})
+    exported = (await client.get(f"/counters/{name}/audit")).json()
+    rows = exported["rows"]
+    issued = [(r["first"], r["last"]) for r in rows if r["status"] == "issued"]
+    assert issued == [(1, 2), (3, 5)]
+    assert [r["idempotency_key"] for r in rows if r["status"] == "issued"] == ["", "order-9"]
+    assert all(r["who"] == "127.0.0.1" and r["row_hash"] for r in rows if r["status"] == "issued")
+    assert [(r["first"], r["reason"]) for r in rows if r["status"] == "void"] == [(4, "spoiled")]
+    text = (await client.get(f"/counters/{name}/audit", params={"format": "csv"})).text
+    parsed = list(csv.DictReader(io.StringIO(text)))
+    assert [{k: str(v) for k, v in row.items()} for row in rows] == parsed, "CSV = JSON"
+
+
+async def test_verify_names_the_first_row_an_update_by_sql_changed(
+    client: httpx.AsyncClient, name: str, database_url: str
+) -> None:
+    await client.post("/counters", json={"name": name})
+    for _ in range(4):
+        await take(client, name)
+    await client.post(f"/counters/{name}/void", json={"first": 2, "reason": "cancelled"})
+    sound = await client.get("/audit/verify", params={"counter": name})
+    assert sound.status_code == 200 and sound.json()["ok"], sound.text
+    assert sound.json()["rows"] >= 5
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT id FROM allocation_frames WHERE counters @> ARRAY[%s] ORDER BY id", (name,)
+        )
+        ids = [row[0] for row in await cur.fetchall()]
+        # Someone moves the second frame's range, to hide a value:
+        await conn.execute(
+            "UPDATE allocation_frames SET ranges = replace(ranges::text, '2, 2', '3, 3')::json"
+            " WHERE id = %s",
+            (ids[1],),
+        )
+        changed = await client.get("/audit/verify", params={"counter": name})
+        body = problem_free(changed)
+        assert changed.status_code == 409 and body["first_bad"]["row"] == ids[1], body
+        assert "does not match its hash" in body["first_bad"]["why"]
+        # ... or deletes a row outright:
+        await conn.execute("DELETE FROM allocation_frames WHERE id = %s", (ids[1],))
+        gone = problem_free(await client.get("/audit/verify", params={"counter": name}))
+        assert gone["first_bad"]["row"] == ids[2] and "does not follow" in gone["first_bad"]["why"]
+
+
+def problem_free(response: httpx.Response) -> dict[str, object]:
+    body: dict[str, object] = response.json()
+    return body
+
+
+async def test_retention_is_chosen_at_creation_and_changed_by_admin(
+    client: httpx.AsyncClient, name: str, database_url: str
+) -> None:
+    made = await client.post("/counters", json={"name": name, "retention_days": 3650})
+    assert made.json()["retention_days"] == 3650
+    await take(client, name)
+    changed = await client.patch(f"/counters/{name}", json={"retention_days": 1})
+    assert changed.status_code == 200 and changed.json()["retention_days"] == 1
+    problem(
+        await client.patch(f"/counters/{name}", json={"retention_days": 0}), 422, "invalid-request"
+    )
+    problem(await client.patch(f"/counters/{name}", json={"start": 5}), 422, "invalid-request")
+    problem(
+        await client.patch("/counters/nope", json={"retention_days": 2}), 404, "counter-not-found"
+    )
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute(
+            "SELECT keep_until - committed_at FROM allocation_frames WHERE counters @> ARRAY[%s]",
+            (name,),
+        )
+        (kept,) = await cur.fetchone()  # type: ignore[misc]
+    assert kept >= timedelta(days=3650), "a row is kept its counter's retention, at least"
+
+
+async def test_a_pruned_span_is_named_not_counted_as_a_gap(
+    settings: Settings, database_url: str, name: str
+) -> None:
+    quick = replace(settings, audit_retention_s=1.0)
+    async with Stack(quick) as stack:
+        transport = httpx.ASGITransport(app=stack.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name})
+            await take(client, name, 3)
+            store = PostgresStore(database_url)
+            try:
+                await store.prune(datetime.now(UTC) + timedelta(seconds=5), 1.0, 3600)
+            finally:
+                await store.close()
+            await take(client, name, 2)
+            report = (await client.get(f"/counters/{name}/report")).json()
+    assert report["trail"]["pruned"] == [1, 3]
+    assert report["unexplained_gaps"] == 0 and report["issued"] == 5
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"reason": "x"},
+        {"values": [], "reason": "x"},
+        {"values": [1.5], "reason": "x"},
+        {"values": [1], "first": 1, "reason": "x"},
+        {"first": 3, "last": 1, "reason": "x"},
+        {"first": 1},
+        {"first": 1, "reason": ""},
+        {"first": 1, "reason": "a\nb"},
+        {"first": 1, "reason": "x", "period": "last year"},
+        {"first": 1, "reason": "x", "colour": "red"},
+    ],
+)
+async def test_a_malformed_void_is_422(client: httpx.AsyncClient, name: str, body: object) -> None:
+    await client.post("/counters", json={"name": name})
+    await take(client, name, 3)
+    problem(await client.post(f"/counters/{name}/void", json=body), 422, "invalid-request")

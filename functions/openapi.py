@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from functions.ledger import MAX_VALUES, PERIOD
+from functions.ledger import REASON as REASON_PATTERN
 from functions.validation import IDEMPOTENCY_KEY
-from infra.counters import MAX_START, MAX_TEMPLATE, NAME, TEMPLATE
+from infra.counters import MAX_RETENTION, MAX_START, MAX_TEMPLATE, NAME, TEMPLATE
 from infra.keys import MAX_PATTERN, MAX_SCOPES
 from infra.keys import NAME as KEY_NAME
 from infra.keys import PATTERN as SCOPE_PATTERN
+from infra.ledger import SYSTEM_REASONS
 from infra.wire import MAX_COUNT
 
 PROBLEM = {"$ref": "#/components/responses/Problem"}
@@ -49,6 +52,15 @@ NAME_PARAM = {
     "schema": {"type": "string", "pattern": NAME.pattern},
 }
 
+RETENTION = {
+    "type": ["integer", "null"],
+    "minimum": 1,
+    "maximum": MAX_RETENTION,
+    "default": None,
+    "description": "How long the audit trail of a period is kept after it ends; "
+    "null: the service's AUDIT_RETENTION_S.",
+}
+
 COUNTER = {
     "type": "object",
     "required": ["name"],
@@ -72,8 +84,58 @@ COUNTER = {
             "default": "never",
         },
         "timezone": {"type": "string", "default": "UTC", "example": "Europe/Berlin"},
+        "retention_days": RETENTION,
     },
 }
+
+PERIOD_PARAM = {
+    "name": "period",
+    "in": "query",
+    "description": "'' (never reset), YYYY, YYYY-MM or YYYY-MM-DD; default: the current one",
+    "schema": {"type": "string", "pattern": f"^(?:{PERIOD.pattern})$"},
+}
+
+REASON = {
+    "type": "string",
+    "pattern": f"^{REASON_PATTERN.pattern}$",
+    "not": {"enum": sorted(SYSTEM_REASONS)},
+    "description": "why, for the audit trail (numerator's own reasons are refused)",
+    "example": "invoice cancelled: order 17 refunded",
+}
+
+VOID = {
+    "oneOf": [
+        {
+            "type": "object",
+            "required": ["values", "reason"],
+            "additionalProperties": False,
+            "properties": {
+                "values": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_VALUES,
+                    "items": {"type": "integer", "minimum": 0},
+                },
+                "reason": REASON,
+                "period": PERIOD_PARAM["schema"],
+            },
+        },
+        {
+            "type": "object",
+            "required": ["first", "reason"],
+            "additionalProperties": False,
+            "properties": {
+                "first": {"type": "integer", "minimum": 0},
+                "last": {"type": "integer", "minimum": 0, "description": "default: first"},
+                "reason": REASON,
+                "period": PERIOD_PARAM["schema"],
+            },
+        },
+    ]
+}
+
+JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+VOID_BODY = {"schema": VOID}
 
 SCHEMA: dict[str, Any] = {
     "openapi": "3.1.0",
@@ -142,6 +204,93 @@ SCHEMA: dict[str, Any] = {
                 "summary": "A counter's settings, current period and last value handed out",
                 "parameters": [NAME_PARAM],
                 "responses": {"200": {"description": "The counter"}, **_problems(404, 422, 503)},
+            },
+            "patch": {
+                "summary": "Change a counter's retention (scope admin)",
+                "parameters": [NAME_PARAM],
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "required": ["retention_days"],
+                                "additionalProperties": False,
+                                "properties": {"retention_days": RETENTION},
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    "200": {
+                        "description": "The counter",
+                        "content": {"application/json": {"schema": COUNTER}},
+                    },
+                    **_problems(404, 408, 413, 415, 422, 503),
+                },
+            },
+        },
+        "/counters/{name}/void": {
+            "post": {
+                "summary": "Take values out of use, for a reason (idempotent; never reused)",
+                "parameters": [NAME_PARAM],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": VOID}},
+                },
+                "responses": {
+                    "200": {"description": "The ranges voided", "content": JSON_OBJECT},
+                    **_problems(404, 408, 409, 413, 415, 422, 502, 503, 504),
+                },
+            }
+        },
+        "/counters/{name}/report": {
+            "get": {
+                "summary": "The completeness report of a period: issued, voided, gaps",
+                "parameters": [NAME_PARAM, PERIOD_PARAM],
+                "responses": {
+                    "200": {"description": "The report", "content": JSON_OBJECT},
+                    **_problems(404, 422, 503),
+                },
+            }
+        },
+        "/counters/{name}/audit": {
+            "get": {
+                "summary": "The audit export of a period: who took each value, voids, hashes",
+                "parameters": [
+                    NAME_PARAM,
+                    PERIOD_PARAM,
+                    {
+                        "name": "format",
+                        "in": "query",
+                        "schema": {"type": "string", "enum": ["json", "csv"], "default": "json"},
+                    },
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The export",
+                        "content": {**JSON_OBJECT, "text/csv": {"schema": {"type": "string"}}},
+                    },
+                    **_problems(404, 422, 503),
+                },
+            }
+        },
+        "/audit/verify": {
+            "get": {
+                "summary": "Recompute the audit trail's hash chains",
+                "parameters": [
+                    {
+                        "name": "counter",
+                        "in": "query",
+                        "description": "only the chains holding this counter's rows",
+                        "schema": {"type": "string", "pattern": NAME.pattern},
+                    }
+                ],
+                "responses": {
+                    "200": {"description": "Every chain is sound", "content": JSON_OBJECT},
+                    "409": {"description": "The first row that is not", "content": JSON_OBJECT},
+                    **_problems(422, 503),
+                },
             }
         },
         "/counters/{name}/next": {

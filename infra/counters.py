@@ -177,7 +177,8 @@ class Counter:
         zones), so that a period's rows are kept at least the retention after it ends. All the
         rows of one class expire in the order they were written."""
         retention = self.retention_s(default)
-        return f"{retention:g}s-{self.reset.value}", retention + PERIOD_S[self.reset]
+        seconds = format(retention, "f").rstrip("0").rstrip(".")
+        return f"{seconds}s-{self.reset.value}", retention + PERIOD_S[self.reset]
 
     @classmethod
     def parse(cls, body: object) -> Counter:

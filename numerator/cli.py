@@ -18,6 +18,7 @@ from infra.postgres import migrate, migrations
 from infra.settings import LOOPBACK_ONLY, Settings, loopback
 from numerator import __version__, client
 from numerator.keys import add_keys
+from numerator.ledger import add_ledger
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -133,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--template", help="e.g. 'INV-{yyyy}-{value:06d}'")
     create.add_argument("--reset", choices=["never", "yearly", "monthly", "daily"])
     create.add_argument("--timezone", help="IANA name, e.g. Europe/Berlin")
+    create.add_argument(
+        "--retention-days",
+        type=int,
+        help="keep the audit trail of a period this long after it ends (default: "
+        "AUDIT_RETENTION_S)",
+    )
     talking(create)
     create.set_defaults(
         run=lambda a: client.create(
@@ -143,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
             template=a.template,
             reset=a.reset,
             timezone=a.timezone,
+            retention_days=a.retention_days,
         )
     )
     get = actions.add_parser("get", help="show a counter and its last value")
@@ -165,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_keys(commands, talking)
+    add_ledger(commands, actions, talking)
     add_bench(commands)
     return parser
 

@@ -24,7 +24,16 @@ class Service:
     key: str | None = None
 
 
-def call(service: Service, method: str, path: str, **kwargs: Any) -> Any:
+def call(
+    service: Service,
+    method: str,
+    path: str,
+    ok: tuple[int, ...] = (),
+    text: bool = False,
+    **kwargs: Any,
+) -> Any:
+    """The JSON body of the answer (its text, with `text`); a ClientError for a 4xx or 5xx
+    answer, but for the statuses in `ok`."""
     headers = dict(kwargs.pop("headers", None) or {})
     if service.key:
         headers["Authorization"] = f"Bearer {service.key}"
@@ -35,8 +44,10 @@ def call(service: Service, method: str, path: str, **kwargs: Any) -> Any:
         )
     except httpx.HTTPError as exc:
         raise ClientError(f"cannot reach numerator at {url}: {exc}") from None
+    if text and response.is_success:
+        return response.text
     body = response.json() if response.content else None
-    if response.status_code >= 400:
+    if response.status_code >= 400 and response.status_code not in ok:
         if isinstance(body, dict) and "title" in body:
             detail = f": {body['detail']}" if body.get("detail") else ""
             raise ClientError(f"{response.status_code} {body['title']}{detail}")
@@ -58,6 +69,8 @@ def describe(counter: dict[str, Any]) -> list[str]:
         f"  start     {counter['start']}",
         f"  reset     {counter['reset']} ({counter['timezone']})",
     ]
+    if counter.get("retention_days"):
+        lines.append(f"  retention {counter['retention_days']} days after each period")
     if "value" in counter:
         period = f" in period {counter['period']}" if counter.get("period") else ""
         value = counter["value"] if counter["value"] is not None else "none yet"

@@ -177,3 +177,32 @@ async def test_a_malformed_void_is_422(client: httpx.AsyncClient, name: str, bod
     await client.post("/counters", json={"name": name})
     await take(client, name, 3)
     problem(await client.post(f"/counters/{name}/void", json=body), 422, "invalid-request")
+
+
+async def test_the_ledger_on_the_aws_path_with_front_frames(
+    aws: tuple[Settings, object], name: str
+) -> None:
+    """Kinesis, DynamoDB and a separate batcher: front frames put one record for many
+    requests, and the trail says who took each run of them; a void travels the same way."""
+    from numerator.stack import BatcherStack, EdgeStack
+
+    settings, _ = aws
+    async with BatcherStack(settings), EdgeStack(settings) as edge:
+        transport = httpx.ASGITransport(app=edge.app(), client=("127.0.0.1", 1))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            assert (await client.post("/counters", json={"name": name})).status_code == 201
+            await asyncio.gather(*(take(client, name) for _ in range(40)))
+            voided = await client.post(
+                f"/counters/{name}/void", json={"values": [5, 6, 40], "reason": "spoiled"}
+            )
+            assert voided.status_code == 200, voided.text
+            report = (await client.get(f"/counters/{name}/report")).json()
+            rows = (await client.get(f"/counters/{name}/audit")).json()["rows"]
+            sound = await client.get("/audit/verify", params={"counter": name})
+    assert report["issued"] == 40 and report["unexplained_gaps"] == 0 and report["rising"]
+    assert report["voided"] == {"spoiled": 3}
+    issued = [r for r in rows if r["status"] == "issued"]
+    assert sum(r["last"] - r["first"] + 1 for r in issued) == 40
+    assert len(issued) < 40, "front frames: fewer records than requests"
+    assert all("127.0.0.1" in r["who"] for r in issued), issued
+    assert sound.status_code == 200 and sound.json()["ok"], sound.text

@@ -1,0 +1,154 @@
+"""The ledger from the command line, against a running service: `numerator void`, `numerator
+counters report`, `numerator audit verify|export` (docs/invoices.md)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from numerator import client
+
+
+def add_ledger(
+    commands: Any, counters: Any, talking: Callable[[argparse.ArgumentParser], None]
+) -> None:
+    void = commands.add_parser("void", help="take values out of use, for a reason (idempotent)")
+    void.add_argument("name")
+    void.add_argument("values", nargs="+", type=int, metavar="VALUE")
+    void.add_argument("--reason", required=True, help="why, for the audit trail")
+    void.add_argument("--period", help="YYYY, YYYY-MM or YYYY-MM-DD (default: the current one)")
+    talking(void)
+    void.set_defaults(run=run_void)
+
+    report = counters.add_parser("report", help="the completeness report of a period")
+    report.add_argument("name")
+    report.add_argument("--period", help="YYYY, YYYY-MM or YYYY-MM-DD (default: the current one)")
+    talking(report)
+    report.add_argument("--csv", action="store_true", help="the issued range, voids and gaps")
+    report.set_defaults(run=run_report)
+
+    audit = commands.add_parser("audit", help="verify and export the audit trail")
+    actions = audit.add_subparsers(title="actions", metavar="ACTION")
+    verify = actions.add_parser("verify", help="recompute the hash chains; exit 1 if broken")
+    verify.add_argument("name", nargs="?", help="only the chains holding this counter's rows")
+    talking(verify)
+    verify.set_defaults(run=run_verify)
+    export = actions.add_parser("export", help="what an auditor keeps of a period")
+    export.add_argument("name")
+    export.add_argument("--period", help="YYYY, YYYY-MM or YYYY-MM-DD (default: the current one)")
+    export.add_argument("--csv", action="store_true", help="CSV instead of JSON")
+    export.add_argument("--out", type=Path, help="write it here instead of to stdout")
+    talking(export)
+    export.set_defaults(run=run_export)
+
+
+def run_void(args: argparse.Namespace) -> None:
+    body: dict[str, Any] = {"values": args.values, "reason": args.reason}
+    if args.period is not None:
+        body["period"] = args.period
+    made = client.call(
+        client.Service(args.url, args.key), "POST", f"/counters/{args.name}/void", json=body
+    )
+    spans = ", ".join(
+        str(v["first"]) if v["first"] == v["last"] else f"{v['first']}-{v['last']}"
+        for v in made["voided"]
+    )
+    client.show(made, args.json, [f"void in {args.name} {made['period'] or ''}: {spans}".strip()])
+
+
+def span(values: dict[str, int]) -> str:
+    first, last = values["first"], values["last"]
+    return str(first) if first == last else f"{first}-{last}"
+
+
+def period_params(args: argparse.Namespace) -> dict[str, str]:
+    return {"period": args.period} if args.period is not None else {}
+
+
+def run_report(args: argparse.Namespace) -> None:
+    service = client.Service(args.url, args.key)
+    found = client.call(service, "GET", f"/counters/{args.name}/report", params=period_params(args))
+    if args.csv:
+        print(report_csv(found), end="")
+        return
+    client.show(found, args.json, report_lines(found))
+
+
+def report_lines(found: dict[str, Any]) -> list[str]:
+    period = f" {found['period']}" if found["period"] else ""
+    issued = f"values {found['first']} to {found['last']}" if found["issued"] else "no values yet"
+    lines = [
+        f"{found['counter']}{period}: {issued}",
+        f"  issued      {found['issued']}",
+        f"  delivered   {found['delivered']}",
+    ]
+    for reason, count in found["voided"].items():
+        lines.append(f"  void        {count}  {reason}")
+    for void in found["voids"]:
+        span = (
+            str(void["first"])
+            if void["first"] == void["last"]
+            else f"{void['first']}-{void['last']}"
+        )
+        lines.append(f"    {span:<12} {void['reason']}  {void['at']}  {void['who']}")
+    pruned = found["trail"]["pruned"]
+    if pruned:
+        lines.append(f"  pruned      {pruned[0]}-{pruned[1]} (past their retention)")
+    gaps = ", ".join(f"{a}-{b}" for a, b in found["gaps"]) or "none"
+    lines.append(f"  unexplained {found['unexplained_gaps']} ({gaps})")
+    if found["issued_twice"]:
+        lines.append(f"  TWICE       {found['issued_twice']}")
+    lines.append("  order       " + ("rises with allocation time" if found["rising"] else "BROKEN"))
+    return lines
+
+
+def report_csv(found: dict[str, Any]) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["kind", "first", "last", "reason", "at", "who"])
+    if found["issued"]:
+        writer.writerow(["issued", found["first"], found["last"], "", "", ""])
+    for void in found["voids"]:
+        writer.writerow(
+            ["void", void["first"], void["last"], void["reason"], void["at"], void["who"]]
+        )
+    if found["trail"]["pruned"]:
+        writer.writerow(["pruned", *found["trail"]["pruned"], "retention", "", ""])
+    for first, last in found["gaps"]:
+        writer.writerow(["gap", first, last, "unexplained", "", ""])
+    return out.getvalue()
+
+
+def run_verify(args: argparse.Namespace) -> None:
+    params = {"counter": args.name} if args.name else {}
+    found = client.call(
+        client.Service(args.url, args.key), "GET", "/audit/verify", params=params, ok=(409,)
+    )
+    if found["ok"]:
+        lines = [f"sound: {found['rows']} rows in {found['chains']} chain(s)"]
+    else:
+        bad = found["first_bad"]
+        lines = [f"BROKEN at row {bad['row']} of chain {bad['chain']}: {bad['why']}"]
+    lines += [f"  head {chain}  {head}" for chain, head in found["heads"].items()]
+    client.show(found, args.json, lines)
+    if not found["ok"]:
+        raise SystemExit(1)
+
+
+def run_export(args: argparse.Namespace) -> None:
+    params = {**period_params(args), "format": "csv" if args.csv else "json"}
+    service = client.Service(args.url, args.key)
+    text = client.call(service, "GET", f"/counters/{args.name}/audit", params=params, text=True)
+    if not args.csv:
+        text = json.dumps(json.loads(text), indent=2) + "\n"
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)
+        print(f"wrote {args.out}", file=sys.stderr)

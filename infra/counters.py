@@ -176,9 +176,7 @@ class Counter:
         a row of it is kept: the retention, plus the longest a period lasts (and a day of time
         zones), so that a period's rows are kept at least the retention after it ends. All the
         rows of one class expire in the order they were written."""
-        retention = self.retention_s(default)
-        seconds = format(retention, "f").rstrip("0").rstrip(".")
-        return f"{seconds}s-{self.reset.value}", retention + PERIOD_S[self.reset]
+        return _keeping(self.retention_s(default), self.reset)
 
     @classmethod
     def parse(cls, body: object) -> Counter:
@@ -220,6 +218,12 @@ class Counter:
             timezone=tz,
             retention_days=retention,
         )
+
+
+@lru_cache(maxsize=256)  # asked per counter per frame
+def _keeping(retention: float, reset: Reset) -> tuple[str, float]:
+    seconds = format(retention, "f").rstrip("0").rstrip(".")
+    return f"{seconds}s-{reset.value}", retention + PERIOD_S[reset]
 
 
 def check_retention(days: object) -> int | None:

@@ -57,29 +57,29 @@ class VoidRow:
 
 @dataclass(frozen=True, slots=True)
 class Taken:
-    """The values one record took, and who asked."""
+    """Values taken together: by one record, or by records in a row from one requester."""
 
     first: int
     last: int
-    who: Any
+    who: str | None
     idempotency_key: str | None
-    request: str
     link: Link
 
 
 def taken(link: Link, counter: str, period: str) -> Iterator[Taken]:
-    """The records of `link` that took values of `counter` in `period`, each with its range:
-    the row's range for them split in the order the detail lists them."""
+    """Who took the values of `counter` in `period` that `link` holds, run by run: the row's
+    range for them split in the order the detail lists the runs."""
+    groups = {(g[0], g[1]): g[2] for g in (link.detail or {}).get("r", [])}
     for name, kind, first, last in link.ranges:
         if name != counter or kind != period:
             continue
-        records = [r for r in (link.detail or {}).get("r", []) if r[0] == name and r[1] == kind]
-        if not records:  # a row from before the ledger: the range alone
-            yield Taken(first, last, None, None, "", link)
+        runs = groups.get((name, kind))
+        if not runs:  # a row from before the ledger: the range alone
+            yield Taken(first, last, None, None, link)
             continue
         cursor = first
-        for _, _, count, who, idem, request in records:
-            yield Taken(cursor, cursor + count - 1, who, idem, request, link)
+        for count, who, *key in runs:
+            yield Taken(cursor, cursor + count - 1, who, key[0] if key else None, link)
             cursor += count
 
 
@@ -169,7 +169,6 @@ EXPORT_COLUMNS = (
     "at",
     "who",
     "idempotency_key",
-    "request",
     "row",
     "row_hash",
 )
@@ -182,7 +181,6 @@ def export(
     row (and its hash) that says so, and every void with its reason, in value order."""
     out: list[dict[str, Any]] = []
     for one in (t for link in links for t in taken(link, counter, period)):
-        who = one.who if isinstance(one.who, str) or one.who is None else _runs(one.who)
         out.append(
             {
                 "first": one.first,
@@ -190,9 +188,8 @@ def export(
                 "status": "issued",
                 "reason": "",
                 "at": one.link.at.isoformat(),
-                "who": who or "",
+                "who": one.who or "",
                 "idempotency_key": one.idempotency_key or "",
-                "request": one.request,
                 "row": one.link.id,
                 "row_hash": one.link.hash,
             }
@@ -207,15 +204,9 @@ def export(
                 "at": void.at.isoformat(),
                 "who": void.who,
                 "idempotency_key": "",
-                "request": "",
                 "row": "",
                 "row_hash": "",
             }
         )
     out.sort(key=lambda row: (row["first"], row["status"] != "issued"))
     return out
-
-
-def _runs(parts: list[list[Any]]) -> str:
-    """A front frame's requesters, run by run: `5 key:ab12, 1 key:cd34`."""
-    return ", ".join(f"{count} {who}" for count, who in parts)

@@ -112,9 +112,10 @@ class Claim:
 @dataclass(slots=True)
 class Audit:
     """A frame's audit row for the counters of one retention class (Counter.keeping): the
-    (counter, period, first, last) ranges it allocated, and `detail`: "r", each taking record
-    as [counter, period, count, who, Idempotency-Key, reply key] in the order its range was
-    split; "v", each void made as [counter, period, first, last, reason, who]."""
+    (counter, period, first, last) ranges it allocated, and `detail`: "r", per counter and
+    period [counter, period, runs], who took its range, run by run in order ([count, who] or
+    [count, who, Idempotency-Key]); "v", each void made as [counter, period, first, last,
+    reason, who]."""
 
     klass: str
     keep_s: float

@@ -650,6 +650,11 @@ class PostgresStore:
         pruned = await self._fetch("SELECT period, upto FROM pruned WHERE counter = %s", (name,))
         return links, {period: int(upto) for period, upto in pruned}
 
+    async def trail_size(self) -> int:
+        """Bytes the audit trail takes on disk, its indexes included."""
+        rows = await self._fetch("SELECT pg_total_relation_size('allocation_frames')", ())
+        return int(rows[0][0])
+
     async def voids(self, name: str, period: str) -> list[VoidRow]:
         rows = await self._fetch(
             "SELECT counter, period, first, last, reason, who, at FROM voids"

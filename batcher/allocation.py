@@ -3,7 +3,7 @@ transaction, and split the returned ranges among the records in the order they a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from typing import Any
@@ -21,7 +21,7 @@ from infra.ports import (
     Store,
     VoidAsk,
 )
-from infra.wire import Record, Reply, ReplyError, Void, encode
+from infra.wire import Cancel, Record, Reply, ReplyError, Void, encode
 
 
 @dataclass
@@ -33,6 +33,13 @@ class Outcome:
     replays: int = 0
     held: int | None = None
     """The id under which the frame's replies are kept until published (durable streams)."""
+    cancelled: int = 0
+    """Records whose cancel came before they were applied: nothing allocated."""
+    abandoned: int = 0
+    """Values voided as abandoned: their record's cancel came after it was applied."""
+    taken: list[tuple[str, str, str, int, int]] = field(default_factory=list)
+    """Each taking record's (reply key, counter, period, first, last): what a later cancel
+    voids."""
 
 
 def encode_replies(replies: Sequence[Reply]) -> bytes:
@@ -77,10 +84,24 @@ class Classified:
     live: list[Live] = field(default_factory=list)
     voids: list[tuple[Void, Counter, str]] = field(default_factory=list)
     """Voids asked for, each with its counter and period."""
+    cancels: list[Cancel] = field(default_factory=list)
+    """Cancels of records applied in earlier frames: their values become void, abandoned."""
+    cancelled: int = 0
+    """Records of this frame whose cancel came in the same frame: they allocate nothing."""
     replies: list[Reply] = field(default_factory=list)
     letters: list[DeadLetter] = field(default_factory=list)
     replays: int = 0
     expired: int = 0
+
+    def cancel(self, cancel: Cancel) -> None:
+        """Its record, when it is in this frame (before it), allocates nothing; else it was
+        applied in an earlier frame, or never will be."""
+        for i, one in enumerate(self.live):
+            if one.record.key == cancel.key:
+                del self.live[i]
+                self.cancelled += 1
+                return
+        self.cancels.append(cancel)
 
     def keyed(self) -> set[tuple[str, str]]:
         """The (counter, Idempotency-Key) pairs the live records carry."""
@@ -114,6 +135,9 @@ def classify(
                 out.replies.append(_replayed(entry, earlier))
             continue
         record = entry.record
+        if isinstance(record, Cancel):
+            out.cancel(record)
+            continue
         if record is None:
             out.letters.append(
                 DeadLetter(lease.stream, entry.shard, entry.sequence, entry.problem, entry.raw)
@@ -128,7 +152,13 @@ def classify(
             continue
         counter = counters.get(record.counter)
         if counter is not None and isinstance(record, Void):
-            out.voids.append((record, counter, record.period or counter.period(now)))
+            if record.period is not None:
+                period = record.period
+            elif record.day is not None:
+                period = counter.reset.period(record.day)
+            else:
+                period = counter.period(now)
+            out.voids.append((record, counter, period))
             continue
         if counter is None:
             problem = f"no counter named {record.counter!r}"
@@ -262,6 +292,7 @@ async def apply(
     published: Sequence[int] = (),
     earlier: dict[str, Reply] | None = None,
     keep: float = 86_400.0,
+    recent: Mapping[str, tuple[str, str, int, int]] | None = None,
 ) -> Outcome:
     """Apply one frame. `counters` holds the definitions of every counter the frame names that
     exists; `now` decides periods, `wall` (Unix seconds) decides which records have expired.
@@ -270,14 +301,18 @@ async def apply(
     a republish after a crash, and for replays); `published` names earlier held replies that have
     been published, marked in the same transaction. Entries at or below `lease.applied` are
     replays: answered from `earlier` (their kept replies, by reply key), never allocated again.
-    `keep`: how long audit rows are kept for counters without a retention of their own."""
+    `keep`: how long audit rows are kept for counters without a retention of their own;
+    `recent`: the (counter, period, first, last) of records applied lately, by reply key, which
+    a cancel voids."""
     classified = classify(entries, counters, lease, now, wall, earlier or {})
     out = Outcome(classified.replies, replays=classified.replays, expired=classified.expired)
+    out.cancelled = classified.cancelled
     keyed = classified.keyed()
     if (
         classified.live
         and not keyed
         and not classified.voids
+        and not classified.cancels
         and not classified.letters
         and not hold
         and not published
@@ -302,7 +337,8 @@ async def apply(
         claims, ranges = _hand_out(takers, wanted, totals, counters, out)
         found.update(((claim.counter, claim.key), claim) for claim in claims)
         out.replies.extend(share(sharers, found))
-        made = await _void(tx, classified.voids, keep, now, out)
+        abandoned = abandon(classified.cancels, recent or {}, counters, keep)
+        made = await _void(tx, classified.voids, abandoned, keep, now, out)
         rows = audits(takers, made, counters, keep)
         for name, period, first, last in ranges:
             rows[counters[name].keeping(keep)[0]].ranges.append((name, period, first, last))
@@ -318,14 +354,40 @@ async def apply(
     return out
 
 
+def abandon(
+    cancels: Sequence[Cancel],
+    recent: Mapping[str, tuple[str, str, int, int]],
+    counters: dict[str, Counter],
+    keep: float,
+) -> list[VoidAsk]:
+    """The voids, reason `abandoned`, of the records whose cancel came after they were applied
+    (pure): their ranges from `recent`, what this batcher applied lately. A cancel of a record
+    it does not know (never applied, or applied by a batcher that has died since) voids
+    nothing."""
+    asks = []
+    for cancel in cancels:
+        found = recent.get(cancel.key)
+        counter = counters.get(cancel.counter)
+        if found is None or counter is None:
+            continue
+        name, period, first, last = found
+        keep_s = counter.keeping(keep)[1]
+        asks.append(
+            VoidAsk(name, period, first, last, "abandoned", cancel.who, counter.start, keep_s)
+        )
+    return asks
+
+
 async def _void(
     tx: FrameTransaction,
     voids: Sequence[tuple[Void, Counter, str]],
+    abandoned: Sequence[VoidAsk],
     keep: float,
     now: datetime,
     out: Outcome,
 ) -> list[VoidAsk]:
-    """Make the frame's voids in its transaction, answering each; the ones newly made."""
+    """Make the frame's voids in its transaction, answering each asked for (an abandoned
+    one has no one to answer); the ones newly made."""
     asks = [
         VoidAsk(
             counter.name,
@@ -339,8 +401,11 @@ async def _void(
         )
         for void, counter, period in voids
     ]
-    made = []
-    for ask, (void, counter, _), result in zip(asks, voids, await tx.void(asks), strict=True):
+    results = await tx.void([*asks, *abandoned])
+    gone = results[len(asks) :]
+    made = [ask for ask, result in zip(abandoned, gone, strict=True) if result is True]
+    out.abandoned = sum(ask.last - ask.first + 1 for ask in made)
+    for ask, (void, counter, _), result in zip(asks, voids, results, strict=False):
         if isinstance(result, tuple):
             out.replies.append(error(void.key, void.counter, *result))
             continue
@@ -375,6 +440,7 @@ def _hand_out(
         out.replies.append(
             Reply(record.key, record.counter, first, last, counter.template, one.day)
         )
+        out.taken.append((record.key, counter.name, one.period, first, last))
         if record.idempotency_key:
             claims.append(
                 Claim(counter.name, record.idempotency_key, record.count, first, last, one.day)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import Enum
 
 from infra.ports import Entry
-from infra.wire import Record, Reply, Void
+from infra.wire import Demand, Reply
 
 
 class State(Enum):
@@ -63,11 +63,11 @@ class Frame:
         self._require(State.OPEN, "add records to")
         self.entries.extend(entries)
 
-    def drop(self, cutoff: float) -> list[Record | Void]:
+    def drop(self, cutoff: float) -> list[Demand]:
         """Take out the records whose deadline falls before `cutoff`; return them."""
         self._require(State.OPEN, "drop records from")
         kept: list[Entry] = []
-        dropped: list[Record | Void] = []
+        dropped: list[Demand] = []
         for entry in self.entries:
             record = entry.record
             if record is not None and record.deadline and record.deadline < cutoff:

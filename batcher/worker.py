@@ -20,6 +20,7 @@ import math
 import os
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 
@@ -41,10 +42,11 @@ PRUNE_EVERY_S = 60.0
 # A fault for the crash tests, not a setting: every frame waits this long between its commit and
 # its publish, and says so, so that a test can SIGKILL the batcher at the worst moment.
 PAUSE_BEFORE_PUBLISH_S = float(os.environ.get("NUMERATOR_PAUSE_BEFORE_PUBLISH_S") or 0)
-SHARDS_EVERY_S = 10.0
+SHARDS_EVERY_S = 10.0  # how often the shard list is read again, to find a reshard's children
 # Counter definitions are read once and kept this long: only a counter's retention changes
 # (PATCH /counters/{name}), and its audit rows follow within this time.
-COUNTERS_FRESH_S = 30.0  # how often the shard list is read again, to find a reshard's children
+COUNTERS_FRESH_S = 30.0
+CANCEL_MARGIN_S = 10.0  # a cancel is put right after its edge gives up; allow it this to arrive
 
 
 def dead(shard: str) -> str:
@@ -68,6 +70,9 @@ class Batcher:
         self.owner = owner or uuid.uuid4().hex
         self.counters: dict[str, Counter] = {}
         self._counters_read = time.monotonic()  # when `counters` was last emptied
+        # What records took lately, by reply key, for their cancels; oldest first.
+        self._recent: dict[str, tuple[str, str, int, int]] = {}
+        self._recent_since: deque[tuple[float, list[str]]] = deque()
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._reading: set[str] = set()
@@ -422,6 +427,9 @@ class Batcher:
         metrics.dead_letters.inc(outcome.dead_letters)
         metrics.replays.inc(outcome.replays)
         metrics.expired.inc(outcome.expired)
+        metrics.cancelled.inc(outcome.cancelled)
+        metrics.voided.inc(outcome.abandoned)
+        self._remember(outcome.taken)
         frame.applied(outcome.replies)
         durable = self.stream.durable
         applied = max(lease.applied or 0, int(frame.last_sequence)) if durable else None
@@ -481,7 +489,21 @@ class Batcher:
             published=self._published.get(lease.shard, ()),
             earlier=earlier,
             keep=self.settings.audit_retention_s,
+            recent=self._recent,
         )
+
+    def _remember(self, taken: list[tuple[str, str, str, int, int]]) -> None:
+        """Keep what each record took for as long as its edge may still give up on it (its
+        reply timeout, and a margin for the cancel to travel): a cancel voids it."""
+        now = time.monotonic()
+        if taken:
+            for key, name, period, first, last in taken:
+                self._recent[key] = (name, period, first, last)
+            self._recent_since.append((now, [key for key, *_ in taken]))
+        cutoff = now - self.settings.reply_timeout_s - CANCEL_MARGIN_S
+        while self._recent_since and self._recent_since[0][0] < cutoff:
+            for key in self._recent_since.popleft()[1]:
+                self._recent.pop(key, None)
 
     async def _publish(self, frame: Frame) -> bool:
         """Publish the frame's replies; False if they could not be (a durable stream's next

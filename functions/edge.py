@@ -4,25 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from functions.auth import Guard
 from functions.front import Front
 from functions.limits import KeyRate
 from infra.clock import utc_now
+from infra.errors import NumeratorError
 from infra.health import Health, responds
 from infra.metrics import Metrics
 from infra.ports import Replies, Store, Stream
 from infra.settings import Settings
+from infra.wire import Cancel, Record, Void, reply_key
 
 if TYPE_CHECKING:  # the Lambda edge is deployed without the server's modules
     from infra.workers import Workers
 
+log = logging.getLogger("numerator.edge")
+
 LAMBDA_MARGIN_S = 0.5  # answered this long before the Lambda invocation's own time runs out
+CANCEL_PUT_S = 0.4  # a cancel is put within this, inside LAMBDA_MARGIN_S
 
 
 def nothing() -> None:
@@ -49,6 +55,8 @@ class Edge:
     guard: Guard | None = field(default=None, init=False)
     """API keys (AUTH=keys): who may do what."""
     key_rate: KeyRate = field(init=False)
+    pending: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    """Cancels on their way, from requests whose own task was cancelled."""
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -57,6 +65,47 @@ class Edge:
         self.key_rate = KeyRate(settings.idempotency_keys_per_s)
         if self.health is None:
             self.health = Health({"store": responds(self.store.ping)})
+
+    async def give_up(self, record: Record | Cancel) -> None:
+        """Say on the stream that no client will read this record's reply (its reply timed out,
+        its client went away): if the batcher has not applied it yet, it allocates nothing;
+        if it has, its values become void, `abandoned`. Bounded by CANCEL_PUT_S, so that a
+        Lambda invocation ends in time; a cancel that cannot be put is logged."""
+        cancel = (
+            record
+            if isinstance(record, Cancel)
+            else Cancel(
+                record.key,
+                record.counter,
+                record.idempotency_key,
+                record.who if isinstance(record.who, str) else "",
+            )
+        )
+        try:
+            async with asyncio.timeout(CANCEL_PUT_S):
+                await self.stream.put((cancel,))
+        except (NumeratorError, TimeoutError) as exc:
+            log.warning("could not cancel record %s of %s: %s", cancel.key, cancel.counter, exc)
+            return
+        self.metrics.records_put.inc()
+
+    def give_up_later(self, record: Record | Cancel) -> None:
+        """give_up from a task of its own: for a request whose own task is being cancelled."""
+        task = asyncio.get_running_loop().create_task(self.give_up(record))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def abandon(self, counter: str, first: int, last: int, day: date, who: str) -> None:
+        """Void values an edge got but could not deliver (a front frame's requests whose client
+        went away), reason `abandoned`."""
+        void = Void(reply_key(), counter, first, last, "abandoned", None, who, day=day)
+        try:
+            async with asyncio.timeout(CANCEL_PUT_S):
+                await self.stream.put((void,))
+        except (NumeratorError, TimeoutError) as exc:
+            log.warning("could not void %d-%d of %s, abandoned: %s", first, last, counter, exc)
+            return
+        self.metrics.records_put.inc()
 
     @asynccontextmanager
     async def following_keys(self) -> AsyncIterator[None]:

@@ -7,8 +7,11 @@ the CPU of a /next request in profiles), and hands every other request to the ap
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -93,7 +96,16 @@ async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Rep
         edge.replies.forget(record.key)
         raise
     edge.metrics.records_put.inc()
-    return await edge.replies.wait(record.key, timeout)
+    try:
+        return await edge.replies.wait(record.key, timeout)
+    except ReplyTimeout:
+        if isinstance(record, Record):
+            await edge.give_up(record)
+        raise
+    except asyncio.CancelledError:  # the client went away
+        if isinstance(record, Record):
+            edge.give_up_later(record)
+        raise
 
 
 def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
@@ -112,6 +124,34 @@ def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
         {"value": v, "formatted": render(v, reply.day)} for v in range(reply.first, reply.last + 1)
     ]
     return {"counter": reply.counter, "first": reply.first, "last": reply.last, "values": values}
+
+
+async def until_gone(
+    work: Coroutine[Any, Any, dict[str, Any]], receive: Receive
+) -> dict[str, Any] | None:
+    """The answer of `work`, or None once the client has gone away (work is cancelled then,
+    and a record it put is cancelled on the stream: the values it would have taken are never
+    allocated, or are void, abandoned)."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(disconnected(receive))
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        watch.cancel()
+        raise
+    watch.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None
+
+
+async def disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def parameters(raw: bytes) -> dict[str, str]:
@@ -185,7 +225,10 @@ class FastPath:
             if length > settings.max_body_bytes:
                 raise Problem(413, "body-too-large", "/next takes no body")
             timeout = edge.timeout(scope.get("aws.context"))
-            body = orjson.dumps(await take(edge, counter, count, key, timeout, who))
+            body = await until_gone(take(edge, counter, count, key, timeout, who), receive)
+            if body is None:  # the client went away: its record is cancelled
+                edge.metrics.gone.inc()
+                return
         except Problem as problem:
             await problem.response(path)(scope, receive, send)
             return
@@ -196,7 +239,7 @@ class FastPath:
             )(scope, receive, send)
             return
         await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
-        await send({"type": "http.response.body", "body": body})
+        await send({"type": "http.response.body", "body": orjson.dumps(body)})
 
     @staticmethod
     async def admit(edge: Edge, scope: Scope, size: int, counter: str | None) -> str:

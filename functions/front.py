@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 from infra.errors import NumeratorError, ReplyTimeout
@@ -50,8 +51,14 @@ class Front:
         budget: Callable[[float], float],
         auto: bool = False,
         gap: float = 0.0005,
+        give_up: Callable[[Record], Coroutine[Any, Any, None]] | None = None,
+        abandon: Callable[[str, int, int, date, str], Coroutine[Any, Any, None]] | None = None,
     ) -> None:
+        """`give_up` and `abandon`: the edge's, for a record whose requests all went, and the
+        values of those that went while the others waited."""
         self.stream, self.replies, self.metrics = stream, replies, metrics
+        self.give_up = give_up or _nothing
+        self.abandon = abandon or _nothing
         self.seconds, self.budget, self.auto, self.gap = seconds, budget, auto, gap
         self._open: dict[str, list[Waiter]] = {}
         self._timer: asyncio.TimerHandle | None = None  # the longest wait
@@ -72,11 +79,34 @@ class Front:
             self._timer = loop.call_later(self.seconds, self._close)
         self._when_free()
         try:
-            # On a timeout (or the client gone) the answer is cancelled: its values, when they come,
-            # are counted as abandoned.
+            # On a timeout (or the client gone) the answer is cancelled: a request whose frame
+            # has not gone out leaves it and allocates nothing; one whose frame has, has its
+            # values voided, abandoned, when they come (_deliver).
             return await asyncio.wait_for(waiter.answer, timeout)
         except TimeoutError:
+            self._leave(counter, waiter)
             raise ReplyTimeout(f"no reply within {timeout:g}s") from None
+        except asyncio.CancelledError:
+            self._leave(counter, waiter)
+            answer = waiter.answer
+            if answer.done() and not answer.cancelled() and answer.result().error is None:
+                # Its values came just as its client went: no one will read them.
+                part = answer.result()
+                assert part.day is not None
+                self.metrics.abandoned.inc()
+                task = asyncio.create_task(
+                    self.abandon(part.counter, part.first, part.last, part.day, who)
+                )
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            raise
+
+    def _leave(self, counter: str, waiter: Waiter) -> None:
+        group = self._open.get(counter)
+        if group is not None and waiter in group:
+            group.remove(waiter)
+            if not group:
+                del self._open[counter]
 
     def _when_free(self) -> None:
         """auto: close the frame `gap` from now when no put is in flight."""
@@ -128,9 +158,14 @@ class Front:
     async def _deliver(self, record: Record, waiters: list[Waiter]) -> None:
         try:
             reply = await self.replies.wait(record.key, max(w.until for w in waiters) - time.time())
-        except (ReplyTimeout, BadReply) as exc:
+        except ReplyTimeout as exc:
+            _fail(waiters, exc)
+            await self.give_up(record)  # every request went: none will read what comes
+            return
+        except BadReply as exc:
             _fail(waiters, exc)
             return
+        gone: list[tuple[int, int, str]] = []
         cursor = reply.first
         for waiter in waiters:
             if reply.error is None:
@@ -149,11 +184,30 @@ class Front:
                 waiter.answer.set_result(part)
             elif reply.error is None:
                 self.metrics.abandoned.inc()
+                gone.append((part.first, part.last, waiter.who))
+        if gone and reply.day is not None:
+            for first, last, who in merged(gone):
+                await self.abandon(reply.counter, first, last, reply.day, who)
 
     async def close(self) -> None:
         """Send what is gathered and wait for the frames in flight (a worker that stops)."""
         self._close()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+async def _nothing(*_: Any) -> None:
+    return None
+
+
+def merged(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Adjacent spans of one requester as one."""
+    out: list[tuple[int, int, str]] = []
+    for first, last, who in spans:
+        if out and out[-1][1] + 1 == first and out[-1][2] == who:
+            out[-1] = (out[-1][0], last, who)
+        else:
+            out.append((first, last, who))
+    return out
 
 
 def runs(waiters: list[Waiter]) -> list[list[Any]]:

@@ -16,7 +16,6 @@ ShardEnded once read to its end; MillisBehindLatest is the lag.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 import zlib
 from collections import deque
@@ -29,7 +28,7 @@ from infra.backoff import Backoff
 from infra.errors import AwsRefused, NumeratorError, ShardEnded, StreamFull
 from infra.metrics import Metrics
 from infra.ports import Entry
-from infra.wire import Record, Void, encode
+from infra.wire import Demand, encode
 
 MAX_RECORDS, MAX_BYTES = 500, 5 * 1024 * 1024
 PUT_ATTEMPTS = 6
@@ -63,22 +62,20 @@ class KinesisStream:
         self.name = name  # in the lease table; made unique to this stream by shards()
         self._identified = False
         self.spread, self.read_interval = spread, read_interval
-        self._rotor = itertools.count()
         self._pending: deque[Waiter] = deque()
         self._flushing: asyncio.Task[None] | None = None
         self._cursors: dict[str, _Cursor] = {}
         self._behind: dict[str, float] = {}
 
-    def partition(self, record: Record | Void) -> str:
+    def partition(self, record: Demand) -> str:
         if self.spread == 1:
             return record.counter
-        if record.idempotency_key is not None:
-            slot = zlib.crc32(record.idempotency_key.encode()) % self.spread
-        else:
-            slot = next(self._rotor) % self.spread
-        return f"{record.counter}#{slot}"
+        # By the Idempotency-Key (its retries meet on one shard), else by the reply key: a
+        # record's Cancel, which carries both, goes to the record's shard, after it.
+        basis = record.idempotency_key or record.key
+        return f"{record.counter}#{zlib.crc32(basis.encode()) % self.spread}"
 
-    async def put(self, records: Sequence[Record | Void]) -> None:
+    async def put(self, records: Sequence[Demand]) -> None:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         self._pending.append(([(encode(r), self.partition(r)) for r in records], done))

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from infra.errors import ReplyTimeout, StreamFull
 from infra.metrics import Metrics
 from infra.ports import Entry
-from infra.wire import Record, Reply, Void
+from infra.wire import Demand, Reply
 
 
 class MemoryStream:
@@ -34,7 +34,7 @@ class MemoryStream:
     def __len__(self) -> int:
         return len(self._entries)
 
-    async def put(self, records: Sequence[Record | Void]) -> None:
+    async def put(self, records: Sequence[Demand]) -> None:
         if len(self._entries) + len(records) > self.capacity:
             raise StreamFull(f"{len(self._entries)} records are waiting for the batcher")
         for record in records:

@@ -189,7 +189,19 @@ class Metrics:
         )
         self.abandoned = Counter(
             "numerator_replies_abandoned_total",
-            "Replies nobody read (client timed out): the only source of gaps.",
+            "Replies nobody read (client timed out or gone); their values are void, abandoned.",
+        )
+        self.gone = Counter(
+            "numerator_clients_gone_total",
+            "/next requests whose client went away before the answer: their records cancelled.",
+        )
+        self.cancelled = Counter(
+            "numerator_records_cancelled_total",
+            "Records whose edge gave up before they were applied: nothing allocated.",
+        )
+        self.voided = Counter(
+            "numerator_values_abandoned_total",
+            "Values voided as abandoned: their edge gave up after the record was applied.",
         )
         self.republished = Counter(
             "numerator_replies_republished_total",

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from infra.counters import Counter
 from infra.keys import Key
 from infra.ledger import Link, VoidRow
-from infra.wire import BadRecord, Record, Reply, ReplyError, Void, decode_record
+from infra.wire import BadRecord, Demand, Reply, ReplyError, decode_record
 
 
 @dataclass(slots=True)
@@ -21,7 +21,7 @@ class Entry:
 
     shard: str
     sequence: str
-    record: Record | Void | None
+    record: Demand | None
     raw: bytes = b""
     problem: str = ""
     key: str | None = None
@@ -49,7 +49,7 @@ class Stream(Protocol):
     name: str
     durable: bool
 
-    async def put(self, records: Sequence[Record | Void]) -> None:
+    async def put(self, records: Sequence[Demand]) -> None:
         """Append records, each to the shard its counter maps to; raise StreamFull when the
         stream will not take them now (back-pressure, throttling), Unavailable when it cannot
         be reached. A record is put at most once."""

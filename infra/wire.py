@@ -153,6 +153,9 @@ class Void:
     who: str = ""
     deadline: float = 0.0
     sent: float = 0.0
+    day: date | None = None
+    """With no period: the day the values were allocated on, whose period they are in (what
+    an edge knows of values it could not deliver)."""
 
     @property
     def idempotency_key(self) -> None:
@@ -172,6 +175,8 @@ class Void:
         }
         if self.period is not None:
             out["p"] = self.period
+        if self.day is not None:
+            out["y"] = self.day.isoformat()
         if self.who:
             out["w"] = self.who
         return out
@@ -197,7 +202,48 @@ class Void:
         if not isinstance(who, str):
             raise BadRecord("who must be a string", key)
         deadline, sent = _times(data, key)
-        return cls(key, counter, first, last, reason, period, who, deadline, sent)
+        try:
+            day = date.fromisoformat(data["y"]) if "y" in data else None
+        except (TypeError, ValueError):
+            raise BadRecord("a void's day must be an ISO date", key) from None
+        return cls(key, counter, first, last, reason, period, who, deadline, sent, day)
+
+
+@dataclass(slots=True)
+class Cancel:
+    """The edge gave up on the request of record `key` (a reply timeout, its client gone): if
+    that record is not applied yet, it allocates nothing; if it is, its values are void,
+    `abandoned`. It goes to the record's shard: the same counter and partition basis."""
+
+    key: str
+    counter: str
+    idempotency_key: str | None = None
+    who: str = ""
+    deadline: float = 0.0
+    sent: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"v": VERSION, "o": "cancel", "k": self.key, "c": self.counter}
+        if self.idempotency_key is not None:
+            out["i"] = self.idempotency_key
+        if self.who:
+            out["w"] = self.who
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Cancel:
+        key, counter, idem, who = data.get("k"), data.get("c"), data.get("i"), data.get("w", "")
+        if not isinstance(key, str) or not key:
+            raise BadRecord("cancel has no reply key")
+        if not isinstance(counter, str) or not counter:
+            raise BadRecord("cancel has no counter", key)
+        if (idem is not None and not isinstance(idem, str)) or not isinstance(who, str):
+            raise BadRecord("a cancel's idempotency key and who must be strings", key)
+        return cls(key, counter, idem, who)
+
+
+Demand = Record | Void | Cancel
+"""What the edge puts on the stream."""
 
 
 @dataclass(slots=True)
@@ -268,17 +314,20 @@ class Reply:
             raise BadReply(f"unreadable reply: {exc!r}") from exc
 
 
-def encode(item: Record | Void | Reply) -> bytes:
+def encode(item: Demand | Reply) -> bytes:
     return orjson.dumps(item.to_json())
 
 
-def decode_record(raw: bytes) -> Record | Void:
+def decode_record(raw: bytes) -> Demand:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BadRecord(f"record is not JSON: {exc}") from exc
-    if isinstance(data, dict) and data.get("o") == "void" and data.get("v", VERSION) == VERSION:
+    kind = data.get("o") if isinstance(data, dict) and data.get("v", VERSION) == VERSION else None
+    if kind == "void":
         return Void.from_json(data)
+    if kind == "cancel":
+        return Cancel.from_json(data)
     return Record.from_json(data)
 
 

@@ -167,6 +167,8 @@ class EdgeStack:
                 self.edge.budget,
                 auto=settings.front_frame_policy == "auto",
                 gap=settings.frame_min_ms / 1000,
+                give_up=self.edge.give_up,
+                abandon=self.edge.abandon,
             )
 
     async def __aenter__(self) -> EdgeStack:

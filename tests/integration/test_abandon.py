@@ -1,0 +1,172 @@
+"""Cancel before it costs a number: when an edge gives up on a request (its client went away,
+its reply timed out), a record not yet applied allocates nothing, and the values of one already
+applied become void, `abandoned`. On every path: embedded, the server edge with front frames
+(some of a frame's requests gone), and the Lambda handler."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from typing import Any
+
+import httpx
+
+from infra.settings import Settings
+from infra.wire import Record, reply_key
+from numerator.stack import BatcherStack, EdgeStack, Stack
+from tests.checks import until
+
+
+async def report(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
+    answer = await client.get(f"/counters/{name}/report")
+    assert answer.status_code == 200, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
+async def leave_after(app: Any, path: str, seconds: float) -> list[dict[str, Any]]:
+    """POST `path` as a client that hangs up after `seconds`; what the app sent it."""
+    sent: list[dict[str, Any]] = []
+    told = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal told
+        if not told:
+            told = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await asyncio.sleep(seconds)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 8080),
+        "scheme": "http",
+        "http_version": "1.1",
+        "asgi": {"version": "3.0"},
+    }
+    await app(scope, receive, send)
+    return sent
+
+
+async def test_a_client_gone_before_its_frame_costs_no_number(
+    settings: Settings, name: str
+) -> None:
+    """Embedded, fixed frames of 300 ms: the client hangs up 50 ms in, before its frame closes;
+    the cancel reaches the same frame, and the record allocates nothing."""
+    slow = replace(settings, frame_policy="fixed", back_frame_ms=300.0)
+    async with Stack(slow) as stack:
+        app = stack.app()
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name})
+            said = await leave_after(app, f"/counters/{name}/next", 0.05)
+            assert said == [], "nothing is sent to a client that is gone"
+            await asyncio.sleep(0.5)
+            after = (await client.post(f"/counters/{name}/next")).json()
+            found = await report(client, name)
+    assert after["value"] == 1, "no number was spent on the request that went away"
+    assert found["issued"] == 1 and found["unexplained_gaps"] == 0 and found["voided"] == {}
+    assert stack.metrics.cancelled.value == 1 and stack.metrics.gone.value == 1
+
+
+async def test_a_record_applied_before_its_cancel_is_void_abandoned(
+    settings: Settings, name: str
+) -> None:
+    async with Stack(settings) as stack:
+        transport = httpx.ASGITransport(app=stack.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name})
+            await client.post(f"/counters/{name}/next")
+            record = Record(reply_key(), name, 3, who="key:gone")
+            stack.replies.expect(record.key)
+            await stack.stream.put([record])
+            reply = await stack.replies.wait(record.key, 5)
+            assert (reply.first, reply.last) == (2, 4)
+            await stack.edge.give_up(record)  # as if its client had gone right then
+
+            async def voided() -> bool:
+                return (await report(client, name))["voided"] == {"abandoned": 3}
+
+            await until(voided, within=5)
+            found = await report(client, name)
+            exported = (await client.get(f"/counters/{name}/audit")).json()["rows"]
+    assert found["issued"] == 4 and found["delivered"] == 1 and found["unexplained_gaps"] == 0
+    assert [(v["first"], v["last"], v["who"]) for v in found["voids"]] == [(2, 4, "key:gone")]
+    assert [r["status"] for r in exported] == ["issued", "issued", "void"]
+    assert stack.metrics.voided.value == 3
+
+
+async def test_a_front_frame_with_some_requests_gone_voids_only_theirs(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    settings, _ = aws
+    slow = replace(settings, front_frame_ms=100.0)
+    # The batcher reads its shard once a second: the requests go between the put and the reply.
+    async with BatcherStack(replace(slow, read_interval_ms=1000.0)), EdgeStack(slow) as edge:
+        transport = httpx.ASGITransport(app=edge.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name})
+            front = edge.edge.front
+            assert front is not None
+            takes = [asyncio.create_task(front.take(name, 1, 10, f"key:{i}")) for i in range(5)]
+            put = edge.metrics.records_put.value
+
+            async def sent() -> bool:
+                return edge.metrics.records_put.value > put
+
+            await until(sent, within=5)  # the front frame went out as one record
+            for task in takes[1:3]:  # two of its requests go away before the reply comes
+                task.cancel()
+            kept = [await task for task in (takes[0], *takes[3:])]
+            assert all(reply.error is None for reply in kept)
+
+            async def voided() -> bool:
+                return (await report(client, name))["voided"] == {"abandoned": 2}
+
+            await until(voided, within=10)
+            found = await report(client, name)
+    assert found["issued"] == 5 and found["unexplained_gaps"] == 0 and found["delivered"] == 3
+    assert {v["who"] for v in found["voids"]} == {"key:1", "key:2"}
+    assert sorted(r.first for r in kept) == [1, 4, 5]
+
+
+async def test_a_lambda_request_that_times_out_is_cancelled(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    """The Lambda handler with no batcher running: the request times out within the
+    invocation, its cancel follows its record on the stream, and the batcher that starts later
+    allocates nothing for it (the record is past its deadline; had it been applied, the cancel
+    would void its values)."""
+    from tests.integration.test_handler import Container, environment, event
+
+    settings, _ = aws
+    quick = replace(settings, reply_timeout_s=1.0)
+    lam = Container(environment(quick))
+    try:
+        async with Stack(quick) as local:  # for creating the counter and reading the report
+            transport = httpx.ASGITransport(app=local.app())
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://127.0.0.1"
+            ) as client:
+                await client.post("/counters", json={"name": name})
+                began = time.monotonic()
+                answer = await asyncio.to_thread(lam, event("http-api-next.json", name))
+                assert answer["statusCode"] == 504, answer
+                assert time.monotonic() - began < 3
+                async with BatcherStack(quick) as batcher:
+                    await until(lambda: batcher.metrics.records_in.value >= 2, within=10)
+                found = await report(client, name)
+    finally:
+        lam.close()
+    assert found["issued"] == 0 and found["unexplained_gaps"] == 0
+    assert batcher.metrics.expired.value == 1, "the record and its cancel: nothing allocated"

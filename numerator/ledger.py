@@ -59,7 +59,8 @@ def run_void(args: argparse.Namespace) -> None:
         str(v["first"]) if v["first"] == v["last"] else f"{v['first']}-{v['last']}"
         for v in made["voided"]
     )
-    client.show(made, args.json, [f"void in {args.name} {made['period'] or ''}: {spans}".strip()])
+    where = f"{args.name} {made['period']}" if made["period"] else args.name
+    client.show(made, args.json, [f"void in {where}: {spans}"])
 
 
 def span(values: dict[str, int]) -> str:

@@ -47,6 +47,9 @@ class Tally:
     longest: float = 0.0
     kills: int = 0
     events: list[str] = field(default_factory=list)
+    gaps: int = -1  # unexplained gaps, over every counter's completeness report
+    unreceived: int = 0  # values issued that no client of the soak received
+    abandoned: int = 0  # of those, the ones void, abandoned
 
 
 class Batchers:
@@ -192,11 +195,29 @@ async def soak(args: argparse.Namespace, folder: Path) -> Tally:
                             chaos(batchers, postgres, tally, args.kill_every, args.values),
                         )
                         say(tally, began, "done")
+                        await audit(client, tally)
             finally:
                 batchers.stop()
     finally:
         postgres.cleanup()
     return tally
+
+
+async def audit(client: httpx.AsyncClient, tally: Tally) -> None:
+    """Every counter's completeness report: its unexplained gaps (0), and what became of the
+    values the soak's clients did not receive: void, abandoned (their edge gave up), or issued
+    to a request whose answer never arrived (the batcher that applied it died before its edge
+    could say so), each listed in the export with its request."""
+    tally.gaps = 0
+    for i in range(COUNTERS):
+        name = f"soak-{i}"
+        report = (await client.get(f"/counters/{name}/report")).json()
+        tally.gaps += report["unexplained_gaps"]
+        received = {v for c, v in tally.values if c == name}
+        if report["issued"]:
+            issued = set(range(report["first"], report["last"] + 1))
+            tally.unreceived += len(issued - received)
+        tally.abandoned += report["voided"].get("abandoned", 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -221,9 +242,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"answers            {dict(sorted(tally.answers.items()))}")
     print(f"longest wait       {tally.longest:.2f} s (a request that got its values)")
     print(f"batchers killed    {tally.kills} (SIGKILL), Postgres restarted once")
+    print(f"unexplained gaps   {tally.gaps} (the completeness reports of every counter)")
+    print(
+        f"not received       {tally.unreceived:,} values: {tally.abandoned:,} void, abandoned; "
+        "the rest issued to a request whose answer did not arrive (listed in the export)"
+    )
     print(f"took               {seconds:.0f} s")
-    ok = tally.handed == len(tally.values) and clean
-    print("OK: every value once, every failure a clean 503/504" if ok else "FAILED")
+    ok = tally.handed == len(tally.values) and clean and tally.gaps == 0
+    print(
+        "OK: every value once, every failure a clean 503/504, no unexplained gap"
+        if ok
+        else "FAILED"
+    )
     return 0 if ok else 1
 
 

@@ -88,3 +88,19 @@ async def until(check: Callable[[], Any], within: float) -> float:
             return time.monotonic() - start
         assert time.monotonic() - start < within, f"not within {within} s"
         await asyncio.sleep(0.05)
+
+
+def assert_accounted(url: str, counter: str, received: set[int]) -> dict[str, Any]:
+    """Guarantee 5 at the end of a crash test: the completeness report of the counter's period
+    shows no unexplained gap, every value a client received is in it, and every value no
+    client received is void with a reason or listed in the export with the request it was
+    issued to (one whose answer never arrived: the edge died before it could cancel it)."""
+    report = httpx.get(f"{url}/counters/{counter}/report", timeout=30).json()
+    assert report["unexplained_gaps"] == 0 and report["issued_twice"] == [], report
+    assert report["rising"], report
+    issued = set(range(report["first"], report["last"] + 1)) if report["issued"] else set()
+    assert received <= issued, "a client got a value the trail does not hold"
+    rows = httpx.get(f"{url}/counters/{counter}/audit", timeout=30).json()["rows"]
+    listed = {v for row in rows for v in range(row["first"], row["last"] + 1)}
+    assert issued - received <= listed
+    return report  # type: ignore[no-any-return]

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from infra.server import running
+from tests.checks import assert_accounted
 from tests.e2e.service import Service, data_dir, postgres_of
 
 pytestmark = pytest.mark.slow
@@ -75,6 +76,7 @@ def test_sigkill_under_load_then_up_at_once_on_the_same_port(tmp_path: Path, wha
         with second:
             time.sleep(1.0)
             values = load.stop()
+            assert_accounted(second.url, "c", set(values))
         # the second's exit stops the embedded Postgres, though the killed first was not yet
         # reaped (a zombie) when the second joined it
         postgres = postgres_of(Path(folder))

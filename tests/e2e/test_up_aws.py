@@ -18,7 +18,7 @@ import pytest
 from bench.http import Client, HttpError
 from infra.settings import Settings
 from numerator import local as numerator_local
-from tests.checks import Answer, assert_guarantees
+from tests.checks import Answer, assert_accounted, assert_guarantees
 from tests.e2e.service import Service, data_dir
 
 pytestmark = pytest.mark.slow
@@ -168,7 +168,8 @@ def test_up_aws_after_kill_9_of_everything_starts_again_without_a_value_twice(
     assert first and killed.get(0), killed  # it died mid-load: some answered, some cut
     with Service("--aws", TARGET, "--data-dir", folder) as again:
         second, statuses = asyncio.run(burst(again.url, "k", 200))
+        values = [a.first for a in first + second]
+        assert_accounted(again.url, "k", set(values))
     assert statuses == {200: 200}
-    values = [a.first for a in first + second]
     assert len(values) == len(set(values)) == len(first) + 200
     assert min(a.first for a in second) > max(a.first for a in first)

@@ -361,9 +361,9 @@ def abandon(
     keep: float,
 ) -> list[VoidAsk]:
     """The voids, reason `abandoned`, of the records whose cancel came after they were applied
-    (pure): their ranges from `recent`, what this batcher applied lately. A cancel of a record
-    it does not know (never applied, or applied by a batcher that has died since) voids
-    nothing."""
+    (pure): their ranges from `recent`, what was applied lately (by this batcher, or on a
+    durable stream by the shard's previous owner, from the replies its frames kept). A cancel
+    of a record never applied voids nothing."""
     asks = []
     for cancel in cancels:
         found = recent.get(cancel.key)

@@ -21,7 +21,7 @@ import os
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from batcher.allocation import Outcome, apply, decode_replies
@@ -34,7 +34,7 @@ from infra.health import ALIVE_EVERY_S
 from infra.metrics import Metrics
 from infra.ports import Lease, Replies, Store, Stream
 from infra.settings import Settings
-from infra.wire import Reply, ReplyError
+from infra.wire import Cancel, Reply, ReplyError
 
 log = logging.getLogger("numerator.batcher")
 
@@ -477,6 +477,14 @@ class Batcher:
         missing = [n for n in names if n not in self.counters]
         if missing:
             self.counters.update(await self.store.get_many(missing))
+        recent: Mapping[str, tuple[str, str, int, int]] = self._recent
+        unknown = [
+            e.record.key
+            for e in frame.entries
+            if isinstance(e.record, Cancel) and e.record.key not in self._recent
+        ]
+        if unknown and durable:
+            recent = {**self._recent, **await self._taken_before(lease, set(unknown))}
         return await apply(
             frame.entries,
             self.counters,
@@ -489,8 +497,23 @@ class Batcher:
             published=self._published.get(lease.shard, ()),
             earlier=earlier,
             keep=self.settings.audit_retention_s,
-            recent=self._recent,
+            recent=recent,
         )
+
+    async def _taken_before(
+        self, lease: Lease, keys: set[str]
+    ) -> dict[str, tuple[str, str, int, int]]:
+        """What records of `keys` took, from the replies the shard's frames kept lately: for
+        the cancels of records applied by the shard's previous owner, which died since."""
+        found: dict[str, tuple[str, str, int, int]] = {}
+        within = self.settings.reply_timeout_s + CANCEL_MARGIN_S
+        for raw in await self.store.held_since(lease.stream, lease.shard, within):
+            for reply in decode_replies(raw):
+                counter = self.counters.get(reply.counter)
+                if reply.key in keys and reply.ok and reply.day and counter is not None:
+                    period = counter.reset.period(reply.day)
+                    found[reply.key] = (reply.counter, period, reply.first, reply.last)
+        return found
 
     def _remember(self, taken: list[tuple[str, str, str, int, int]]) -> None:
         """Keep what each record took for as long as its edge may still give up on it (its

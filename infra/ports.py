@@ -234,6 +234,9 @@ class Store(Protocol):
     async def replayed(self, stream: str, shard: str, first: str, last: str) -> list[bytes]:
         """Held replies of the frames that overlap sequences `first` to `last`."""
 
+    async def held_since(self, stream: str, shard: str, seconds: float) -> list[bytes]:
+        """Held replies of the shard's frames committed in the last `seconds`, newest first."""
+
     async def end(self, lease: Lease) -> None:
         """Mark the lease's shard as read to its end (a closed shard, after a reshard)."""
 

@@ -566,6 +566,14 @@ class PostgresStore:
         )
         return [bytes(row[0]) for row in rows]
 
+    async def held_since(self, stream: str, shard: str, seconds: float) -> list[bytes]:
+        rows = await self._fetch(
+            "SELECT replies FROM frame_replies WHERE stream = %s AND shard = %s"
+            " AND committed_at > now() - make_interval(secs => %s) ORDER BY id DESC",
+            (stream, shard, seconds),
+        )
+        return [bytes(row[0]) for row in rows]
+
     async def end(self, lease: Lease) -> None:
         rows = await self._fetch(
             "UPDATE leases SET ended = true"

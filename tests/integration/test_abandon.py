@@ -170,3 +170,27 @@ async def test_a_lambda_request_that_times_out_is_cancelled(
         lam.close()
     assert found["issued"] == 0 and found["unexplained_gaps"] == 0
     assert batcher.metrics.expired.value == 1, "the record and its cancel: nothing allocated"
+
+
+async def test_a_cancel_after_a_takeover_voids_what_the_previous_owner_applied(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    """On Kinesis the record is applied by one batcher, which then stops; its cancel reaches
+    the shard's next owner, which finds what the record took in the replies the frame kept."""
+    settings, _ = aws
+    async with EdgeStack(settings) as edge:
+        transport = httpx.ASGITransport(app=edge.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name})
+            record = Record(reply_key(), name, 2, who="key:left")
+            async with BatcherStack(settings):
+                edge.aws.replies.expect(record.key)
+                await edge.aws.stream.put([record])
+                reply = await edge.aws.replies.wait(record.key, 10)
+                assert (reply.first, reply.last) == (1, 2)
+            async with BatcherStack(settings) as heir:
+                await edge.edge.give_up(record)
+                await until(lambda: heir.metrics.voided.value == 2, within=10)
+            found = await report(client, name)
+    assert found["voided"] == {"abandoned": 2} and found["delivered"] == 0
+    assert found["unexplained_gaps"] == 0

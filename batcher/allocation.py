@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from infra.counters import Counter
+from infra.ledger import NOT_CONFIRMED
 from infra.ports import (
     Audit,
     Claim,
@@ -21,7 +22,7 @@ from infra.ports import (
     Store,
     VoidAsk,
 )
-from infra.wire import Cancel, Record, Reply, ReplyError, Void, encode
+from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void, encode
 
 
 @dataclass
@@ -84,6 +85,8 @@ class Classified:
     live: list[Live] = field(default_factory=list)
     voids: list[tuple[Void, Counter, str]] = field(default_factory=list)
     """Voids asked for, each with its counter and period."""
+    confirms: list[tuple[Confirm, Counter, str]] = field(default_factory=list)
+    """Confirmations asked for, each with its counter and period."""
     cancels: list[Cancel] = field(default_factory=list)
     """Cancels of records applied in earlier frames: their values become void, abandoned."""
     cancelled: int = 0
@@ -158,7 +161,10 @@ def classify(
                 period = counter.reset.period(record.day)
             else:
                 period = counter.period(now)
-            out.voids.append((record, counter, period))
+            if isinstance(record, Confirm):
+                out.confirms.append((record, counter, period))
+            else:
+                out.voids.append((record, counter, period))
             continue
         if counter is None:
             problem = f"no counter named {record.counter!r}"
@@ -237,7 +243,11 @@ def share(sharers: Sequence[Live], claims: dict[tuple[str, str], Claim]) -> list
 
 
 def audits(
-    takers: Sequence[Live], made: Sequence[VoidAsk], counters: dict[str, Counter], keep: float
+    takers: Sequence[Live],
+    made: Sequence[VoidAsk],
+    counters: dict[str, Counter],
+    keep: float,
+    confirmed: Sequence[VoidAsk] = (),
 ) -> dict[str, Audit]:
     """The frame's audit rows by retention class, their ranges still to fill (pure): for each
     (counter, period), who took its values, run by run in the order its range is split; and
@@ -277,6 +287,9 @@ def audits(
     for ask in made:
         void = [ask.counter, ask.period, ask.first, ask.last, ask.reason, ask.who]
         row(counters[ask.counter]).detail["v"].append(void)
+    for ask in confirmed:
+        done = [ask.counter, ask.period, ask.first, ask.last, ask.who]
+        row(counters[ask.counter]).detail.setdefault("c", []).append(done)
     return rows
 
 
@@ -312,6 +325,7 @@ async def apply(
         classified.live
         and not keyed
         and not classified.voids
+        and not classified.confirms
         and not classified.cancels
         and not classified.letters
         and not hold
@@ -339,7 +353,8 @@ async def apply(
         out.replies.extend(share(sharers, found))
         abandoned = abandon(classified.cancels, recent or {}, counters, keep)
         made = await _void(tx, classified.voids, abandoned, keep, now, out)
-        rows = audits(takers, made, counters, keep)
+        confirmed = await _confirm(tx, classified.confirms, keep, now, out)
+        rows = audits(takers, made, counters, keep, confirmed)
         for name, period, first, last in ranges:
             rows[counters[name].keeping(keep)[0]].ranges.append((name, period, first, last))
         await tx.remember(claims, retention)
@@ -406,14 +421,61 @@ async def _void(
     made = [ask for ask, result in zip(abandoned, gone, strict=True) if result is True]
     out.abandoned = sum(ask.last - ask.first + 1 for ask in made)
     for ask, (void, counter, _), result in zip(asks, voids, results, strict=False):
+        if result is True:
+            made.append(ask)
+        if void.reason == NOT_CONFIRMED:
+            continue  # the batchers' own sweep: no one awaits the answer
         if isinstance(result, tuple):
             out.replies.append(error(void.key, void.counter, *result))
+            continue
+        day = counter.today(now)
+        out.replies.append(
+            Reply(void.key, void.counter, ask.first, ask.last, counter.template, day)
+        )
+    return made
+
+
+async def _confirm(
+    tx: FrameTransaction,
+    confirms: Sequence[tuple[Confirm, Counter, str]],
+    keep: float,
+    now: datetime,
+    out: Outcome,
+) -> list[VoidAsk]:
+    """Record the frame's confirmations in its transaction, answering each; the new ones."""
+    asks: list[VoidAsk] = []
+    for confirm, counter, period in confirms:
+        if not counter.confirm:
+            detail = f"counter {counter.name!r} was not created to take confirmations"
+            out.replies.append(
+                error(confirm.key, confirm.counter, ReplyError.NOT_CONFIRMABLE, detail)
+            )
+            continue
+        keep_s = counter.keeping(keep)[1]
+        ask = VoidAsk(
+            counter.name,
+            period,
+            confirm.first,
+            confirm.last,
+            "",
+            confirm.who,
+            counter.start,
+            keep_s,
+        )
+        asks.append(ask)
+    made = []
+    takers = [c for c in confirms if c[1].confirm]
+    for ask, (confirm, counter, _), result in zip(
+        asks, takers, await tx.confirm(asks), strict=True
+    ):
+        if isinstance(result, tuple):
+            out.replies.append(error(confirm.key, confirm.counter, *result))
             continue
         if result:
             made.append(ask)
         day = counter.today(now)
         out.replies.append(
-            Reply(void.key, void.counter, ask.first, ask.last, counter.template, day)
+            Reply(confirm.key, confirm.counter, ask.first, ask.last, counter.template, day)
         )
     return made
 

@@ -31,10 +31,11 @@ from infra.clock import utc_now
 from infra.counters import Counter
 from infra.errors import LeaseLost, NumeratorError, ShardEnded, StoreError, Unavailable
 from infra.health import ALIVE_EVERY_S
+from infra.ledger import NOT_CONFIRMED
 from infra.metrics import Metrics
 from infra.ports import Lease, Replies, Store, Stream
 from infra.settings import Settings
-from infra.wire import Cancel, Reply, ReplyError
+from infra.wire import MAX_VOID, Cancel, Reply, ReplyError, Void, reply_key
 
 log = logging.getLogger("numerator.batcher")
 
@@ -47,6 +48,16 @@ SHARDS_EVERY_S = 10.0  # how often the shard list is read again, to find a resha
 # (PATCH /counters/{name}), and its audit rows follow within this time.
 COUNTERS_FRESH_S = 30.0
 CANCEL_MARGIN_S = 10.0  # a cancel is put right after its edge gives up; allow it this to arrive
+
+
+def not_confirmed(counter: str, spans: list[tuple[str, int, int]]) -> list[Void]:
+    """The void records, reason not-confirmed, for a counter's unconfirmed (period, first,
+    last) spans, each at most MAX_VOID values."""
+    return [
+        Void(reply_key(), counter, first, min(last, first + MAX_VOID - 1), NOT_CONFIRMED, period)
+        for period, low, last in spans
+        for first in range(low, last + 1, MAX_VOID)
+    ]
 
 
 def dead(shard: str) -> str:
@@ -102,6 +113,7 @@ class Batcher:
             await self._balance(shards)
         await self._follow(shards)
         self._tasks.append(asyncio.create_task(self._prune(), name="prune"))
+        self._tasks.append(asyncio.create_task(self._sweep(), name="confirmations"))
         if self.stream.durable:
             self._tasks.append(asyncio.create_task(self._watch_shards(), name="shards"))
             self._tasks.append(asyncio.create_task(self._heartbeat(), name="alive"))
@@ -546,6 +558,25 @@ class Batcher:
         self.metrics.records_out.inc(len(frame.replies))
         frame.published()
         return True
+
+    async def _sweep(self) -> None:
+        """Void, not-confirmed, the values of counters that take confirmations which were not
+        confirmed within CONFIRM_TTL_S: as void records on the stream, which the frames check
+        again (a value confirmed meanwhile is not voided). Every batcher sweeps; the same void
+        twice is made once."""
+        every = min(60.0, max(0.5, self.settings.confirm_ttl_s / 4))
+        while await self._pause(every):
+            try:
+                for counter in await self.store.confirming():
+                    ttl = self.settings.confirm_ttl_s
+                    spans, upto = await self.store.unconfirmed(counter, ttl)
+                    voids = not_confirmed(counter.name, spans)
+                    if voids:
+                        await self.stream.put(voids)
+                        log.info("%s: %d span(s) not confirmed in time", counter.name, len(voids))
+                    await self.store.swept(counter.name, upto)
+            except NumeratorError as exc:
+                log.warning("cannot sweep unconfirmed values: %s", exc)
 
     async def _prune(self) -> None:
         while await self._pause(PRUNE_EVERY_S):

@@ -59,6 +59,7 @@ def create_app(edge: Edge | None = None, lifespan: Lifespan | None = None) -> Fa
             Route("/counters/{name}", routes.counter, methods=["GET", "PATCH"]),
             Route("/counters/{name}/next", routes.next_values, methods=["POST"]),
             Route("/counters/{name}/void", ledger.void, methods=["POST"]),
+            Route("/counters/{name}/confirm", ledger.confirm, methods=["POST"]),
             Route("/counters/{name}/report", ledger.report, methods=["GET"]),
             Route("/counters/{name}/audit", ledger.audit, methods=["GET"]),
             Route("/audit/verify", ledger.verify, methods=["GET"]),

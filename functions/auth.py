@@ -73,9 +73,10 @@ def need(method: str, path: str, counter: str | None) -> tuple[Need, str] | None
         return ADMIN
     if method == "PATCH" and path.startswith("/counters/") and path.count("/") == 2:
         return ADMIN  # a counter's retention
-    voiding = method == "POST" and path.startswith("/counters/") and path.endswith("/void")
-    if voiding and path.count("/") == 3:
-        return Need.NEXT, path[10:-5]  # a key that may take a counter's values may void them
+    marking = method == "POST" and path.startswith("/counters/") and path.count("/") == 3
+    if marking and path.endswith(("/void", "/confirm")):
+        # a key that may take a counter's values may void and confirm them
+        return Need.NEXT, path[10:].rpartition("/")[0]
     if method in ("GET", "HEAD"):
         return READ
     return ANY

@@ -25,7 +25,7 @@ from functions.routes import JSON
 from infra import ledger
 from infra.counters import Counter, check_retention
 from infra.errors import InvalidCounter, ReplyTimeout, StreamFull, Unavailable
-from infra.wire import MAX_VOID, BadReply, Reply, Void, reply_key
+from infra.wire import MAX_VOID, BadReply, Confirm, Reply, Void, reply_key
 
 REASON = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
 PERIOD = re.compile(r"|[0-9]{4}(-[0-9]{2}(-[0-9]{2})?)?")
@@ -82,46 +82,56 @@ def void_ranges(body: dict[str, Any]) -> list[tuple[int, int]]:
 async def void(request: Request) -> Response:
     """POST /counters/{name}/void: take values out of use, for a reason. Idempotent: the same
     void again answers the same; a value never handed out, or void for another reason, is 409."""
+    return await mark(request, Void)
+
+
+async def confirm(request: Request) -> Response:
+    """POST /counters/{name}/confirm: say values were used, so that they are final (a counter
+    created with "confirm": "required"; the others answer 409). Idempotent."""
+    return await mark(request, Confirm)
+
+
+async def mark(request: Request, kind: type[Void]) -> Response:
+    """Void or confirm values: one record per contiguous range, each answered by the batcher
+    in its frame's transaction."""
     edge = edge_of(request)
     body = await validation.json_body(request, edge.settings)
     if not isinstance(body, dict):
-        raise invalid("body", 'must be a JSON object: {"values": [...], "reason": "..."}')
-    unknown = sorted(set(body) - {"values", "first", "last", "reason", "period"})
+        raise invalid("body", 'must be a JSON object: {"values": [...], ...}')
+    fields = {"values", "first", "last", "period"} | ({"reason"} if kind is Void else set())
+    unknown = sorted(set(body) - fields)
     if unknown:
         raise invalid(unknown[0], "unknown field")
-    reason = body.get("reason")
-    if not isinstance(reason, str) or not REASON.fullmatch(reason):
-        raise invalid("reason", "must be 1 to 200 characters, no control characters")
-    if reason in ledger.SYSTEM_REASONS:
-        raise invalid("reason", f"{reason!r} is numerator's own reason; say why in your words")
+    reason = body.get("reason") if kind is Void else "confirm"
+    if kind is Void:
+        if not isinstance(reason, str) or not REASON.fullmatch(reason):
+            raise invalid("reason", "must be 1 to 200 characters, no control characters")
+        if reason in ledger.SYSTEM_REASONS:
+            raise invalid("reason", f"{reason!r} is numerator's own reason; say why in your words")
     counter = await counter_of(edge, request.path_params["name"])
     period = period_of(counter, body.get("period"), edge)
     spans = void_ranges(body)
+    assert isinstance(reason, str)
     who = request.scope.get("numerator.who", "")
     timeout = edge.timeout(request.scope.get("aws.context"))
     sent = time.time()
-    voided, refused = [], None
+    done, refused = [], None
     for first, last in spans:
-        record = Void(
-            reply_key(),
-            counter.name,
-            first,
-            last,
-            reason,
-            period,
-            who,
-            sent + edge.budget(timeout),
-            sent,
-        )
+        deadline = sent + edge.budget(timeout)
+        record = kind(reply_key(), counter.name, first, last, reason, period, who, deadline, sent)
         reply = await _wait(edge, record, timeout)
         if reply.error is not None:
             refused = answer_problem(reply, edge.settings.retry_after_s)
             break
-        voided.append({"first": first, "last": last})
+        done.append({"first": first, "last": last})
+    what = "voided" if kind is Void else "confirmed"
     if refused is not None:
-        refused.extra["voided"] = voided
+        refused.extra[what] = done
         raise refused
-    return JSON({"counter": counter.name, "period": period, "reason": reason, "voided": voided})
+    body = {"counter": counter.name, "period": period, what: done}
+    if kind is Void:
+        body["reason"] = reason
+    return JSON(body)
 
 
 async def _wait(edge: Edge, record: Void, timeout: float) -> Reply:
@@ -147,7 +157,8 @@ async def report(request: Request) -> Response:
     links, pruned = await edge.store.trail(counter.name)
     voids = await edge.store.voids(counter.name, period)
     allocated = await edge.store.allocated(counter.name, period)
-    body = ledger.report(counter, period, allocated, links, voids, pruned.get(period))
+    confirmed = await edge.store.confirmed(counter.name, period) if counter.confirm else None
+    body = ledger.report(counter, period, allocated, links, voids, pruned.get(period), confirmed)
     return JSON(body)
 
 

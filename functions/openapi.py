@@ -85,6 +85,13 @@ COUNTER = {
         },
         "timezone": {"type": "string", "default": "UTC", "example": "Europe/Berlin"},
         "retention_days": RETENTION,
+        "confirm": {
+            "type": "string",
+            "enum": ["none", "required"],
+            "default": "none",
+            "description": "required: each value must be confirmed within CONFIRM_TTL_S, "
+            "else it is voided, not-confirmed",
+        },
     },
 }
 
@@ -134,8 +141,33 @@ VOID = {
     ]
 }
 
+CONFIRM = {
+    "oneOf": [
+        {
+            "type": "object",
+            "required": ["values"],
+            "additionalProperties": False,
+            "properties": {
+                "values": VOID["oneOf"][0]["properties"]["values"],  # type: ignore[index]
+                "period": PERIOD_PARAM["schema"],
+            },
+        },
+        {
+            "type": "object",
+            "required": ["first"],
+            "additionalProperties": False,
+            "properties": {
+                "first": {"type": "integer", "minimum": 0},
+                "last": {"type": "integer", "minimum": 0, "description": "default: first"},
+                "period": PERIOD_PARAM["schema"],
+            },
+        },
+    ]
+}
+
 JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 VOID_BODY = {"schema": VOID}
+CONFIRM_BODY = {"schema": CONFIRM}
 
 SCHEMA: dict[str, Any] = {
     "openapi": "3.1.0",
@@ -240,6 +272,17 @@ SCHEMA: dict[str, Any] = {
                 },
                 "responses": {
                     "200": {"description": "The ranges voided", "content": JSON_OBJECT},
+                    **_problems(404, 408, 409, 413, 415, 422, 502, 503, 504),
+                },
+            }
+        },
+        "/counters/{name}/confirm": {
+            "post": {
+                "summary": "Confirm values were used (a counter created to need it; idempotent)",
+                "parameters": [NAME_PARAM],
+                "requestBody": {"required": True, "content": {"application/json": CONFIRM_BODY}},
+                "responses": {
+                    "200": {"description": "The ranges confirmed", "content": JSON_OBJECT},
                     **_problems(404, 408, 409, 413, 415, 422, 502, 503, 504),
                 },
             }

@@ -38,6 +38,7 @@ TITLES = {
     "unsupported-media-type": "The request body is not JSON",
     "value-not-issued": "The values have not been handed out",
     "value-already-void": "The values are void already",
+    "confirm-not-required": "The counter does not take confirmations",
 }
 
 
@@ -74,6 +75,7 @@ REPLY_PROBLEMS: dict[ReplyError, tuple[int, str]] = {
     ReplyError.UNAVAILABLE: (503, "unavailable"),
     ReplyError.NOT_ISSUED: (409, "value-not-issued"),
     ReplyError.ALREADY_VOID: (409, "value-already-void"),
+    ReplyError.NOT_CONFIRMABLE: (409, "confirm-not-required"),
 }
 """Each reply error's HTTP status and problem type: the one table the edge answers from."""
 

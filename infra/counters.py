@@ -147,6 +147,9 @@ class Counter:
     retention_days: int | None = None
     """How long the audit trail of a period is kept after the period ends (None: the service's
     AUDIT_RETENTION_S); changeable later."""
+    confirm: bool = False
+    """Whether each value must be confirmed by its client within CONFIRM_TTL_S (else it is
+    voided, not-confirmed)."""
 
     def today(self, now: datetime) -> date:
         """The calendar day of the instant `now` in the counter's time zone."""
@@ -166,6 +169,7 @@ class Counter:
             "reset": self.reset.value,
             "timezone": self.timezone,
             "retention_days": self.retention_days,
+            "confirm": "required" if self.confirm else "none",
         }
 
     def retention_s(self, default: float) -> float:
@@ -183,7 +187,7 @@ class Counter:
         """Validate a create request's body; raise InvalidCounter naming the bad field."""
         if not isinstance(body, dict):
             raise InvalidCounter("body", "must be a JSON object")
-        fields = {"name", "start", "template", "reset", "timezone", "retention_days"}
+        fields = {"name", "start", "template", "reset", "timezone", "retention_days", "confirm"}
         unknown = sorted(set(body) - fields)
         if unknown:
             raise InvalidCounter(unknown[0], "unknown field")
@@ -210,6 +214,9 @@ class Counter:
         zone(tz)
         assert isinstance(name, str) and isinstance(text, str) and isinstance(tz, str)
         retention = check_retention(body.get("retention_days"))
+        confirm = body.get("confirm", "none")
+        if confirm not in ("none", "required"):
+            raise InvalidCounter("confirm", "must be none or required")
         return cls(
             name=name,
             start=start,
@@ -217,6 +224,7 @@ class Counter:
             reset=period,
             timezone=tz,
             retention_days=retention,
+            confirm=confirm == "required",
         )
 
 

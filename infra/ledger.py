@@ -18,7 +18,8 @@ from infra.counters import Counter
 
 NOT_DELIVERED = frozenset({"abandoned"})
 """Void reasons that say no client received the values."""
-SYSTEM_REASONS = frozenset({"abandoned", "not-confirmed"})
+NOT_CONFIRMED = "not-confirmed"
+SYSTEM_REASONS = frozenset({"abandoned", NOT_CONFIRMED})
 """Reasons numerator gives itself; a user's void names its own."""
 
 
@@ -111,6 +112,25 @@ def gaps(
     return [h for h in holes if h[0] <= h[1] and h[0] <= high], twice
 
 
+def subtract(
+    spans: Sequence[tuple[int, int]], taken: Sequence[tuple[int, int]]
+) -> list[tuple[int, int]]:
+    """The values of `spans` that no span of `taken` holds, as spans, in order."""
+    out: list[tuple[int, int]] = []
+    cuts = sorted(taken)
+    for first, last in sorted(spans):
+        cursor = first
+        for a, b in cuts:
+            if b < cursor or a > last:
+                continue
+            if a > cursor:
+                out.append((cursor, a - 1))
+            cursor = max(cursor, b + 1)
+        if cursor <= last:
+            out.append((cursor, last))
+    return out
+
+
 def report(
     counter: Counter,
     period: str,
@@ -118,8 +138,10 @@ def report(
     links: Sequence[Link],
     voids: Sequence[VoidRow],
     pruned_upto: int | None,
+    confirmed: Sequence[tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
-    """The completeness report of one counter's period."""
+    """The completeness report of one counter's period; `confirmed`, the spans confirmed, for
+    a counter that takes confirmations."""
     start = counter.start
     last = start + allocated - 1
     covered = ranges(links, counter.name, period)
@@ -153,12 +175,31 @@ def report(
             "pruned": pruned,
             "retention_days": counter.retention_days,
         },
+        **_confirmation(start, last, allocated, voids, confirmed),
         "unexplained_gaps": sum(b - a + 1 for a, b in holes),
         "gaps": holes,
         "issued_twice": twice,
         "rising": not falls,
         "falls": falls[:10],
     }
+
+
+def _confirmation(
+    start: int,
+    last: int,
+    allocated: int,
+    voids: Sequence[VoidRow],
+    confirmed: Sequence[tuple[int, int]] | None,
+) -> dict[str, Any]:
+    """How many values are confirmed, and how many await confirmation (neither confirmed nor
+    void): for a counter that takes confirmations."""
+    if confirmed is None:
+        return {}
+    issued = [(start, last)] if allocated else []
+    done = subtract(issued, [(v.first, v.last) for v in voids])
+    waiting = subtract(done, confirmed)
+    count = sum(b - a + 1 for a, b in subtract(issued, subtract(issued, confirmed)))
+    return {"confirmed": count, "awaiting_confirmation": sum(b - a + 1 for a, b in waiting)}
 
 
 EXPORT_COLUMNS = (

@@ -167,6 +167,10 @@ class FrameTransaction(Protocol):
         (the same values, the same reason: idempotent), or why not (values not handed out
         yet, or void already for another reason)."""
 
+    async def confirm(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
+        """Record each confirmation, in order: True when new, False when made before, or why
+        not (values not handed out yet, or void)."""
+
     async def checkpoint(self, lease: Lease, sequence: str, audits: Sequence[Audit]) -> None:
         """Advance the shard's checkpoint and write the frame's audit rows, each the next link
         of its chain; raise LeaseLost when `lease` is no longer current."""
@@ -254,6 +258,20 @@ class Store(Protocol):
         highest value whose row retention pruned."""
 
     async def voids(self, name: str, period: str) -> list[VoidRow]: ...
+
+    async def confirmed(self, name: str, period: str) -> list[tuple[int, int]]:
+        """The spans of the period confirmed (they may overlap)."""
+
+    async def confirming(self) -> list[Counter]:
+        """The counters that take confirmations."""
+
+    async def unconfirmed(
+        self, counter: Counter, ttl: float
+    ) -> tuple[list[tuple[str, int, int]], datetime]:
+        """Values handed out over `ttl` seconds ago, since the last sweep, neither confirmed
+        nor void, as (period, first, last); and the time the sweep may mark as done."""
+
+    async def swept(self, name: str, upto: datetime) -> None: ...
 
     async def verify(self, name: str | None) -> dict[str, Any]:
         """Recompute the hash chains holding the counter's rows (every chain, for None)."""

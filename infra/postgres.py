@@ -21,7 +21,7 @@ from infra import secret
 from infra.counters import Counter, Reset
 from infra.errors import CounterExists, KeyExists, LeaseLost, StoreError, StoreUnavailable
 from infra.keys import Key
-from infra.ledger import Link, VoidRow
+from infra.ledger import NOT_CONFIRMED, Link, VoidRow, subtract
 from infra.ports import Audit, Claim, DeadLetter, Lease, VoidAsk
 from infra.wire import ReplyError
 
@@ -58,7 +58,7 @@ OPTIONS = (
 # its counter rows are locked, and says so, so that a test can freeze the batcher (SIGSTOP) there.
 PAUSE_IN_FRAME_S = float(os.environ.get("NUMERATOR_PAUSE_IN_FRAME_S") or 0)
 PRUNE_BATCH, PRUNE_BATCHES = 20_000, 20
-COUNTER_COLUMNS = "name, start, template, reset, timezone, retention_days"
+COUNTER_COLUMNS = "name, start, template, reset, timezone, retention_days, confirm"
 KEY_COLUMNS = "id, name, digest, scopes, created_at, last_used_at, revoked_at"
 # The checkpoint, fenced by the lease's epoch: a CTE that yields a row only while the lease holds.
 FENCED = (
@@ -109,8 +109,8 @@ def chained(lease: Lease, sequence: str, audits: Sequence[Audit]) -> dict[str, A
 
 
 def _counter(row: tuple[Any, ...]) -> Counter:
-    name, start, template, reset, timezone, retention = row
-    return Counter(name, start, template, Reset(reset), timezone, retention)
+    name, start, template, reset, timezone, retention, confirm = row
+    return Counter(name, start, template, Reset(reset), timezone, retention, confirm)
 
 
 def _key(row: tuple[Any, ...]) -> Key:
@@ -254,42 +254,22 @@ class PostgresFrame:
     async def void(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
         results: list[tuple[ReplyError, str] | bool] = []
         for ask in asks:
-            # The period's row, locked: a void and an allocation of the same counter wait
-            # for each other, and two voids of the same values are made one after the other.
-            cur = await self.conn.execute(
-                "SELECT allocated FROM counter_values WHERE counter = %s AND period = %s"
-                " FOR UPDATE",
-                (ask.counter, ask.period),
-            )
-            found = await cur.fetchone()
-            issued = ask.start - 1 + (int(found[0]) if found else 0)
-            if ask.first < ask.start or ask.last > issued:
-                shown = f"the last is {issued}" if issued >= ask.start else "none yet"
-                results.append(
-                    (
-                        ReplyError.NOT_ISSUED,
-                        f"values {ask.first} to {ask.last} of period {ask.period!r} were not "
-                        f"all handed out ({shown}, from {ask.start})",
-                    )
-                )
+            refused = await self._issued(ask)
+            if refused is not None:
+                results.append(refused)
                 continue
-            cur = await self.conn.execute(
-                "SELECT first, last, reason FROM voids WHERE counter = %s AND period = %s"
-                " AND first <= %s AND last >= %s ORDER BY first",
-                (ask.counter, ask.period, ask.last, ask.first),
-            )
-            overlap = await cur.fetchall()
+            overlap = await self._overlap("voids", ask)
             if overlap == [(ask.first, ask.last, ask.reason)]:
                 results.append(False)
                 continue
             if overlap:
                 first, last, reason = overlap[0]
-                results.append(
-                    (
-                        ReplyError.ALREADY_VOID,
-                        f"values {first} to {last} are void already, for {reason!r}",
-                    )
-                )
+                why = f"values {first} to {last} are void already, for {reason!r}"
+                results.append((ReplyError.ALREADY_VOID, why))
+                continue
+            if ask.reason == NOT_CONFIRMED and await self._overlap("confirmations", ask):
+                why = "some of these values were confirmed since: the sweep tries again"
+                results.append((ReplyError.ALREADY_VOID, why))
                 continue
             await self.conn.execute(
                 "INSERT INTO voids (counter, period, first, last, reason, who, keep_until)"
@@ -297,6 +277,54 @@ class PostgresFrame:
                 (ask.counter, ask.period, ask.first, ask.last, ask.reason, ask.who, ask.keep_s),
             )
             results.append(True)
+        return results
+
+    async def _issued(self, ask: VoidAsk) -> tuple[ReplyError, str] | None:
+        """Whether the ask's values were handed out (its period's row locked meanwhile: a void
+        or confirmation and an allocation of the same counter wait for each other)."""
+        cur = await self.conn.execute(
+            "SELECT allocated FROM counter_values WHERE counter = %s AND period = %s FOR UPDATE",
+            (ask.counter, ask.period),
+        )
+        found = await cur.fetchone()
+        issued = ask.start - 1 + (int(found[0]) if found else 0)
+        if ask.first >= ask.start and ask.last <= issued:
+            return None
+        shown = f"the last is {issued}" if issued >= ask.start else "none yet"
+        return (
+            ReplyError.NOT_ISSUED,
+            f"values {ask.first} to {ask.last} of period {ask.period!r} were not all handed "
+            f"out ({shown}, from {ask.start})",
+        )
+
+    async def _overlap(self, table: str, ask: VoidAsk) -> list[tuple[Any, ...]]:
+        cur = await self.conn.execute(
+            f"SELECT first, last{', reason' if table == 'voids' else ''} FROM {table}"
+            " WHERE counter = %s AND period = %s AND first <= %s AND last >= %s ORDER BY first",
+            (ask.counter, ask.period, ask.last, ask.first),
+        )
+        return await cur.fetchall()
+
+    async def confirm(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
+        results: list[tuple[ReplyError, str] | bool] = []
+        for ask in asks:
+            refused = await self._issued(ask)
+            if refused is None:
+                void = await self._overlap("voids", ask)
+                if void:
+                    first, last, reason = void[0]
+                    why = f"values {first} to {last} are void, for {reason!r}"
+                    refused = (ReplyError.ALREADY_VOID, why)
+            if refused is not None:
+                results.append(refused)
+                continue
+            cur = await self.conn.execute(
+                "INSERT INTO confirmations (counter, period, first, last, who, keep_until)"
+                " VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s))"
+                " ON CONFLICT DO NOTHING RETURNING 1",
+                (ask.counter, ask.period, ask.first, ask.last, ask.who, ask.keep_s),
+            )
+            results.append(bool(await cur.fetchall()))
         return results
 
     async def checkpoint(self, lease: Lease, sequence: str, audits: Sequence[Audit]) -> None:
@@ -400,7 +428,7 @@ class PostgresStore:
         try:
             async with self._connection() as conn:
                 await conn.execute(
-                    f"INSERT INTO counters ({COUNTER_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)",
+                    f"INSERT INTO counters ({COUNTER_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)",
                     (
                         counter.name,
                         counter.start,
@@ -408,6 +436,7 @@ class PostgresStore:
                         counter.reset.value,
                         counter.timezone,
                         counter.retention_days,
+                        counter.confirm,
                     ),
                 )
         except pgerrors.UniqueViolation as exc:
@@ -657,6 +686,58 @@ class PostgresStore:
         ]
         pruned = await self._fetch("SELECT period, upto FROM pruned WHERE counter = %s", (name,))
         return links, {period: int(upto) for period, upto in pruned}
+
+    async def confirmed(self, name: str, period: str) -> list[tuple[int, int]]:
+        rows = await self._fetch(
+            "SELECT first, last FROM confirmations WHERE counter = %s AND period = %s",
+            (name, period),
+        )
+        return [(int(a), int(b)) for a, b in rows]
+
+    async def confirming(self) -> list[Counter]:
+        rows = await self._fetch(f"SELECT {COUNTER_COLUMNS} FROM counters WHERE confirm", ())
+        return [_counter(row) for row in rows]
+
+    async def unconfirmed(
+        self, counter: Counter, ttl: float
+    ) -> tuple[list[tuple[str, int, int]], datetime]:
+        """The values of `counter` handed out more than `ttl` seconds ago, since the last sweep,
+        that are neither confirmed nor void, as (period, first, last); and up to when."""
+        rows = await self._fetch(
+            "SELECT now() - make_interval(secs => %(ttl)s),"
+            " coalesce((SELECT upto FROM confirm_swept WHERE counter = %(name)s), 'epoch')",
+            {"ttl": ttl, "name": counter.name},
+        )
+        cutoff, since = rows[0]
+        frames = await self._fetch(
+            "SELECT ranges::text FROM allocation_frames WHERE counters @> ARRAY[%s]"
+            " AND committed_at > %s AND committed_at <= %s ORDER BY id",
+            (counter.name, since, cutoff),
+        )
+        issued: dict[str, list[tuple[int, int]]] = {}
+        for (text,) in frames:
+            for name, period, first, last in orjson.loads(text):
+                if name == counter.name:
+                    issued.setdefault(period, []).append((first, last))
+        out: list[tuple[str, int, int]] = []
+        for period, spans in issued.items():
+            low, high = min(f for f, _ in spans), max(last for _, last in spans)
+            taken = await self._fetch(
+                "SELECT first, last FROM confirmations WHERE counter = %(c)s AND period = %(p)s"
+                " AND first <= %(high)s AND last >= %(low)s UNION ALL"
+                " SELECT first, last FROM voids WHERE counter = %(c)s AND period = %(p)s"
+                " AND first <= %(high)s AND last >= %(low)s",
+                {"c": counter.name, "p": period, "low": low, "high": high},
+            )
+            out += [(period, a, b) for a, b in subtract(spans, taken)]
+        return out, cutoff
+
+    async def swept(self, name: str, upto: datetime) -> None:
+        await self._fetch(
+            "INSERT INTO confirm_swept (counter, upto) VALUES (%s, %s) ON CONFLICT (counter)"
+            " DO UPDATE SET upto = greatest(confirm_swept.upto, excluded.upto) RETURNING 1",
+            (name, upto),
+        )
 
     async def trail_size(self) -> int:
         """Bytes the audit trail takes on disk, its indexes included."""

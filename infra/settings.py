@@ -42,6 +42,9 @@ class Settings:
     audit_retention_s: float = (
         86_400.0  # AUDIT_RETENTION_S: how long allocations and dead letters are kept
     )
+    # CONFIRM_TTL_S: a value of a counter that needs confirmation, not confirmed this long
+    # after it was handed out, is voided (not-confirmed)
+    confirm_ttl_s: float = 3600.0
     stream_capacity: int = 50_000  # STREAM_CAPACITY: records waiting beyond this get 503
     max_body_bytes: int = 16_384  # MAX_BODY_BYTES: larger request bodies get 413
     retry_after_s: int = 1  # RETRY_AFTER_S: the Retry-After of a 503
@@ -100,6 +103,7 @@ class Settings:
             ("REPLY_TIMEOUT_S", self.reply_timeout_s),
             ("IDEMPOTENCY_RETENTION_S", self.idempotency_retention_s),
             ("AUDIT_RETENTION_S", self.audit_retention_s),
+            ("CONFIRM_TTL_S", self.confirm_ttl_s),
             ("STREAM_CAPACITY", self.stream_capacity),
             ("MAX_BODY_BYTES", self.max_body_bytes),
             ("RETRY_AFTER_S", self.retry_after_s),

@@ -46,6 +46,7 @@ class ReplyError(Enum):
     UNAVAILABLE = "unavailable"
     NOT_ISSUED = "not-issued"
     ALREADY_VOID = "already-void"
+    NOT_CONFIRMABLE = "not-confirmable"
 
 
 class BadReply(ValueError):
@@ -210,6 +211,18 @@ class Void:
 
 
 @dataclass(slots=True)
+class Confirm(Void):
+    """A client says it used values [first, last] of a counter that needs confirmation: they
+    are final, never voided not-confirmed. Answered like a void (idempotent)."""
+
+    def to_json(self) -> dict[str, Any]:
+        out = Void.to_json(self)
+        out["o"] = "confirm"
+        del out["r"]
+        return out
+
+
+@dataclass(slots=True)
 class Cancel:
     """The edge gave up on the request of record `key` (a reply timeout, its client gone): if
     that record is not applied yet, it allocates nothing; if it is, its values are void,
@@ -326,6 +339,8 @@ def decode_record(raw: bytes) -> Demand:
     kind = data.get("o") if isinstance(data, dict) and data.get("v", VERSION) == VERSION else None
     if kind == "void":
         return Void.from_json(data)
+    if kind == "confirm":
+        return Confirm.from_json({**data, "r": "confirm"})
     if kind == "cancel":
         return Cancel.from_json(data)
     return Record.from_json(data)

@@ -140,6 +140,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the audit trail of a period this long after it ends (default: "
         "AUDIT_RETENTION_S)",
     )
+    create.add_argument(
+        "--confirm",
+        action="store_const",
+        const="required",
+        help="each value must be confirmed (numerator confirm) within CONFIRM_TTL_S, else it "
+        "is voided, not-confirmed",
+    )
     talking(create)
     create.set_defaults(
         run=lambda a: client.create(
@@ -151,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
             reset=a.reset,
             timezone=a.timezone,
             retention_days=a.retention_days,
+            confirm=a.confirm,
         )
     )
     get = actions.add_parser("get", help="show a counter and its last value")

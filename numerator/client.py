@@ -69,6 +69,8 @@ def describe(counter: dict[str, Any]) -> list[str]:
         f"  start     {counter['start']}",
         f"  reset     {counter['reset']} ({counter['timezone']})",
     ]
+    if counter.get("confirm") == "required":
+        lines.append("  confirm   required")
     if counter.get("retention_days"):
         lines.append(f"  retention {counter['retention_days']} days after each period")
     if "value" in counter:

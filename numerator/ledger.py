@@ -26,6 +26,15 @@ def add_ledger(
     talking(void)
     void.set_defaults(run=run_void)
 
+    confirm = commands.add_parser(
+        "confirm", help="confirm values were used (a counter created with --confirm)"
+    )
+    confirm.add_argument("name")
+    confirm.add_argument("values", nargs="+", type=int, metavar="VALUE")
+    confirm.add_argument("--period", help="YYYY, YYYY-MM or YYYY-MM-DD (default: the current one)")
+    talking(confirm)
+    confirm.set_defaults(run=run_confirm)
+
     report = counters.add_parser("report", help="the completeness report of a period")
     report.add_argument("name")
     report.add_argument("--period", help="YYYY, YYYY-MM or YYYY-MM-DD (default: the current one)")
@@ -61,6 +70,15 @@ def run_void(args: argparse.Namespace) -> None:
     )
     where = f"{args.name} {made['period']}" if made["period"] else args.name
     client.show(made, args.json, [f"void in {where}: {spans}"])
+
+
+def run_confirm(args: argparse.Namespace) -> None:
+    body: dict[str, Any] = {"values": args.values, **period_params(args)}
+    service = client.Service(args.url, args.key)
+    made = client.call(service, "POST", f"/counters/{args.name}/confirm", json=body)
+    where = f"{args.name} {made['period']}" if made["period"] else args.name
+    spans = ", ".join(span(v) for v in made["confirmed"])
+    client.show(made, args.json, [f"confirmed in {where}: {spans}"])
 
 
 def span(values: dict[str, int]) -> str:
@@ -102,6 +120,9 @@ def report_lines(found: dict[str, Any]) -> list[str]:
     if pruned:
         lines.append(f"  pruned      {pruned[0]}-{pruned[1]} (past their retention)")
     gaps = ", ".join(f"{a}-{b}" for a, b in found["gaps"]) or "none"
+    if "confirmed" in found:
+        lines.append(f"  confirmed   {found['confirmed']}")
+        lines.append(f"  awaiting    {found['awaiting_confirmation']} (confirmation)")
     lines.append(f"  unexplained {found['unexplained_gaps']} ({gaps})")
     if found["issued_twice"]:
         lines.append(f"  TWICE       {found['issued_twice']}")

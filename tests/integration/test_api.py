@@ -30,6 +30,7 @@ async def test_create_returns_201_with_location_and_defaults(
         "reset": "never",
         "timezone": "UTC",
         "retention_days": None,
+        "confirm": "none",
     }
 
 

@@ -16,7 +16,7 @@ import pytest
 from infra.postgres import PostgresStore
 from infra.settings import Settings
 from numerator.stack import Stack
-from tests.checks import problem
+from tests.checks import problem, until
 
 
 async def take(client: httpx.AsyncClient, name: str, count: int = 1) -> None:
@@ -206,3 +206,46 @@ async def test_the_ledger_on_the_aws_path_with_front_frames(
     assert len(issued) < 40, "runs of one requester are one line, not one per request"
     assert all("127.0.0.1" in r["who"] for r in issued), issued
     assert sound.status_code == 200 and sound.json()["ok"], sound.text
+
+
+async def test_confirmation_and_its_expiry(settings: Settings, name: str) -> None:
+    """A counter that needs confirmation: confirmed values are final; one void is refused a
+    confirmation; one neither confirmed nor void within CONFIRM_TTL_S is voided not-confirmed."""
+    quick = replace(settings, confirm_ttl_s=1.0)
+    async with Stack(quick) as stack:
+        transport = httpx.ASGITransport(app=stack.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            made = await client.post("/counters", json={"name": name, "confirm": "required"})
+            assert made.json()["confirm"] == "required"
+            await take(client, name, 4)
+            done = await client.post(f"/counters/{name}/confirm", json={"values": [1, 2]})
+            assert done.status_code == 200 and done.json()["confirmed"] == [{"first": 1, "last": 2}]
+            again = await client.post(f"/counters/{name}/confirm", json={"values": [1, 2]})
+            assert again.json() == done.json(), "idempotent"
+            await client.post(f"/counters/{name}/void", json={"first": 3, "reason": "spoiled"})
+            refused = await client.post(f"/counters/{name}/confirm", json={"first": 3})
+            problem(refused, 409, "value-already-void")
+            problem(
+                await client.post(f"/counters/{name}/confirm", json={"first": 9}),
+                409,
+                "value-not-issued",
+            )
+            early = (await client.get(f"/counters/{name}/report")).json()
+            assert (early["confirmed"], early["awaiting_confirmation"]) == (2, 1)
+
+            async def expired() -> bool:
+                found = (await client.get(f"/counters/{name}/report")).json()
+                return found["voided"].get("not-confirmed") == 1
+
+            await until(expired, within=10)
+            late = (await client.get(f"/counters/{name}/report")).json()
+            plain = f"{name}-plain"
+            await client.post("/counters", json={"name": plain})
+            await take(client, plain)
+            other = await client.post(f"/counters/{plain}/confirm", json={"first": 1})
+    assert late["awaiting_confirmation"] == 0 and late["unexplained_gaps"] == 0
+    assert [(v["first"], v["reason"]) for v in late["voids"]] == [
+        (3, "spoiled"),
+        (4, "not-confirmed"),
+    ]
+    problem(other, 409, "confirm-not-required")

@@ -25,11 +25,11 @@ from functions.routes import JSON
 from infra import ledger
 from infra.counters import Counter, check_retention
 from infra.errors import InvalidCounter, ReplyTimeout, StreamFull, Unavailable
-from infra.wire import MAX_VOID, BadReply, Confirm, Reply, Void, reply_key
+from infra.wire import MAX_VALUE, MAX_VOID, BadReply, Confirm, Reply, Void, reply_key
 
 REASON = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
 PERIOD = re.compile(r"|[0-9]{4}(-[0-9]{2}(-[0-9]{2})?)?")
-MAX_VALUES = 1000
+MAX_VALUES = 500  # a body of 500 values of 19 digits stays under MAX_BODY_BYTES
 
 
 def edge_of(request: Request) -> Edge:
@@ -61,8 +61,10 @@ def void_ranges(body: dict[str, Any]) -> list[tuple[int, int]]:
             raise invalid("values", "give values, or first and last, not both")
         if not isinstance(values, list) or not 1 <= len(values) <= MAX_VALUES:
             raise invalid("values", f"must be a list of 1 to {MAX_VALUES} values")
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-            raise invalid("values", "each value must be a whole number")
+        if not all(
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_VALUE for v in values
+        ):
+            raise invalid("values", f"each value must be a whole number from 0 to {MAX_VALUE}")
         spans: list[tuple[int, int]] = []
         for value in sorted(set(values)):
             if spans and spans[-1][1] + 1 == value:
@@ -71,8 +73,8 @@ def void_ranges(body: dict[str, Any]) -> list[tuple[int, int]]:
                 spans.append((value, value))
         return spans
     for field, number in (("first", first), ("last", last)):
-        if not isinstance(number, int) or isinstance(number, bool) or number < 0:
-            raise invalid(field, "must be a whole number (or give values: [...])")
+        if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number <= MAX_VALUE:
+            raise invalid(field, f"must be a whole number from 0 to {MAX_VALUE} (or values: [...])")
     assert isinstance(first, int) and isinstance(last, int)
     if not 0 <= last - first < MAX_VOID:
         raise invalid("last", f"a void takes 1 to {MAX_VOID} values, first to last")

@@ -12,7 +12,7 @@ from infra.keys import MAX_PATTERN, MAX_SCOPES
 from infra.keys import NAME as KEY_NAME
 from infra.keys import PATTERN as SCOPE_PATTERN
 from infra.ledger import SYSTEM_REASONS
-from infra.wire import MAX_COUNT
+from infra.wire import MAX_COUNT, MAX_VALUE
 
 PROBLEM = {"$ref": "#/components/responses/Problem"}
 
@@ -121,7 +121,7 @@ VOID = {
                     "type": "array",
                     "minItems": 1,
                     "maxItems": MAX_VALUES,
-                    "items": {"type": "integer", "minimum": 0},
+                    "items": {"type": "integer", "minimum": 0, "maximum": MAX_VALUE},
                 },
                 "reason": REASON,
                 "period": PERIOD_PARAM["schema"],
@@ -132,8 +132,13 @@ VOID = {
             "required": ["first", "reason"],
             "additionalProperties": False,
             "properties": {
-                "first": {"type": "integer", "minimum": 0},
-                "last": {"type": "integer", "minimum": 0, "description": "default: first"},
+                "first": {"type": "integer", "minimum": 0, "maximum": MAX_VALUE},
+                "last": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": MAX_VALUE,
+                    "description": "default: first",
+                },
                 "reason": REASON,
                 "period": PERIOD_PARAM["schema"],
             },
@@ -157,8 +162,13 @@ CONFIRM = {
             "required": ["first"],
             "additionalProperties": False,
             "properties": {
-                "first": {"type": "integer", "minimum": 0},
-                "last": {"type": "integer", "minimum": 0, "description": "default: first"},
+                "first": {"type": "integer", "minimum": 0, "maximum": MAX_VALUE},
+                "last": {
+                    "type": "integer",
+                    "minimum": 0,
+                    "maximum": MAX_VALUE,
+                    "description": "default: first",
+                },
                 "period": PERIOD_PARAM["schema"],
             },
         },

@@ -137,6 +137,8 @@ def _times(data: dict[str, Any], key: str) -> tuple[float, float]:
 
 MAX_VOID = 100_000
 """The most values one void may take out of use."""
+MAX_VALUE = 2**63 - 1
+"""The largest value Postgres holds (bigint): a void or confirmation past it names no value."""
 
 
 @dataclass(slots=True)
@@ -194,6 +196,8 @@ class Void:
         if not all(isinstance(n, int) and not isinstance(n, bool) for n in (first, last)):
             raise BadRecord("a void's first and last must be integers", key)
         assert isinstance(first, int) and isinstance(last, int)
+        if not 0 <= first <= last <= MAX_VALUE:
+            raise BadRecord(f"a void's values must be 0 to {MAX_VALUE}, first to last", key)
         if not 0 <= last - first < MAX_VOID:
             raise BadRecord(f"a void takes 1 to {MAX_VOID} values, first to last", key)
         if not isinstance(reason, str) or not reason:

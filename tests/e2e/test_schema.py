@@ -23,6 +23,13 @@ def test_schemathesis_finds_nothing(tmp_path: Path) -> None:
         made = httpx.post(service.url + "/keys", json={"name": "fuzz", "scopes": ["admin"]})
         assert made.status_code == 201, made.text
         secret = made.json()["secret"]
+        admin = {"Authorization": f"Bearer {secret}"}
+        confirming = {"name": "fuzz-confirm", "confirm": "required"}
+        assert httpx.post(service.url + "/counters", json=confirming, headers=admin).is_success
+        taken = httpx.post(
+            service.url + "/counters/fuzz-confirm/next", params={"count": 50}, headers=admin
+        )
+        assert taken.status_code == 200, taken.text
         run = subprocess.run(
             [
                 *(sys.executable, "-m", "schemathesis.cli"),

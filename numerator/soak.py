@@ -180,7 +180,7 @@ async def soak(args: argparse.Namespace, folder: Path) -> Tally:
                 async with EdgeStack(settings) as edge:
                     transport = httpx.ASGITransport(app=edge.app())
                     async with httpx.AsyncClient(
-                        transport=transport, base_url="http://soak", timeout=60
+                        transport=transport, base_url="http://127.0.0.1", timeout=60
                     ) as client:
                         for i in range(COUNTERS):
                             made = await client.post("/counters", json={"name": f"soak-{i}"})

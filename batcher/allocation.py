@@ -38,8 +38,8 @@ class Outcome:
     """Records whose cancel came before they were applied: nothing allocated."""
     abandoned: int = 0
     """Values voided as abandoned: their record's cancel came after it was applied."""
-    taken: list[tuple[str, str, str, int, int]] = field(default_factory=list)
-    """Each taking record's (reply key, counter, period, first, last): what a later cancel
+    taken: list[tuple[str, tuple[str, str, int, int]]] = field(default_factory=list)
+    """Each taking record's reply key and (counter, period, first, last): what a later cancel
     voids."""
 
 
@@ -502,7 +502,7 @@ def _hand_out(
         out.replies.append(
             Reply(record.key, record.counter, first, last, counter.template, one.day)
         )
-        out.taken.append((record.key, counter.name, one.period, first, last))
+        out.taken.append((record.key, (counter.name, one.period, first, last)))
         if record.idempotency_key:
             claims.append(
                 Claim(counter.name, record.idempotency_key, record.count, first, last, one.day)

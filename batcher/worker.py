@@ -83,7 +83,9 @@ class Batcher:
         self._counters_read = time.monotonic()  # when `counters` was last emptied
         # What records took lately, by reply key, for their cancels; oldest first.
         self._recent: dict[str, tuple[str, str, int, int]] = {}
-        self._recent_since: deque[tuple[float, list[str]]] = deque()
+        self._recent_since: deque[tuple[float, list[tuple[str, tuple[str, str, int, int]]]]] = (
+            deque()
+        )
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._reading: set[str] = set()
@@ -527,17 +529,16 @@ class Batcher:
                     found[reply.key] = (reply.counter, period, reply.first, reply.last)
         return found
 
-    def _remember(self, taken: list[tuple[str, str, str, int, int]]) -> None:
+    def _remember(self, taken: list[tuple[str, tuple[str, str, int, int]]]) -> None:
         """Keep what each record took for as long as its edge may still give up on it (its
         reply timeout, and a margin for the cancel to travel): a cancel voids it."""
         now = time.monotonic()
         if taken:
-            for key, name, period, first, last in taken:
-                self._recent[key] = (name, period, first, last)
-            self._recent_since.append((now, [key for key, *_ in taken]))
+            self._recent.update(taken)
+            self._recent_since.append((now, taken))
         cutoff = now - self.settings.reply_timeout_s - CANCEL_MARGIN_S
         while self._recent_since and self._recent_since[0][0] < cutoff:
-            for key in self._recent_since.popleft()[1]:
+            for key, _ in self._recent_since.popleft()[1]:
                 self._recent.pop(key, None)
 
     async def _publish(self, frame: Frame) -> bool:

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -100,13 +101,19 @@ def foreign(scope: Scope) -> str | None:
             origin = value.decode("latin-1")
         elif header == b"sec-fetch-site":
             site = value.decode("latin-1")
-    if host is not None and not loopback(hostname(host)):
+    if host is not None and not local(host):
         return f"its Host, {host[:100]!r}, is not a loopback name or address"
     if origin is not None and origin.lower() not in own_origins(host):
         return f"its Origin, {origin[:100]!r}, is not this service's own"
     if site in ("cross-site", "same-site"):
         return f"the browser says another site sent it (Sec-Fetch-Site: {site})"
     return None
+
+
+@functools.lru_cache(maxsize=256)  # per request before the first key
+def local(host: str) -> bool:
+    """Whether a Host header names this machine: a loopback name or address."""
+    return loopback(hostname(host))
 
 
 def hostname(host: str) -> str:

@@ -142,11 +142,19 @@ class Watch:
         self.watchers: dict[asyncio.Task[Any], asyncio.Task[None]] = {}
         self.gone: set[asyncio.Task[Any]] = set()
         self.timer: asyncio.TimerHandle | None = None
+        # Asked once: under granian, finding the running loop (or the current task without
+        # naming the loop) per request cost a tenth of a /next worker's CPU.
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> asyncio.AbstractEventLoop:
+        self.loop = asyncio.get_running_loop()
+        return self.loop
 
     def add(self, task: asyncio.Task[Any], receive: Receive) -> None:
         self.young[task] = receive
         if self.timer is None:
-            self.timer = asyncio.get_running_loop().call_later(self.after, self.sweep)
+            assert self.loop is not None
+            self.timer = self.loop.call_later(self.after, self.sweep)
 
     def done(self, task: asyncio.Task[Any]) -> None:
         if self.young.pop(task, None) is None:
@@ -157,7 +165,8 @@ class Watch:
 
     def sweep(self) -> None:
         self.timer = None
-        loop = asyncio.get_running_loop()
+        loop = self.loop
+        assert loop is not None
         for task, receive in self.old.items():
             if task not in self.watchers:
                 self.watchers[task] = loop.create_task(self._watch(task, receive))
@@ -179,7 +188,7 @@ async def until_gone(
     """The answer of `work`, or None once the client has gone away (`watch`): work is
     cancelled then, and a record it put is cancelled on the stream (its values are never
     allocated, or are void, abandoned)."""
-    this = asyncio.current_task()
+    this = asyncio.current_task(watch.loop or watch.start())
     assert this is not None
     watch.add(this, receive)
     try:

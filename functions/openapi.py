@@ -110,70 +110,39 @@ REASON = {
     "example": "invoice cancelled: order 17 refunded",
 }
 
-VOID = {
-    "oneOf": [
-        {
-            "type": "object",
-            "required": ["values", "reason"],
-            "additionalProperties": False,
-            "properties": {
-                "values": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": MAX_VALUES,
-                    "items": {"type": "integer", "minimum": 0, "maximum": MAX_VALUE},
-                },
-                "reason": REASON,
-                "period": PERIOD_PARAM["schema"],
-            },
-        },
-        {
-            "type": "object",
-            "required": ["first", "reason"],
-            "additionalProperties": False,
-            "properties": {
-                "first": {"type": "integer", "minimum": 0, "maximum": MAX_VALUE},
-                "last": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "maximum": MAX_VALUE,
-                    "description": "default: first",
-                },
-                "reason": REASON,
-                "period": PERIOD_PARAM["schema"],
-            },
-        },
-    ]
-}
+VALUE = {"type": "integer", "minimum": 0, "maximum": MAX_VALUE}
 
-CONFIRM = {
-    "oneOf": [
-        {
-            "type": "object",
-            "required": ["values"],
-            "additionalProperties": False,
-            "properties": {
-                "values": VOID["oneOf"][0]["properties"]["values"],  # type: ignore[index]
-                "period": PERIOD_PARAM["schema"],
+
+def marking(**extra: Any) -> dict[str, Any]:
+    """The body of a void or a confirmation: `values`, or `first` (and `last`), in `period`;
+    and the `extra` fields, all required."""
+    values = {"type": "array", "minItems": 1, "maxItems": MAX_VALUES, "items": VALUE}
+    last = {**VALUE, "description": "default: first"}
+    return {
+        "oneOf": [
+            {
+                "type": "object",
+                "required": ["values", *extra],
+                "additionalProperties": False,
+                "properties": {"values": values, **extra, "period": PERIOD_PARAM["schema"]},
             },
-        },
-        {
-            "type": "object",
-            "required": ["first"],
-            "additionalProperties": False,
-            "properties": {
-                "first": {"type": "integer", "minimum": 0, "maximum": MAX_VALUE},
-                "last": {
-                    "type": "integer",
-                    "minimum": 0,
-                    "maximum": MAX_VALUE,
-                    "description": "default: first",
+            {
+                "type": "object",
+                "required": ["first", *extra],
+                "additionalProperties": False,
+                "properties": {
+                    "first": VALUE,
+                    "last": last,
+                    **extra,
+                    "period": PERIOD_PARAM["schema"],
                 },
-                "period": PERIOD_PARAM["schema"],
             },
-        },
-    ]
-}
+        ]
+    }
+
+
+VOID = marking(reason=REASON)
+CONFIRM = marking()
 
 JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
 VOID_BODY = {"schema": VOID}

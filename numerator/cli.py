@@ -31,6 +31,9 @@ def main(argv: list[str] | None = None) -> None:
         args.run(args)
     except client.ClientError as exc:
         client.fail(str(exc))
+    except BrokenPipeError:  # `numerator … | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -130,6 +130,13 @@ def own_origins(host: str | None) -> tuple[str, ...]:
     return (f"http://{host}", f"https://{host}")
 
 
+def pages_refused(scope: Scope) -> Problem | None:
+    """The 403 for a request from this machine that looks like a web page's (`foreign`), where
+    loopback clients are trusted without a key; None for the user's own."""
+    reason = foreign(scope)
+    return None if reason is None else cross_site(reason)
+
+
 def cross_site(reason: str) -> Problem:
     return Problem(
         403,
@@ -189,9 +196,9 @@ class Guard:
         if header is None:
             if not self.any:
                 if loopback(sender):
-                    reason = foreign(scope)
-                    if reason is not None:
-                        raise self.refuse(cross_site(reason))
+                    refused = pages_refused(scope)
+                    if refused is not None:
+                        raise self.refuse(refused)
                     return sender
                 raise self.refuse(unauthorized(FIRST_KEY, invalid=False))
             raise self.refuse(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -19,7 +19,7 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from functions import validation
-from functions.auth import address, cross_site, foreign, next_counter
+from functions.auth import address, next_counter, pages_refused
 from functions.edge import Edge
 from functions.problems import REPLY_PROBLEMS, Problem, bad_reply, invalid, unavailable
 from infra.counters import template
@@ -71,21 +71,29 @@ async def _take(
     sent = time.time()
     try:
         if edge.front is not None and key is None:
-            reply = await edge.front.take(name, count, timeout, who)
+            work = edge.front.take(name, count, timeout, who)
         else:
             record = Record(reply_key(), name, count, key, sent + edge.budget(timeout), sent, who)
-            reply = await put_and_wait(edge, record, timeout)
+            work = put_and_wait(edge, record, timeout)
+        reply = await replied(work, settings.retry_after_s)
+    finally:
+        edge.metrics.reply_wait.observe(time.time() - sent)
+    return answer(reply, count, settings.retry_after_s)
+
+
+async def replied(work: Awaitable[Reply], retry_after: int) -> Reply:
+    """The reply `work` awaits, or the problem its failure stands for: 503 (the stream would not
+    take the record), 504 (no reply in time), 502 (an unreadable reply)."""
+    try:
+        return await work
     except StreamFull as exc:
-        raise unavailable(f"the batcher is saturated: {exc}", settings.retry_after_s) from None
+        raise unavailable(f"the batcher is saturated: {exc}", retry_after) from None
     except Unavailable as exc:
-        raise unavailable(str(exc), settings.retry_after_s) from None
+        raise unavailable(str(exc), retry_after) from None
     except ReplyTimeout as exc:
         raise Problem(504, "reply-timeout", str(exc)) from None
     except BadReply as exc:
         raise bad_reply(str(exc)) from None
-    finally:
-        edge.metrics.reply_wait.observe(time.time() - sent)
-    return answer(reply, count, settings.retry_after_s)
 
 
 async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Reply:
@@ -305,9 +313,10 @@ class FastPath:
         if edge.guard is not None:
             return await edge.guard.admit(scope, counter)
         sender = address(scope)
-        if edge.settings.trusts_loopback and loopback(sender):
-            reason = foreign(scope)
-            if reason is not None:
-                edge.metrics.refused.inc("403")
-                raise cross_site(reason)
+        refused = (
+            pages_refused(scope) if edge.settings.trusts_loopback and loopback(sender) else None
+        )
+        if refused is not None:
+            edge.metrics.refused.inc("403")
+            raise refused
         return sender

@@ -19,22 +19,17 @@ from starlette.responses import Response
 
 from functions import validation
 from functions.edge import Edge
-from functions.fastpath import answer_problem, put_and_wait
-from functions.problems import Problem, invalid, unavailable
-from functions.routes import JSON
+from functions.fastpath import answer_problem, put_and_wait, replied
+from functions.problems import Problem, invalid
+from functions.routes import JSON, edge_of
 from infra import ledger
 from infra.counters import Counter, check_retention
-from infra.errors import InvalidCounter, ReplyTimeout, StreamFull, Unavailable
-from infra.wire import MAX_VALUE, MAX_VOID, BadReply, Confirm, Reply, Void, reply_key
+from infra.errors import InvalidCounter
+from infra.wire import MAX_VALUE, MAX_VOID, Confirm, Void, reply_key
 
 REASON = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
 PERIOD = re.compile(r"|[0-9]{4}(-[0-9]{2}(-[0-9]{2})?)?")
 MAX_VALUES = 500  # a body of 500 values of 19 digits stays under MAX_BODY_BYTES
-
-
-def edge_of(request: Request) -> Edge:
-    edge: Edge = request.app.state.edge
-    return edge
 
 
 async def counter_of(edge: Edge, raw: str) -> Counter:
@@ -121,7 +116,7 @@ async def mark(request: Request, kind: type[Void]) -> Response:
     for first, last in spans:
         deadline = sent + edge.budget(timeout)
         record = kind(reply_key(), counter.name, first, last, reason, period, who, deadline, sent)
-        reply = await _wait(edge, record, timeout)
+        reply = await replied(put_and_wait(edge, record, timeout), edge.settings.retry_after_s)
         if reply.error is not None:
             refused = answer_problem(reply, edge.settings.retry_after_s)
             break
@@ -134,21 +129,6 @@ async def mark(request: Request, kind: type[Void]) -> Response:
     if kind is Void:
         body["reason"] = reason
     return JSON(body)
-
-
-async def _wait(edge: Edge, record: Void, timeout: float) -> Reply:
-    try:
-        return await put_and_wait(edge, record, timeout)
-    except StreamFull as exc:
-        raise unavailable(f"the batcher is saturated: {exc}", edge.settings.retry_after_s) from None
-    except Unavailable as exc:
-        raise unavailable(str(exc), edge.settings.retry_after_s) from None
-    except ReplyTimeout as exc:
-        raise Problem(
-            504, "reply-timeout", f"{exc}; the same void again answers the same"
-        ) from None
-    except BadReply as exc:
-        raise Problem(502, "bad-reply", str(exc)) from None
 
 
 async def report(request: Request) -> Response:

@@ -492,13 +492,14 @@ class Batcher:
         if missing:
             self.counters.update(await self.store.get_many(missing))
         recent: Mapping[str, tuple[str, str, int, int]] = self._recent
-        unknown = [
-            e.record.key
-            for e in frame.entries
-            if isinstance(e.record, Cancel) and e.record.key not in self._recent
-        ]
-        if unknown and durable:
-            recent = {**self._recent, **await self._taken_before(lease, set(unknown))}
+        if durable:  # a cancel of a record the shard's previous owner applied
+            unknown = {
+                e.record.key
+                for e in frame.entries
+                if isinstance(e.record, Cancel) and e.record.key not in self._recent
+            }
+            if unknown:
+                recent = {**self._recent, **await self._taken_before(lease, unknown)}
         return await apply(
             frame.entries,
             self.counters,

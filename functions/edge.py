@@ -66,30 +66,14 @@ class Edge:
         if self.health is None:
             self.health = Health({"store": responds(self.store.ping)})
 
-    async def give_up(self, record: Record | Cancel) -> None:
+    async def give_up(self, record: Record) -> None:
         """Say on the stream that no client will read this record's reply (its reply timed out,
         its client went away): if the batcher has not applied it yet, it allocates nothing;
-        if it has, its values become void, `abandoned`. Bounded by CANCEL_PUT_S, so that a
-        Lambda invocation ends in time; a cancel that cannot be put is logged."""
-        cancel = (
-            record
-            if isinstance(record, Cancel)
-            else Cancel(
-                record.key,
-                record.counter,
-                record.idempotency_key,
-                record.who if isinstance(record.who, str) else "",
-            )
-        )
-        try:
-            async with asyncio.timeout(CANCEL_PUT_S):
-                await self.stream.put((cancel,))
-        except (NumeratorError, TimeoutError) as exc:
-            log.warning("could not cancel record %s of %s: %s", cancel.key, cancel.counter, exc)
-            return
-        self.metrics.records_put.inc()
+        if it has, its values become void, `abandoned`."""
+        who = record.who if isinstance(record.who, str) else ""
+        await self._tell(Cancel(record.key, record.counter, record.idempotency_key, who))
 
-    def give_up_later(self, record: Record | Cancel) -> None:
+    def give_up_later(self, record: Record) -> None:
         """give_up from a task of its own: for a request whose own task is being cancelled."""
         task = asyncio.get_running_loop().create_task(self.give_up(record))
         self.pending.add(task)
@@ -98,12 +82,22 @@ class Edge:
     async def abandon(self, counter: str, first: int, last: int, day: date, who: str) -> None:
         """Void values an edge got but could not deliver (a front frame's requests whose client
         went away), reason `abandoned`."""
-        void = Void(reply_key(), counter, first, last, "abandoned", None, who, day=day)
+        await self._tell(Void(reply_key(), counter, first, last, "abandoned", None, who, day=day))
+
+    async def _tell(self, demand: Cancel | Void) -> None:
+        """Put a record no one awaits the answer of, within CANCEL_PUT_S (so that a Lambda
+        invocation ends in time); one that cannot be put is logged."""
         try:
             async with asyncio.timeout(CANCEL_PUT_S):
-                await self.stream.put((void,))
+                await self.stream.put((demand,))
         except (NumeratorError, TimeoutError) as exc:
-            log.warning("could not void %d-%d of %s, abandoned: %s", first, last, counter, exc)
+            log.warning(
+                "could not put %s for %s of %s: %s",
+                type(demand).__name__.lower(),
+                demand.key,
+                demand.counter,
+                exc,
+            )
             return
         self.metrics.records_put.inc()
 

@@ -22,7 +22,7 @@ from infra.ports import (
     Store,
     VoidAsk,
 )
-from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void, encode
+from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void, edge_of, encode
 
 
 @dataclass
@@ -252,9 +252,10 @@ def audits(
     """The frame's audit rows by retention class, their ranges still to fill (pure): for each
     (counter, period), who took its values, run by run in the order its range is split; and
     each void made, under its counter's class (`keep`: AUDIT_RETENTION_S, for counters without
-    a retention of their own). A run is [count, who], or [count, who, Idempotency-Key]: records
-    in a row from the same requester without a key make one run, so that a hot counter's frame
-    says 'key:ab12 took 300' once, not 300 times."""
+    a retention of their own). A run is [count, who, Idempotency-Key or None, edge] (the edge:
+    the prefix of the record's reply key, which the edge that asked is known by): records in a
+    row from the same requester through the same edge without a key make one run, so that a hot
+    counter's frame says 'key:ab12 took 300' once, not 300 times."""
     rows: dict[str, Audit] = {}
     runs: dict[tuple[str, str], list[list[Any]]] = {}
 
@@ -270,20 +271,12 @@ def audits(
         if group is None:
             group = runs[pair] = []
             row(one.counter).detail["r"].append([*pair, group])
-        who = record.who
+        who, idem, edge = record.who, record.idempotency_key, edge_of(record.key)
         if isinstance(who, str):
-            if record.idempotency_key is not None:
-                group.append([record.count, who, record.idempotency_key])
-            elif group and group[-1][1] == who and len(group[-1]) == 2:
-                group[-1][0] += record.count
-            else:
-                group.append([record.count, who])
+            _run(group, record.count, who, idem, edge)
             continue
         for count, part in who:  # a front frame's record: its requesters, run by run
-            if group and group[-1][1] == part and len(group[-1]) == 2:
-                group[-1][0] += count
-            else:
-                group.append([count, part])
+            _run(group, count, part, idem, edge)
     for ask in made:
         void = [ask.counter, ask.period, ask.first, ask.last, ask.reason, ask.who]
         row(counters[ask.counter]).detail["v"].append(void)
@@ -291,6 +284,15 @@ def audits(
         done = [ask.counter, ask.period, ask.first, ask.last, ask.who]
         row(counters[ask.counter]).detail.setdefault("c", []).append(done)
     return rows
+
+
+def _run(group: list[list[Any]], count: int, who: str, idem: str | None, edge: str) -> None:
+    """Add `count` values taken by `who` through `edge` to the runs of `group`."""
+    last = group[-1] if group else None
+    if idem is None and last and last[1] == who and last[2] is None and last[3] == edge:
+        last[0] += count
+    else:
+        group.append([count, who, idem, edge])
 
 
 async def apply(

@@ -12,15 +12,16 @@ from datetime import date, datetime
 from typing import TYPE_CHECKING, Any
 
 from functions.auth import Guard
+from functions.flight import Flight
 from functions.front import Front
 from functions.limits import KeyRate
 from infra.clock import utc_now
 from infra.errors import NumeratorError
-from infra.health import Health, responds
+from infra.health import ALIVE_EVERY_S, Health, responds
 from infra.metrics import Metrics
 from infra.ports import Replies, Store, Stream
 from infra.settings import Settings
-from infra.wire import Cancel, Record, Void, reply_key
+from infra.wire import EDGE, Cancel, Record, Void, reply_key
 
 if TYPE_CHECKING:  # the Lambda edge is deployed without the server's modules
     from infra.workers import Workers
@@ -55,6 +56,8 @@ class Edge:
     guard: Guard | None = field(default=None, init=False)
     """API keys (AUTH=keys): who may do what."""
     key_rate: KeyRate = field(init=False)
+    flight: Flight = field(default_factory=Flight, init=False)
+    """The requests for values this edge holds (for `living`)."""
     pending: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     """Cancels on their way, from requests whose own task was cancelled."""
 
@@ -100,6 +103,33 @@ class Edge:
             )
             return
         self.metrics.records_put.inc()
+
+    @asynccontextmanager
+    async def living(self) -> AsyncIterator[None]:
+        """While the block runs, say every ALIVE_EVERY_S that this edge is alive and since when
+        all its requests were answered (Flight.mark), and when it ends that it stopped cleanly:
+        the ledger lists the values issued to an edge that died (no clean stop) after that
+        moment as `unsure`, their replies may not have reached their clients."""
+
+        async def beat() -> None:
+            while True:
+                try:
+                    await self.store.edge_seen(EDGE, self.flight.mark())
+                except NumeratorError as exc:
+                    log.warning("could not say edge %s is alive: %s", EDGE, exc)
+                await asyncio.sleep(ALIVE_EVERY_S)
+
+        task = asyncio.create_task(beat(), name="edge-alive")
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            try:
+                await self.store.edge_seen(EDGE, self.flight.mark(), ended=True)
+            except NumeratorError as exc:
+                log.warning("could not say edge %s stopped: %s", EDGE, exc)
 
     @asynccontextmanager
     async def following_keys(self) -> AsyncIterator[None]:

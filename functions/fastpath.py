@@ -40,11 +40,14 @@ async def take(
     `who` sent it (a key id or an address): the Idempotency-Keys it may send are limited."""
     metrics = edge.metrics
     metrics.next_requests.inc()
+    epoch = edge.flight.begin()
     try:
         body = await _take(edge, name, count, key, timeout, who)
     except Problem as problem:
         metrics.responses.inc(str(problem.status))
         raise
+    finally:
+        edge.flight.end(epoch)
     metrics.responses.inc("200")
     return body
 

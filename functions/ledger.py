@@ -25,6 +25,7 @@ from functions.routes import JSON, edge_of
 from infra import ledger
 from infra.counters import Counter, check_retention
 from infra.errors import InvalidCounter
+from infra.health import EDGE_DEAD_S
 from infra.wire import MAX_VALUE, MAX_VOID, Confirm, Void, reply_key
 
 REASON = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
@@ -140,8 +141,18 @@ async def report(request: Request) -> Response:
     voids = await edge.store.voids(counter.name, period)
     allocated = await edge.store.allocated(counter.name, period)
     confirmed = await edge.store.confirmed(counter.name, period) if counter.confirm else None
-    body = ledger.report(counter, period, allocated, links, voids, pruned.get(period), confirmed)
+    dead = await dead_edges(edge, links, counter.name, period)
+    body = ledger.report(
+        counter, period, allocated, links, voids, pruned.get(period), confirmed, dead
+    )
     return JSON(body)
+
+
+async def dead_edges(
+    edge: Edge, links: list[ledger.Link], counter: str, period: str
+) -> dict[str, ledger.EdgeEnd]:
+    """The edges that asked for the period's values and died (for the `unsure` values)."""
+    return await edge.store.dead_edges(ledger.edges(links, counter, period), EDGE_DEAD_S)
 
 
 async def audit(request: Request) -> Response:
@@ -153,7 +164,9 @@ async def audit(request: Request) -> Response:
     if form not in ("json", "csv"):
         raise invalid("format", "must be json or csv")
     links, _ = await edge.store.trail(counter.name)
-    rows = ledger.export(counter.name, period, links, await edge.store.voids(counter.name, period))
+    voids = await edge.store.voids(counter.name, period)
+    dead = await dead_edges(edge, links, counter.name, period)
+    rows = ledger.export(counter.name, period, links, voids, dead)
     if form == "json":
         return JSON({"counter": counter.name, "period": period, "rows": rows})
     out = io.StringIO()

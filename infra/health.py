@@ -27,6 +27,7 @@ TIMEOUT_S = 1.5  # a check that has not answered by then is down
 FRESH_S = 1.0  # a report is reused for this long
 BATCHER_ALIVE_S = 5.0  # a batcher says it is alive every ALIVE_EVERY_S; silent this long: gone
 ALIVE_EVERY_S = 1.0
+EDGE_DEAD_S = 5.0  # an edge says it is alive every ALIVE_EVERY_S; silent this long: died
 OK = "ok"
 
 

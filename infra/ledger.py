@@ -4,13 +4,19 @@ Every value of a period from `start` to the last handed out is accounted for by 
 audit row's range (issued), and may also be void (with a reason). A value in no range is a gap:
 explained when retention pruned the rows that held it (`pruned`), unexplained otherwise. The
 report also checks that the ranges rise with the order they were committed in.
+
+A value's reply may not have reached its client when the edge that asked for it died (it never
+said it stopped) before it answered: the report lists the runs issued to such an edge after it
+last said all its requests were answered as `unsure`, with the requests that took them. Every
+other issued value that is not void was delivered, as far as numerator can know (a client that
+hangs up as its answer is written cannot be told apart from one that read it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from itertools import pairwise
 from typing import Any
 
@@ -34,6 +40,24 @@ class Link:
     detail: dict[str, list[list[Any]]] | None
     hash: str
     prev: str
+
+
+SKEW_S = 1.0
+"""How far an edge's clock may be behind Postgres's, for `EdgeEnd.holds`."""
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeEnd:
+    """An edge that died: when it was last seen, and when its requests were last all settled
+    (every request it began before then was answered or cancelled)."""
+
+    seen_at: datetime
+    settled_at: datetime
+
+    def holds(self, at: datetime) -> bool:
+        """Whether a value issued at `at` may still have been on its way to a client of the
+        edge when it died: a value issued before the edge's last settled moment was answered."""
+        return at >= self.settled_at - timedelta(seconds=SKEW_S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +89,7 @@ class Taken:
     who: str | None
     idempotency_key: str | None
     link: Link
+    edge: str | None = None
 
 
 def taken(link: Link, counter: str, period: str) -> Iterator[Taken]:
@@ -79,9 +104,38 @@ def taken(link: Link, counter: str, period: str) -> Iterator[Taken]:
             yield Taken(first, last, None, None, link)
             continue
         cursor = first
-        for count, who, *key in runs:
-            yield Taken(cursor, cursor + count - 1, who, key[0] if key else None, link)
+        for count, who, *rest in runs:  # [count, who], [count, who, key], [count, who, key, edge]
+            key, edge = [*rest, None, None][:2]
+            yield Taken(cursor, cursor + count - 1, who, key, link, edge)
             cursor += count
+
+
+def edges(links: Sequence[Link], counter: str, period: str) -> set[str]:
+    """The edges that asked for values of `counter` in `period`."""
+    return {t.edge for link in links for t in taken(link, counter, period) if t.edge}
+
+
+def unsure(
+    links: Sequence[Link],
+    counter: str,
+    period: str,
+    dead: Mapping[str, EdgeEnd],
+    voids: Sequence[VoidRow],
+) -> list[tuple[Taken, list[tuple[int, int]]]]:
+    """The runs whose values may not have reached their clients (their edge died while it might
+    still have been answering them), with those of their values that are not void."""
+    if not dead:
+        return []
+    void = [(v.first, v.last) for v in voids]
+    out = []
+    for link in links:
+        for one in taken(link, counter, period):
+            end = dead.get(one.edge or "")
+            if end is not None and end.holds(link.at):
+                left = subtract([(one.first, one.last)], void)
+                if left:
+                    out.append((one, left))
+    return out
 
 
 def ranges(links: Sequence[Link], counter: str, period: str) -> list[tuple[int, int, int]]:
@@ -139,9 +193,10 @@ def report(
     voids: Sequence[VoidRow],
     pruned_upto: int | None,
     confirmed: Sequence[tuple[int, int]] | None = None,
+    dead: Mapping[str, EdgeEnd] | None = None,
 ) -> dict[str, Any]:
     """The completeness report of one counter's period; `confirmed`, the spans confirmed, for
-    a counter that takes confirmations."""
+    a counter that takes confirmations; `dead`, the edges among its requesters that died."""
     start = counter.start
     last = start + allocated - 1
     covered = ranges(links, counter.name, period)
@@ -160,6 +215,11 @@ def report(
     for void in voids:
         by_reason[void.reason] = by_reason.get(void.reason, 0) + void.last - void.first + 1
     not_delivered = sum(n for reason, n in by_reason.items() if reason in NOT_DELIVERED)
+    doubt = unsure(links, counter.name, period, dead or {}, voids)
+    unsure_count = sum(b - a + 1 for _, spans in doubt for a, b in spans)
+    # delivery is unknown for those values even when a user voided them after
+    lost = [v for v in voids if v.reason in NOT_DELIVERED]
+    unknown = unsure(links, counter.name, period, dead or {}, lost) if dead else []
     return {
         "counter": counter.name,
         "period": period,
@@ -167,9 +227,23 @@ def report(
         "first": start if allocated else None,
         "last": last if allocated else None,
         "issued": allocated,
-        "delivered": allocated - not_delivered,
+        "delivered": allocated - not_delivered - sum(b - a + 1 for _, x in unknown for a, b in x),
         "voided": dict(sorted(by_reason.items())),
         "voids": [void.to_json() for void in voids],
+        "unsure": unsure_count,
+        "unsure_runs": [
+            {
+                "first": a,
+                "last": b,
+                "at": one.link.at.isoformat(),
+                "who": one.who or "",
+                "idempotency_key": one.idempotency_key or "",
+                "edge": one.edge,
+                "edge_last_seen": (dead or {})[one.edge or ""].seen_at.isoformat(),
+            }
+            for one, spans in doubt
+            for a, b in spans
+        ],
         "trail": {
             "rows": len({row for _, _, row in covered}),
             "pruned": pruned,
@@ -210,18 +284,26 @@ EXPORT_COLUMNS = (
     "at",
     "who",
     "idempotency_key",
+    "edge",
+    "delivery",
     "row",
     "row_hash",
 )
 
 
 def export(
-    counter: str, period: str, links: Sequence[Link], voids: Sequence[VoidRow]
+    counter: str,
+    period: str,
+    links: Sequence[Link],
+    voids: Sequence[VoidRow],
+    dead: Mapping[str, EdgeEnd] | None = None,
 ) -> list[dict[str, Any]]:
-    """What an auditor keeps of a period: every issued range with who took it and the audit
-    row (and its hash) that says so, and every void with its reason, in value order."""
+    """What an auditor keeps of a period: every issued range with who took it, through which
+    edge, whether its delivery is unsure (its edge died), and the audit row (and its hash) that
+    says so; and every void with its reason, in value order."""
     out: list[dict[str, Any]] = []
     for one in (t for link in links for t in taken(link, counter, period)):
+        end = (dead or {}).get(one.edge or "")
         out.append(
             {
                 "first": one.first,
@@ -231,6 +313,8 @@ def export(
                 "at": one.link.at.isoformat(),
                 "who": one.who or "",
                 "idempotency_key": one.idempotency_key or "",
+                "edge": one.edge or "",
+                "delivery": "unsure" if end is not None and end.holds(one.link.at) else "",
                 "row": one.link.id,
                 "row_hash": one.link.hash,
             }
@@ -245,6 +329,8 @@ def export(
                 "at": void.at.isoformat(),
                 "who": void.who,
                 "idempotency_key": "",
+                "edge": "",
+                "delivery": "",
                 "row": "",
                 "row_hash": "",
             }

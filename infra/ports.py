@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from infra.counters import Counter
 from infra.keys import Key
-from infra.ledger import Link, VoidRow
+from infra.ledger import EdgeEnd, Link, VoidRow
 from infra.wire import BadRecord, Demand, Reply, ReplyError, decode_record
 
 
@@ -212,6 +212,14 @@ class Store(Protocol):
 
     async def leave(self, stream: str, owner: str) -> None:
         """Batcher `owner` stops: the others share its shards from their next look."""
+
+    async def edge_seen(self, edge: str, settled: float, ended: bool = False) -> None:
+        """Say that edge `edge` (its reply-key prefix) is alive, and that every request it began
+        before `settled` (Unix seconds) is answered; `ended`: it stopped cleanly, every request
+        it held answered."""
+
+    async def dead_edges(self, edges: Collection[str], silent: float) -> dict[str, EdgeEnd]:
+        """Of `edges`, those that died: not ended cleanly, silent for `silent` seconds."""
 
     async def release(self, lease: Lease, forget: bool) -> None: ...
 

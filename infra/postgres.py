@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from importlib import resources
@@ -21,7 +21,7 @@ from infra import secret
 from infra.counters import Counter, Reset
 from infra.errors import CounterExists, KeyExists, LeaseLost, StoreError, StoreUnavailable
 from infra.keys import Key
-from infra.ledger import NOT_CONFIRMED, Link, VoidRow, subtract
+from infra.ledger import NOT_CONFIRMED, EdgeEnd, Link, VoidRow, subtract
 from infra.ports import Audit, Claim, DeadLetter, Lease, VoidAsk
 from infra.wire import ReplyError
 
@@ -510,6 +510,24 @@ class PostgresStore:
             (stream, within),
         )
         return int(rows[0][0])
+
+    async def edge_seen(self, edge: str, settled: float, ended: bool = False) -> None:
+        await self._fetch(
+            "INSERT INTO edges (id, settled_at) VALUES (%s, to_timestamp(%s))"
+            " ON CONFLICT (id) DO UPDATE SET seen_at = now(), settled_at = excluded.settled_at,"
+            " ended_at = CASE WHEN %s THEN now() END RETURNING 1",
+            (edge, settled, ended),
+        )
+
+    async def dead_edges(self, edges: Collection[str], silent: float) -> dict[str, EdgeEnd]:
+        if not edges:
+            return {}
+        rows = await self._fetch(
+            "SELECT id, seen_at, settled_at FROM edges WHERE id = ANY(%s) AND ended_at IS NULL"
+            " AND seen_at < now() - make_interval(secs => %s)",
+            (list(edges), silent),
+        )
+        return {id: EdgeEnd(seen, settled) for id, seen, settled in rows}
 
     async def leave(self, stream: str, owner: str) -> None:
         await self._fetch(

@@ -34,6 +34,16 @@ def reply_key() -> str:
     return f"{_PREFIX}-{next(_SEQUENCE)}"
 
 
+EDGE = _PREFIX
+"""This process's edge, as the audit trail names it: the prefix of the reply keys it makes."""
+
+
+def edge_of(key: str) -> str:
+    """The edge that made reply key `key` ('' for a key of another shape)."""
+    edge, dash, _ = key.rpartition("-")
+    return edge if dash else ""
+
+
 class ReplyError(Enum):
     """Why a record got no values: a closed set, so that a reply written by one version of the
     batcher is read the same by every edge. The edge maps each to an HTTP problem in one table

@@ -110,12 +110,12 @@ def report_lines(found: dict[str, Any]) -> list[str]:
     for reason, count in found["voided"].items():
         lines.append(f"  void        {count}  {reason}")
     for void in found["voids"]:
-        span = (
-            str(void["first"])
-            if void["first"] == void["last"]
-            else f"{void['first']}-{void['last']}"
-        )
-        lines.append(f"    {span:<12} {void['reason']}  {void['at']}  {void['who']}")
+        lines.append(f"    {span(void):<12} {void['reason']}  {void['at']}  {void['who']}")
+    if found["unsure"]:
+        lines.append(f"  unsure      {found['unsure']}  (may not have reached their clients)")
+    for run in found["unsure_runs"]:
+        key = f"  Idempotency-Key {run['idempotency_key']}" if run["idempotency_key"] else ""
+        lines.append(f"    {span(run):<12} edge {run['edge']}  {run['at']}  {run['who']}{key}")
     pruned = found["trail"]["pruned"]
     if pruned:
         lines.append(f"  pruned      {pruned[0]}-{pruned[1]} (past their retention)")
@@ -140,6 +140,8 @@ def report_csv(found: dict[str, Any]) -> str:
         writer.writerow(
             ["void", void["first"], void["last"], void["reason"], void["at"], void["who"]]
         )
+    for run in found["unsure_runs"]:
+        writer.writerow(["unsure", run["first"], run["last"], "edge died", run["at"], run["who"]])
     if found["trail"]["pruned"]:
         writer.writerow(["pruned", *found["trail"]["pruned"], "retention", "", ""])
     for first, last in found["gaps"]:

@@ -204,6 +204,8 @@ def app_from_env() -> FastPath:
         stack = EdgeStack(settings) if settings.mode == "aws" else Stack(settings)
         async with stack as running, AsyncExitStack() as shared:
             app.state.edge = edge = running.edge
+            if settings.database_url:  # stops last: after the requests it held
+                await shared.enter_async_context(edge.living())
             await shared.enter_async_context(edge.following_keys())
             directory = workers_dir()
             if directory is not None:

@@ -6,13 +6,20 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import time
+import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
+import functions.edge as edge_module
+from infra import wire
+from infra.health import EDGE_DEAD_S
+from infra.ledger import SKEW_S
 from infra.postgres import PostgresStore
 from infra.settings import Settings
 from numerator.stack import Stack
@@ -249,3 +256,65 @@ async def test_confirmation_and_its_expiry(settings: Settings, name: str) -> Non
         (4, "not-confirmed"),
     ]
     problem(other, 409, "confirm-not-required")
+
+
+async def test_values_of_an_edge_that_died_are_listed_as_unsure(
+    client: httpx.AsyncClient, stack: Stack, name: str, database_url: str, monkeypatch: Any
+) -> None:
+    """Values issued to requests of an edge that died (no clean stop, silent for EDGE_DEAD_S)
+    after it last said all its requests were answered may not have reached their clients: the
+    report lists them as unsure, with their requests, and the export marks them; a value voided
+    after is void, not unsure."""
+    assert (await client.post("/counters", json={"name": name})).status_code == 201
+    await take(client, name, 2)  # this process's edge: alive
+    dead = f"dead{name[2:]}"
+    monkeypatch.setattr(wire, "_PREFIX", dead)  # the requests below come through `dead`
+    await take(client, name, 2)  # 3-4: answered before `dead` last said all were answered
+    await asyncio.sleep(SKEW_S + 0.2)
+    await stack.store.edge_seen(dead, time.time())
+    await take(client, name, 3)
+    keyed = await client.post(f"/counters/{name}/next", headers={"Idempotency-Key": "inv-7"})
+    assert keyed.json()["value"] == 8
+    report = (await client.get(f"/counters/{name}/report")).json()
+    assert report["unsure"] == 0, "an edge seen within EDGE_DEAD_S is alive"
+
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as sql:
+        await sql.execute(
+            "UPDATE edges SET seen_at = now() - make_interval(secs => %s) WHERE id = %s",
+            (EDGE_DEAD_S + 1, dead),
+        )
+    report = (await client.get(f"/counters/{name}/report")).json()
+    assert report["unsure"] == 4 and report["delivered"] == 4, report
+    runs = [(r["first"], r["last"], r["idempotency_key"], r["edge"]) for r in report["unsure_runs"]]
+    assert runs == [(5, 7, "", dead), (8, 8, "inv-7", dead)]
+    assert report["unexplained_gaps"] == 0
+
+    await client.post(f"/counters/{name}/void", json={"first": 6, "reason": "spoiled"})
+    report = (await client.get(f"/counters/{name}/report")).json()
+    assert report["unsure"] == 3 and report["delivered"] == 4, "a void is void, not unsure"
+    rows = (await client.get(f"/counters/{name}/audit")).json()["rows"]
+    marked = [(r["first"], r["last"]) for r in rows if r["delivery"] == "unsure"]
+    assert marked == [(5, 7), (8, 8)]
+    assert {r["edge"] for r in rows if r["status"] == "issued"} == {wire.EDGE, dead}
+
+
+async def test_an_edge_that_stops_cleanly_leaves_nothing_unsure(
+    stack: Stack, database_url: str, monkeypatch: Any
+) -> None:
+    me = f"clean{uuid.uuid4().hex[:11]}"
+    monkeypatch.setattr(edge_module, "EDGE", me)
+    async with stack.edge.living():
+        await until(lambda: seen(database_url, me), within=5)
+        assert await seen(database_url, me) == (True, False)
+    assert await seen(database_url, me) == (True, True), "a clean stop is written"
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as sql:
+        await sql.execute("UPDATE edges SET seen_at = now() - interval '1 h' WHERE id = %s", (me,))
+    assert await stack.store.dead_edges([me], EDGE_DEAD_S) == {}
+
+
+async def seen(database_url: str, edge: str) -> tuple[bool, bool] | None:
+    """Whether `edge` has a row, and whether it says the edge stopped cleanly."""
+    async with await psycopg.AsyncConnection.connect(database_url) as sql:
+        cursor = await sql.execute("SELECT ended_at IS NOT NULL FROM edges WHERE id = %s", (edge,))
+        row = await cursor.fetchone()
+    return (True, bool(row[0])) if row else None

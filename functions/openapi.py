@@ -144,9 +144,186 @@ def marking(**extra: Any) -> dict[str, Any]:
 VOID = marking(reason=REASON)
 CONFIRM = marking()
 
-JSON_OBJECT = {"application/json": {"schema": {"type": "object"}}}
-VOID_BODY = {"schema": VOID}
-CONFIRM_BODY = {"schema": CONFIRM}
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def body(name: str) -> dict[str, Any]:
+    """A JSON request body or answer of the named schema."""
+    return {"application/json": {"schema": ref(name)}}
+
+
+RANGE = {
+    "type": "object",
+    "required": ["first", "last"],
+    "properties": {"first": VALUE, "last": VALUE},
+}
+COUNTER_SETTINGS: dict[str, Any] = dict(COUNTER["properties"])  # type: ignore[call-overload]
+
+SCHEMAS: dict[str, Any] = {
+    "NewCounter": COUNTER,
+    "Counter": {
+        "type": "object",
+        "description": "A counter's settings; from GET, also the current `period` and the last "
+        "`value` handed out in it (null before the first)",
+        "required": list(COUNTER_SETTINGS),
+        "properties": {
+            **COUNTER_SETTINGS,
+            "value": {"type": ["integer", "null"]},
+            "period": {"type": "string"},
+        },
+    },
+    "CounterPage": {
+        "type": "object",
+        "required": ["counters", "next"],
+        "properties": {
+            "counters": {"type": "array", "items": ref("Counter")},
+            "next": {"type": ["string", "null"], "description": "`after` for the next page"},
+        },
+    },
+    "RetentionChange": {
+        "type": "object",
+        "required": ["retention_days"],
+        "additionalProperties": False,
+        "properties": {"retention_days": RETENTION},
+    },
+    "Value": {
+        "type": "object",
+        "description": "One value (count=1)",
+        "required": ["counter", "value", "formatted"],
+        "properties": {
+            "counter": {"type": "string"},
+            "value": VALUE,
+            "formatted": {"type": "string"},
+        },
+    },
+    "FormattedValue": {
+        "type": "object",
+        "required": ["value", "formatted"],
+        "properties": {"value": VALUE, "formatted": {"type": "string"}},
+    },
+    "Values": {
+        "type": "object",
+        "description": "`count` consecutive values (count > 1)",
+        "required": ["counter", "first", "last", "values"],
+        "properties": {
+            "counter": {"type": "string"},
+            "first": VALUE,
+            "last": VALUE,
+            "values": {"type": "array", "items": ref("FormattedValue")},
+        },
+    },
+    "Void": VOID,
+    "Confirmation": CONFIRM,
+    "Range": RANGE,
+    "Voided": {
+        "type": "object",
+        "required": ["counter", "period", "voided", "reason"],
+        "properties": {
+            "counter": {"type": "string"},
+            "period": {"type": "string"},
+            "voided": {"type": "array", "items": ref("Range")},
+            "reason": {"type": "string"},
+        },
+    },
+    "Confirmed": {
+        "type": "object",
+        "required": ["counter", "period", "confirmed"],
+        "properties": {
+            "counter": {"type": "string"},
+            "period": {"type": "string"},
+            "confirmed": {"type": "array", "items": ref("Range")},
+        },
+    },
+    "Report": {
+        "type": "object",
+        "description": "The completeness report of a period (docs/invoices.md)",
+        "required": [
+            "counter",
+            "period",
+            "issued",
+            "delivered",
+            "voided",
+            "voids",
+            "unsure",
+            "unsure_runs",
+            "unexplained_gaps",
+            "gaps",
+            "issued_twice",
+            "rising",
+        ],
+        "properties": {
+            "counter": {"type": "string"},
+            "period": {"type": "string"},
+            "start": {"type": "integer"},
+            "first": {"type": ["integer", "null"]},
+            "last": {"type": ["integer", "null"]},
+            "issued": {"type": "integer"},
+            "delivered": {"type": "integer"},
+            "voided": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "voids": {"type": "array", "items": {"type": "object"}},
+            "unsure": {"type": "integer"},
+            "unsure_runs": {"type": "array", "items": {"type": "object"}},
+            "unexplained_gaps": {"type": "integer"},
+            "gaps": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+            "issued_twice": {
+                "type": "array",
+                "items": {"type": "array", "items": {"type": "integer"}},
+            },
+            "rising": {"type": "boolean"},
+        },
+    },
+    "AuditExport": {
+        "type": "object",
+        "required": ["counter", "period", "rows"],
+        "properties": {
+            "counter": {"type": "string"},
+            "period": {"type": "string"},
+            "rows": {"type": "array", "items": {"type": "object"}},
+        },
+    },
+    "Verification": {
+        "type": "object",
+        "required": ["ok"],
+        "properties": {"ok": {"type": "boolean"}},
+    },
+    "NewKey": NEW_KEY,
+    "Key": {
+        "type": "object",
+        "required": ["id", "name", "scopes", "created", "last_used", "revoked"],
+        "properties": {
+            "id": {"type": "string"},
+            "name": {"type": "string"},
+            "scopes": {"type": "array", "items": {"type": "string"}},
+            "created": {"type": "string"},
+            "last_used": {"type": ["string", "null"]},
+            "revoked": {"type": ["string", "null"]},
+            "secret": {"type": "string", "description": "only when the key is created"},
+        },
+    },
+    "KeyList": {
+        "type": "object",
+        "required": ["keys"],
+        "properties": {"keys": {"type": "array", "items": ref("Key")}},
+    },
+    "Health": {
+        "type": "object",
+        "required": ["status"],
+        "properties": {"status": {"type": "string", "enum": ["ok", "degraded"]}},
+    },
+    "Problem": {
+        "type": "object",
+        "description": "An RFC 9457 problem; `type` is stable (see docs/problems.md)",
+        "required": ["type", "title", "status"],
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+        },
+    },
+}
 
 SCHEMA: dict[str, Any] = {
     "openapi": "3.1.0",
@@ -158,20 +335,19 @@ SCHEMA: dict[str, Any] = {
     "paths": {
         "/counters": {
             "post": {
+                "operationId": "createCounter",
                 "summary": "Create a counter",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": COUNTER}},
-                },
+                "requestBody": {"required": True, "content": body("NewCounter")},
                 "responses": {
                     "201": {
                         "description": "Created; Location names it",
-                        "content": {"application/json": {"schema": COUNTER}},
+                        "content": body("Counter"),
                     },
                     **_problems(408, 409, 413, 415, 422, 503),
                 },
             },
             "get": {
+                "operationId": "listCounters",
                 "summary": "List counters by name, a page at a time",
                 "parameters": [
                     {
@@ -194,17 +370,7 @@ SCHEMA: dict[str, Any] = {
                 "responses": {
                     "200": {
                         "description": "A page; `next` is null on the last one",
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "type": "object",
-                                    "properties": {
-                                        "counters": {"type": "array", "items": COUNTER},
-                                        "next": {"type": ["string", "null"]},
-                                    },
-                                }
-                            }
-                        },
+                        "content": body("CounterPage"),
                     },
                     **_problems(422, 503),
                 },
@@ -212,72 +378,63 @@ SCHEMA: dict[str, Any] = {
         },
         "/counters/{name}": {
             "get": {
+                "operationId": "getCounter",
                 "summary": "A counter's settings, current period and last value handed out",
                 "parameters": [NAME_PARAM],
-                "responses": {"200": {"description": "The counter"}, **_problems(404, 422, 503)},
+                "responses": {
+                    "200": {"description": "The counter", "content": body("Counter")},
+                    **_problems(404, 422, 503),
+                },
             },
             "patch": {
+                "operationId": "changeRetention",
                 "summary": "Change a counter's retention (scope admin)",
                 "parameters": [NAME_PARAM],
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": ["retention_days"],
-                                "additionalProperties": False,
-                                "properties": {"retention_days": RETENTION},
-                            }
-                        }
-                    },
-                },
+                "requestBody": {"required": True, "content": body("RetentionChange")},
                 "responses": {
-                    "200": {
-                        "description": "The counter",
-                        "content": {"application/json": {"schema": COUNTER}},
-                    },
+                    "200": {"description": "The counter", "content": body("Counter")},
                     **_problems(404, 408, 413, 415, 422, 503),
                 },
             },
         },
         "/counters/{name}/void": {
             "post": {
+                "operationId": "voidValues",
                 "summary": "Take values out of use, for a reason (idempotent; never reused)",
                 "parameters": [NAME_PARAM],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": VOID}},
-                },
+                "requestBody": {"required": True, "content": body("Void")},
                 "responses": {
-                    "200": {"description": "The ranges voided", "content": JSON_OBJECT},
+                    "200": {"description": "The ranges voided", "content": body("Voided")},
                     **_problems(404, 408, 409, 413, 415, 422, 502, 503, 504),
                 },
             }
         },
         "/counters/{name}/confirm": {
             "post": {
+                "operationId": "confirmValues",
                 "summary": "Confirm values were used (a counter created to need it; idempotent)",
                 "parameters": [NAME_PARAM],
-                "requestBody": {"required": True, "content": {"application/json": CONFIRM_BODY}},
+                "requestBody": {"required": True, "content": body("Confirmation")},
                 "responses": {
-                    "200": {"description": "The ranges confirmed", "content": JSON_OBJECT},
+                    "200": {"description": "The ranges confirmed", "content": body("Confirmed")},
                     **_problems(404, 408, 409, 413, 415, 422, 502, 503, 504),
                 },
             }
         },
         "/counters/{name}/report": {
             "get": {
+                "operationId": "getReport",
                 "summary": "The completeness report of a period: issued, voided, gaps",
                 "parameters": [NAME_PARAM, PERIOD_PARAM],
                 "responses": {
-                    "200": {"description": "The report", "content": JSON_OBJECT},
+                    "200": {"description": "The report", "content": body("Report")},
                     **_problems(404, 422, 503),
                 },
             }
         },
         "/counters/{name}/audit": {
             "get": {
+                "operationId": "exportAudit",
                 "summary": "The audit export of a period: who took each value, voids, hashes",
                 "parameters": [
                     NAME_PARAM,
@@ -291,7 +448,10 @@ SCHEMA: dict[str, Any] = {
                 "responses": {
                     "200": {
                         "description": "The export",
-                        "content": {**JSON_OBJECT, "text/csv": {"schema": {"type": "string"}}},
+                        "content": {
+                            **body("AuditExport"),
+                            "text/csv": {"schema": {"type": "string"}},
+                        },
                     },
                     **_problems(404, 422, 503),
                 },
@@ -299,6 +459,7 @@ SCHEMA: dict[str, Any] = {
         },
         "/audit/verify": {
             "get": {
+                "operationId": "verifyAudit",
                 "summary": "Recompute the audit trail's hash chains",
                 "parameters": [
                     {
@@ -309,14 +470,18 @@ SCHEMA: dict[str, Any] = {
                     }
                 ],
                 "responses": {
-                    "200": {"description": "Every chain is sound", "content": JSON_OBJECT},
-                    "409": {"description": "The first row that is not", "content": JSON_OBJECT},
+                    "200": {"description": "Every chain is sound", "content": body("Verification")},
+                    "409": {
+                        "description": "The first row that is not",
+                        "content": body("Verification"),
+                    },
                     **_problems(422, 503),
                 },
             }
         },
         "/counters/{name}/next": {
             "post": {
+                "operationId": "nextValues",
                 "summary": "The next value, or the next `count` consecutive values",
                 "parameters": [
                     NAME_PARAM,
@@ -340,9 +505,10 @@ SCHEMA: dict[str, Any] = {
                 ],
                 "responses": {
                     "200": {
-                        "description": "{counter, value, formatted} for one value; "
-                        "{counter, first, last, values: [{value, formatted}]} for count > 1",
-                        "content": {"application/json": {"schema": {"type": "object"}}},
+                        "description": "Value for one value; Values for count > 1",
+                        "content": {
+                            "application/json": {"schema": {"oneOf": [ref("Value"), ref("Values")]}}
+                        },
                     },
                     **_problems(404, 413, 422, 429, 502, 503, 504),
                 },
@@ -350,32 +516,29 @@ SCHEMA: dict[str, Any] = {
         },
         "/keys": {
             "post": {
+                "operationId": "createKey",
                 "summary": "Create an API key (scope admin); its secret is in this answer only",
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": NEW_KEY}},
-                },
+                "requestBody": {"required": True, "content": body("NewKey")},
                 "responses": {
                     "201": {
                         "description": "Created: the key, with `secret` (shown once)",
-                        "content": {"application/json": {"schema": {"type": "object"}}},
+                        "content": body("Key"),
                     },
                     **_problems(408, 409, 413, 415, 422, 503),
                 },
             },
             "get": {
+                "operationId": "listKeys",
                 "summary": "List API keys, revoked ones too (scope admin); never their secrets",
                 "responses": {
-                    "200": {
-                        "description": "The keys",
-                        "content": {"application/json": {"schema": {"type": "object"}}},
-                    },
+                    "200": {"description": "The keys", "content": body("KeyList")},
                     **_problems(503),
                 },
             },
         },
         "/keys/{name}": {
             "delete": {
+                "operationId": "revokeKey",
                 "summary": "Revoke the unrevoked key of this name (scope admin)",
                 "parameters": [
                     {
@@ -386,27 +549,26 @@ SCHEMA: dict[str, Any] = {
                     }
                 ],
                 "responses": {
-                    "200": {
-                        "description": "The key, revoked",
-                        "content": {"application/json": {"schema": {"type": "object"}}},
-                    },
+                    "200": {"description": "The key, revoked", "content": body("Key")},
                     **_problems(404, 503),
                 },
             }
         },
         "/healthz": {
             "get": {
+                "operationId": "getHealth",
                 "summary": "Health",
                 "security": [],
                 "responses": {
-                    "200": {"description": "Healthy"},
-                    "503": {"description": "Degraded"},
+                    "200": {"description": "Healthy", "content": body("Health")},
+                    "503": {"description": "Degraded", "content": body("Health")},
                     **OPEN_PROBLEMS,
                 },
             }
         },
         "/metrics": {
             "get": {
+                "operationId": "getMetrics",
                 "summary": "Prometheus metrics (scope read)",
                 "responses": {
                     "200": {
@@ -419,11 +581,13 @@ SCHEMA: dict[str, Any] = {
         },
         "/ping": {
             "get": {
+                "operationId": "ping",
                 "summary": "A trivial answer: the yardstick the benchmark holds /next against",
                 "security": [],
                 "responses": {"200": {"description": "{ok: true}"}, **OPEN_PROBLEMS},
             },
             "post": {
+                "operationId": "pingPost",
                 "summary": "The same, for POST",
                 "security": [],
                 "responses": {"200": {"description": "{ok: true}"}, **OPEN_PROBLEMS},
@@ -431,6 +595,7 @@ SCHEMA: dict[str, Any] = {
         },
         "/openapi.json": {
             "get": {
+                "operationId": "getOpenapi",
                 "summary": "This document",
                 "security": [],
                 "responses": {"200": {"description": "OpenAPI 3.1"}, **OPEN_PROBLEMS},
@@ -448,23 +613,25 @@ SCHEMA: dict[str, Any] = {
                 "once one exists, every route but /healthz, /ping and /openapi.json needs one.",
             }
         },
+        "schemas": SCHEMAS,
         "responses": {
             "Problem": {
                 "description": "An RFC 9457 problem; `type` is stable (see docs/problems.md)",
-                "content": {
-                    "application/problem+json": {
-                        "schema": {
-                            "type": "object",
-                            "properties": {
-                                "type": {"type": "string"},
-                                "title": {"type": "string"},
-                                "status": {"type": "integer"},
-                                "detail": {"type": "string"},
-                            },
-                        }
-                    }
-                },
+                "content": {"application/problem+json": {"schema": ref("Problem")}},
             }
         },
     },
 }
+
+TAGS = {
+    "counters": ("createCounter", "listCounters", "getCounter", "changeRetention", "nextValues"),
+    "ledger": ("voidValues", "confirmValues", "getReport", "exportAudit", "verifyAudit"),
+    "keys": ("createKey", "listKeys", "revokeKey"),
+    "service": ("getHealth", "getMetrics", "ping", "pingPost", "getOpenapi"),
+}
+"""Each operation's group: a generated client's modules (api.counters.next_values, ...)."""
+
+SCHEMA["tags"] = [{"name": tag} for tag in TAGS]
+for _path in SCHEMA["paths"].values():
+    for _operation in _path.values():
+        _operation["tags"] = [t for t, ids in TAGS.items() if _operation["operationId"] in ids]

@@ -69,7 +69,7 @@ class Settings:
     auth: str = "keys"  # AUTH: keys (Bearer API keys) or none (loopback only, or an AUTHORIZER)
     authorizer: str = ""  # AUTHORIZER: what checks callers in front of the edge (AUTH=none)
     keys_refresh_s: float = 2.0  # KEYS_REFRESH_S: how old the edge's copy of the keys may get
-    idempotency_keys_per_s: float = 100.0  # IDEMPOTENCY_KEYS_PER_S: per client, per edge process
+    idempotency_keys_per_s: float = 2000.0  # IDEMPOTENCY_KEYS_PER_S: per client, per edge process
     max_header_bytes: int = 8192  # MAX_HEADER_BYTES: larger request headers get 431
     header_timeout_s: float = 10.0  # HEADER_TIMEOUT_S: a connection must send its headers by then
     body_timeout_s: float = 10.0  # BODY_TIMEOUT_S: a request body must arrive by then (408)

@@ -1,5 +1,20 @@
-"""The top floor: the command line and the local stacks that wire the parts together."""
+"""The top floor: the command line and the local stacks that wire the parts together; and the
+Python client (`from numerator import Client, AsyncClient`), imported only when asked for, so
+that the CLI starts without it."""
+
+from typing import TYPE_CHECKING, Any
 
 from infra import __version__
 
-__all__ = ["__version__"]
+if TYPE_CHECKING:
+    from numerator.client import AsyncClient, Client
+
+__all__ = ["AsyncClient", "Client", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("Client", "AsyncClient"):
+        from numerator import client
+
+        return getattr(client, name)
+    raise AttributeError(f"module 'numerator' has no attribute {name!r}")

@@ -16,7 +16,7 @@ from infra.embedded import Postgres, default_data_dir, embedded, ephemeral
 from infra.errors import NumeratorError, StoreUnavailable
 from infra.postgres import migrate, migrations
 from infra.settings import LOOPBACK_ONLY, Settings, loopback
-from numerator import __version__, client
+from numerator import __version__, client, console
 from numerator.keys import add_keys
 from numerator.ledger import add_ledger
 
@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     try:
         args.run(args)
-    except client.ClientError as exc:
-        client.fail(str(exc))
+    except client.NumeratorError as exc:
+        console.fail(str(exc))
     except BrokenPipeError:  # `numerator … | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         raise SystemExit(1) from None
@@ -152,7 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     talking(create)
     create.set_defaults(
-        run=lambda a: client.create(
+        run=lambda a: console.create(
             service(a),
             a.json,
             name=a.name,
@@ -167,12 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     get = actions.add_parser("get", help="show a counter and its last value")
     get.add_argument("name")
     talking(get)
-    get.set_defaults(run=lambda a: client.get(service(a), a.name, a.json))
+    get.set_defaults(run=lambda a: console.get(service(a), a.name, a.json))
     listing = actions.add_parser("list", help="list counters")
     listing.add_argument("--limit", type=int, default=100)
     listing.add_argument("--after", help="start after this name (the 'more' hint of a page)")
     talking(listing)
-    listing.set_defaults(run=lambda a: client.listing(service(a), a.limit, a.after, a.json))
+    listing.set_defaults(run=lambda a: console.listing(service(a), a.limit, a.after, a.json))
 
     nxt = commands.add_parser("next", help="take the next value(s) of a counter")
     nxt.add_argument("name")
@@ -180,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     nxt.add_argument("--idempotency-key")
     talking(nxt)
     nxt.set_defaults(
-        run=lambda a: client.next_values(service(a), a.name, a.count, a.idempotency_key, a.json)
+        run=lambda a: console.next_values(service(a), a.name, a.count, a.idempotency_key, a.json)
     )
 
     add_keys(commands, talking)
@@ -221,8 +221,8 @@ def talking(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the JSON the service sent")
 
 
-def service(args: argparse.Namespace) -> client.Service:
-    return client.Service(args.url, args.key)
+def service(args: argparse.Namespace) -> client.Client:
+    return client.Client(args.url, args.key)
 
 
 def settings_or_exit() -> Settings:
@@ -230,7 +230,7 @@ def settings_or_exit() -> Settings:
     try:
         return Settings.from_env()
     except NumeratorError as exc:
-        client.fail(str(exc))
+        console.fail(str(exc))
 
 
 def port_or_exit(args: argparse.Namespace) -> None:
@@ -239,7 +239,7 @@ def port_or_exit(args: argparse.Namespace) -> None:
 
     problem = settings_or_exit().open_to(args.host) or cannot_listen(args.host, args.port)
     if problem:
-        client.fail(problem)
+        console.fail(problem)
 
 
 async def who_may_call(url: str, host: str, settings: Settings) -> str:
@@ -272,16 +272,16 @@ def run_up(args: argparse.Namespace) -> None:
     settings_or_exit()
     port_or_exit(args)
     if args.edge == "lambda" and not args.aws:
-        client.fail("--edge lambda runs the AWS path: add --aws moto (or --aws URL)")
+        console.fail("--edge lambda runs the AWS path: add --aws moto (or --aws URL)")
     if args.batchers < 1:
-        client.fail("--batchers must be at least 1")
+        console.fail("--batchers must be at least 1")
     if args.aws == "moto":
         from numerator import local
 
         try:
             local.require_moto()
         except NumeratorError as exc:
-            client.fail(str(exc))
+            console.fail(str(exc))
     database: AbstractContextManager[Postgres]
     if args.database_url:
         where = "the database at --database-url / DATABASE_URL"
@@ -297,7 +297,7 @@ def run_up(args: argparse.Namespace) -> None:
         try:
             postgres = running.enter_context(database)
         except NumeratorError as exc:  # the data directory is held by another numerator
-            client.fail(str(exc))
+            console.fail(str(exc))
         if args.aws:
             serve_aws(args, postgres.url, where)
         else:
@@ -312,7 +312,7 @@ def run_serve(args: argparse.Namespace) -> None:
     settings_or_exit()
     port_or_exit(args)
     if not args.database_url:
-        client.fail("serve needs --database-url or DATABASE_URL (use `numerator up` for local)")
+        console.fail("serve needs --database-url or DATABASE_URL (use `numerator up` for local)")
     serve_http(args, args.database_url, "the database at DATABASE_URL")
 
 
@@ -335,7 +335,7 @@ def use_endpoint(endpoint: str, takes: str) -> None:
     from numerator import local
 
     if not endpoint.startswith(("http://", "https://")):
-        client.fail(f"--aws takes {takes}, not {endpoint!r}")
+        console.fail(f"--aws takes {takes}, not {endpoint!r}")
     os.environ.update(local.aws_environment(endpoint))
 
 
@@ -363,7 +363,7 @@ def serve_aws(args: argparse.Namespace, url: str, where: str) -> None:
             probes = running.enter_context(local.batchers(args.batchers, {"DATABASE_URL": url}))
             children.extend(probes)
         except NumeratorError as exc:
-            client.fail(str(exc))
+            console.fail(str(exc))
         what = "moto server" if args.aws == "moto" else "the endpoint"
         print(
             f"AWS path: {what} at {endpoint}; stream {settings.stream_name} and table "
@@ -384,7 +384,7 @@ def serve_aws(args: argparse.Namespace, url: str, where: str) -> None:
         supervisor = running.enter_context(local.Supervisor(children))
         serve_http(args, url, where, factory)
     if supervisor.failed:
-        client.fail(f"stopped: {supervisor.failed}")
+        console.fail(f"stopped: {supervisor.failed}")
 
 
 def serve_http(
@@ -402,7 +402,7 @@ def serve_http(
         asyncio.run(migrate_when_ready(url, args.wait_for_db))
         auth = asyncio.run(who_may_call(url, args.host, settings))
     except NumeratorError as exc:
-        client.fail(str(exc))
+        console.fail(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("pgserver").setLevel(logging.WARNING)  # it logs every pg_ctl call
     # During an outage the pool logs every failed connection; the batcher's own warnings (one
@@ -432,16 +432,16 @@ def run_batcher(args: argparse.Namespace) -> None:
         os.environ["DATABASE_URL"] = args.database_url
     settings = settings_or_exit()
     if settings.mode != "aws":
-        client.fail(
+        console.fail(
             "numerator batcher reads a Kinesis stream: set MODE=aws (and AWS_ENDPOINT_URL for "
             "LocalStack or moto); the embedded mode runs its batcher inside `numerator up`"
         )
     if not settings.database_url:
-        client.fail("numerator batcher needs --database-url or DATABASE_URL")
+        console.fail("numerator batcher needs --database-url or DATABASE_URL")
     try:
         asyncio.run(migrate_when_ready(settings.database_url, 10.0))
     except NumeratorError as exc:
-        client.fail(str(exc))
+        console.fail(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     logging.getLogger("botocore").setLevel(logging.WARNING)
@@ -458,7 +458,7 @@ def run_migrate(args: argparse.Namespace) -> None:
 
         url = await secret.resolve(settings.database_url, settings.database_secret_arn)
         if not url:
-            client.fail(
+            console.fail(
                 "numerator migrate needs --database-url, DATABASE_URL or DATABASE_SECRET_ARN"
             )
         await migrate_when_ready(url, 30.0)
@@ -466,7 +466,7 @@ def run_migrate(args: argparse.Namespace) -> None:
     try:
         asyncio.run(apply())
     except NumeratorError as exc:
-        client.fail(str(exc))
+        console.fail(str(exc))
     versions = [version for version, _ in migrations()]
     print(f"the schema is current: migrations {versions[0]} to {versions[-1]} applied")
 
@@ -482,7 +482,7 @@ def run_aws_init(args: argparse.Namespace) -> None:
     try:
         made = create(clients(settings), settings)
     except NumeratorError as exc:
-        client.fail(str(exc))
+        console.fail(str(exc))
     print(
         f"stream {settings.stream_name} and table {settings.reply_table}: "
         + (", ".join(made) + " created" if made else "both exist")

@@ -1,140 +1,569 @@
-"""`numerator counters …` and `numerator next …`: the API for people, against a running service."""
+"""numerator's Python client: `Client` and `AsyncClient`, whose retries never take a second value.
+
+    from numerator import Client
+
+    with Client("http://127.0.0.1:8080") as numerator:      # or NUMERATOR_URL, NUMERATOR_KEY
+        invoice = numerator.next("inv")                       # Values(first=42, formatted='INV-…')
+        batch = numerator.next("inv", count=50)               # 50 consecutive values
+
+Every `next` carries an Idempotency-Key (the caller's, or one the client makes), and every retry
+of it sends the same key: after a timeout, a dropped connection, a 502, a 503 or a 429 (after its
+`Retry-After`) or a 504, the service answers the retry with the values the first try took, never
+new ones. Retries wait a jittered, doubling backoff, and all the tries of one call end within its
+`deadline`. A problem answer (RFC 9457) is raised as a `Problem` subclass by status, carrying the
+problem's `type`, `title` and `detail`.
+
+Each call is described once (`Call`: what to send, how to read the answer) and sent by either
+client; only the sending (and the sleeping between tries) differs between the two.
+"""
 
 from __future__ import annotations
 
-import json
-import sys
-from dataclasses import dataclass
-from typing import Any, NoReturn
+import asyncio
+import os
+import random
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any, Generic, TypeVar
 
 import httpx
 
 DEFAULT_URL = "http://127.0.0.1:8080"
+TIMEOUT_S = 30.0
+"""One try's limit: longer than the service's REPLY_TIMEOUT_S (25 s), so that a value that takes
+long comes back as the service's 504 rather than as the client giving up."""
+DEADLINE_S = 60.0
+"""All the tries of one call end within this."""
+FIRST_WAIT_S = 0.1
+LONGEST_WAIT_S = 5.0
+RETRIED = frozenset({429, 502, 503, 504})
+"""Statuses a retry may cure: nothing was allocated (429, 503), or what was is found again by
+the Idempotency-Key (502, 504)."""
+
+T = TypeVar("T")
 
 
-class ClientError(Exception):
-    pass
+class NumeratorError(Exception):
+    """Anything the client raises: a problem answer, or no answer at all."""
+
+
+class Unreachable(NumeratorError):
+    """No answer within the deadline: the service could not be reached, or did not answer."""
+
+
+class Problem(NumeratorError):
+    """An RFC 9457 problem the service answered: `status`, `type` (stable, see
+    docs/problems.md), `title`, `detail`, and the whole body."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        self.status = status
+        self.type = str(body.get("type", "about:blank"))
+        self.title = str(body.get("title", ""))
+        self.detail = str(body.get("detail", ""))
+        self.body = body
+        detail = f": {self.detail}" if self.detail else ""
+        super().__init__(f"{status} {self.title}{detail}")
+
+
+class BadRequest(Problem):
+    """400, 413, 415, 422: the request is wrong; sending it again will not help."""
+
+
+class Unauthorized(Problem):
+    """401: no API key, or one the service does not know."""
+
+
+class Forbidden(Problem):
+    """403: the API key may not do this (or a web page acts for a local caller)."""
+
+
+class NotFound(Problem):
+    """404: no such counter (or key)."""
+
+
+class Conflict(Problem):
+    """409: the counter exists, the value was not issued yet, or is void already."""
+
+
+class TooMany(Problem):
+    """429: too many Idempotency-Keys from this client; retried until the deadline."""
+
+
+class Unavailable(Problem):
+    """502, 503, 504: the service could not answer in time; retried until the deadline."""
+
+
+PROBLEMS: dict[int, type[Problem]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: BadRequest,
+    415: BadRequest,
+    422: BadRequest,
+    429: TooMany,
+    502: Unavailable,
+    503: Unavailable,
+    504: Unavailable,
+}
+
+
+def problem(response: httpx.Response) -> Problem:
+    """The exception for a 4xx or 5xx answer."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        body = {"title": response.reason_phrase, "detail": response.text[:200]}
+    return PROBLEMS.get(response.status_code, Problem)(response.status_code, body)
 
 
 @dataclass(frozen=True, slots=True)
-class Service:
-    """Where the service is, and the API key to show it (none: loopback, before any key)."""
-
-    url: str = DEFAULT_URL
-    key: str | None = None
+class Value:
+    value: int
+    formatted: str
 
 
-def call(
-    service: Service,
-    method: str,
-    path: str,
-    ok: tuple[int, ...] = (),
-    text: bool = False,
-    **kwargs: Any,
-) -> Any:
-    """The JSON body of the answer (its text, with `text`); a ClientError for a 4xx or 5xx
-    answer, but for the statuses in `ok`."""
-    headers = dict(kwargs.pop("headers", None) or {})
-    if service.key:
-        headers["Authorization"] = f"Bearer {service.key}"
-    url = service.url
-    try:
-        response = httpx.request(
-            method, url.rstrip("/") + path, timeout=30, headers=headers, **kwargs
+@dataclass(frozen=True, slots=True)
+class Values:
+    """What `next` took: `values` in order; `value` and `formatted` are the first's (the only
+    one's, for count=1); `idempotency_key` is the key a retry of this call sends."""
+
+    counter: str
+    values: tuple[Value, ...]
+    idempotency_key: str
+
+    @property
+    def value(self) -> int:
+        return self.values[0].value
+
+    @property
+    def formatted(self) -> str:
+        return self.values[0].formatted
+
+    @property
+    def first(self) -> int:
+        return self.values[0].value
+
+    @property
+    def last(self) -> int:
+        return self.values[-1].value
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any], key: str) -> Values:
+        if "values" in body:
+            values = tuple(Value(v["value"], v["formatted"]) for v in body["values"])
+        else:
+            values = (Value(body["value"], body["formatted"]),)
+        return cls(body["counter"], values, key)
+
+
+@dataclass(frozen=True, slots=True)
+class Counter:
+    """A counter's settings; `value` and `period`, the last value handed out in the current
+    period (None before the first), where the service said them (`get`)."""
+
+    name: str
+    template: str = "{value}"
+    start: int = 1
+    reset: str = "never"
+    timezone: str = "UTC"
+    retention_days: int | None = None
+    confirm: str = "none"
+    value: int | None = None
+    period: str | None = None
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> Counter:
+        return cls(
+            body["name"],
+            body["template"],
+            body["start"],
+            body["reset"],
+            body["timezone"],
+            body.get("retention_days"),
+            body.get("confirm", "none"),
+            body.get("value"),
+            body.get("period"),
         )
-    except httpx.HTTPError as exc:
-        raise ClientError(f"cannot reach numerator at {url}: {exc}") from None
-    if text and response.is_success:
-        return response.text
-    body = response.json() if response.content else None
-    if response.status_code >= 400 and response.status_code not in ok:
-        if isinstance(body, dict) and "title" in body:
-            detail = f": {body['detail']}" if body.get("detail") else ""
-            raise ClientError(f"{response.status_code} {body['title']}{detail}")
-        raise ClientError(f"{response.status_code} {response.text[:200]}")
+
+
+@dataclass(frozen=True, slots=True)
+class Marked:
+    """What `void` or `confirm` did: the ranges (first, last) of `counter` in `period`."""
+
+    counter: str
+    period: str
+    ranges: tuple[tuple[int, int], ...]
+    reason: str | None = None
+
+    @classmethod
+    def reader(cls, what: str) -> Callable[[dict[str, Any]], Marked]:
+        def read(body: dict[str, Any]) -> Marked:
+            ranges = tuple((r["first"], r["last"]) for r in body[what])
+            return cls(body["counter"], body["period"], ranges, body.get("reason"))
+
+        return read
+
+
+CounterList = list[Counter]
+
+
+def _json(body: Any) -> Any:
     return body
 
 
-def show(body: Any, as_json: bool, lines: list[str]) -> None:
-    if as_json:
-        print(json.dumps(body, indent=2))
-    else:
-        print("\n".join(lines))
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One call, as either client sends it: the request, the answer's reader, and the
+    statuses that are answers rather than problems (`ok`)."""
+
+    method: str
+    path: str
+    read: Callable[[Any], T]
+    params: dict[str, Any] = field(default_factory=dict)
+    json: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    ok: tuple[int, ...] = ()
+    text: bool = False
+
+    def request(self, left: float, timeout: float) -> dict[str, Any]:
+        """httpx.request's arguments for one try, with `left` seconds to the deadline."""
+        return {
+            "method": self.method,
+            "url": self.path,
+            "params": self.params,
+            "json": self.json,
+            "headers": self.headers,
+            "timeout": max(0.05, min(timeout, left)),
+        }
+
+    def answer(self, response: httpx.Response) -> T:
+        if response.status_code >= 400 and response.status_code not in self.ok:
+            raise problem(response)
+        if self.text and response.is_success:
+            return self.read(response.text)
+        return self.read(response.json() if response.content else None)
 
 
-def describe(counter: dict[str, Any]) -> list[str]:
-    lines = [
-        f"{counter['name']}",
-        f"  template  {counter['template']}",
-        f"  start     {counter['start']}",
-        f"  reset     {counter['reset']} ({counter['timezone']})",
-    ]
-    if counter.get("confirm") == "required":
-        lines.append("  confirm   required")
-    if counter.get("retention_days"):
-        lines.append(f"  retention {counter['retention_days']} days after each period")
-    if "value" in counter:
-        period = f" in period {counter['period']}" if counter.get("period") else ""
-        value = counter["value"] if counter["value"] is not None else "none yet"
-        lines.append(f"  last      {value}{period}")
-    return lines
+def _period(body: dict[str, Any], period: str | None) -> dict[str, Any]:
+    return {**body, "period": period} if period is not None else body
 
 
-def create(service: Service, as_json: bool, **fields: Any) -> None:
-    body = {k: v for k, v in fields.items() if v is not None}
-    counter = call(service, "POST", "/counters", json=body)
-    show(counter, as_json, ["created " + describe(counter)[0], *describe(counter)[1:]])
+def _marking(values: Iterable[int] | None, first: int | None, last: int | None) -> dict[str, Any]:
+    if values is not None:
+        if first is not None or last is not None:
+            raise ValueError("give values, or first (and last), not both")
+        return {"values": list(values)}
+    if first is None:
+        raise ValueError("give values, or first (and last)")
+    return {"first": first, "last": last if last is not None else first}
 
 
-def get(service: Service, name: str, as_json: bool) -> None:
-    counter = call(service, "GET", f"/counters/{name}")
-    show(counter, as_json, describe(counter))
+class Calls:
+    """Every call the clients make, described."""
+
+    @staticmethod
+    def next(counter: str, count: int, key: str | None) -> Call[Values]:
+        key = key or f"nmr-{uuid.uuid4().hex}"
+        return Call(
+            "POST",
+            f"/counters/{counter}/next",
+            lambda body: Values.from_json(body, key),
+            params={"count": count} if count != 1 else {},
+            headers={"Idempotency-Key": key},
+        )
+
+    @staticmethod
+    def create(name: str, fields: dict[str, Any]) -> Call[Counter]:
+        body = {"name": name, **{k: v for k, v in fields.items() if v is not None}}
+        return Call("POST", "/counters", Counter.from_json, json=body)
+
+    @staticmethod
+    def get(name: str) -> Call[Counter]:
+        return Call("GET", f"/counters/{name}", Counter.from_json)
+
+    @staticmethod
+    def page(limit: int, after: str | None) -> Call[tuple[list[Counter], str | None]]:
+        params: dict[str, Any] = {"limit": limit}
+        if after:
+            params["after"] = after
+        return Call(
+            "GET",
+            "/counters",
+            lambda body: ([Counter.from_json(c) for c in body["counters"]], body["next"]),
+            params=params,
+        )
+
+    @staticmethod
+    def void(
+        counter: str,
+        reason: str,
+        values: Iterable[int] | None,
+        first: int | None,
+        last: int | None,
+        period: str | None,
+    ) -> Call[Marked]:
+        body = _period({**_marking(values, first, last), "reason": reason}, period)
+        return Call("POST", f"/counters/{counter}/void", Marked.reader("voided"), json=body)
+
+    @staticmethod
+    def confirm(
+        counter: str,
+        values: Iterable[int] | None,
+        first: int | None,
+        last: int | None,
+        period: str | None,
+    ) -> Call[Marked]:
+        body = _period(_marking(values, first, last), period)
+        return Call("POST", f"/counters/{counter}/confirm", Marked.reader("confirmed"), json=body)
+
+    @staticmethod
+    def report(counter: str, period: str | None) -> Call[dict[str, Any]]:
+        params = {"period": period} if period is not None else {}
+        return Call("GET", f"/counters/{counter}/report", _json, params=params)
 
 
-def listing(service: Service, limit: int, after: str | None, as_json: bool) -> None:
-    params: dict[str, Any] = {"limit": limit}
-    if after:
-        params["after"] = after
-    page = call(service, "GET", "/counters", params=params)
-    lines = [f"{c['name']:<32} {c['template']:<28} {c['reset']}" for c in page["counters"]]
-    if not lines:
-        lines = ["no counters"]
-    if page["next"]:
-        lines.append(f"(more: --after {page['next']})")
-    show(page, as_json, lines)
+class Retry:
+    """When to try a call again, and how long to wait first: a doubling backoff from
+    FIRST_WAIT_S to LONGEST_WAIT_S with full jitter, or the answer's Retry-After; never past
+    the call's deadline."""
+
+    def __init__(self, deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.ends = clock() + deadline
+        self.tries = 0
+
+    def left(self) -> float:
+        return self.ends - self.clock()
+
+    def wait(self, response: httpx.Response | None) -> float | None:
+        """Seconds to wait before the next try; None: do not try again."""
+        if response is not None and response.status_code not in RETRIED:
+            return None
+        self.tries += 1
+        wait = random.uniform(0, min(LONGEST_WAIT_S, FIRST_WAIT_S * 2**self.tries))
+        after = response.headers.get("Retry-After") if response is not None else None
+        if after is not None and after.isdigit():
+            wait = float(after)
+        return wait if wait < self.left() else None
 
 
-def next_values(service: Service, name: str, count: int, key: str | None, as_json: bool) -> None:
-    headers = {"Idempotency-Key": key} if key else {}
-    params = {"count": count} if count != 1 else {}
-    body = call(service, "POST", f"/counters/{name}/next", params=params, headers=headers)
-    lines = [v["formatted"] for v in body["values"]] if "values" in body else [body["formatted"]]
-    show(body, as_json, lines)
+def _settings(url: str | None, key: str | None) -> tuple[str, dict[str, str]]:
+    url = (url or os.environ.get("NUMERATOR_URL") or DEFAULT_URL).rstrip("/")
+    key = key if key is not None else os.environ.get("NUMERATOR_KEY")
+    return url, ({"Authorization": f"Bearer {key}"} if key else {})
 
 
-def describe_key(key: dict[str, Any]) -> str:
-    state = f"revoked {key['revoked']}" if key["revoked"] else "live"
-    used = key["last_used"] or "never"
-    return f"{key['name']:<24} {key['id']}  {state:<14} last used {used}  {' '.join(key['scopes'])}"
+FAILED = (httpx.TimeoutException, httpx.TransportError)
+"""No answer: the connection failed or dropped, or the try timed out."""
 
 
-def show_key(key: dict[str, Any], as_json: bool) -> None:
-    """A key as `keys create` and `keys revoke` print it; the secret, if there, said once."""
-    lines = [describe_key(key)]
-    if "secret" in key:
-        lines = [
-            f"created key {key['name']} (id {key['id']}) with scopes {' '.join(key['scopes'])}",
-            "its secret, shown this once (numerator keeps only a hash): store it now",
-            key["secret"],
-            "use it as: Authorization: Bearer <secret>, or NUMERATOR_KEY=<secret> for this CLI",
-        ]
-    show(key, as_json, lines)
+class Client:
+    """numerator over HTTP, one connection pool; a context manager (or call `close`).
+
+    `url` and `key` default to NUMERATOR_URL (else http://127.0.0.1:8080) and NUMERATOR_KEY;
+    `timeout` limits one try, `deadline` all the tries of one call."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        key: str | None = None,
+        *,
+        timeout: float = TIMEOUT_S,
+        deadline: float = DEADLINE_S,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url, headers = _settings(url, key)
+        self.deadline, self.timeout = deadline, timeout
+        self.http = httpx.Client(
+            base_url=self.url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.http.close()
+
+    def send(self, call: Call[T]) -> T:
+        """Send `call`, trying again as `Retry` says; its answer read, or its problem raised."""
+        retry = Retry(self.deadline)
+        while True:
+            response, failure = None, None
+            try:
+                response = self.http.request(**call.request(retry.left(), self.timeout))
+            except FAILED as exc:
+                failure = exc
+            wait = retry.wait(response)
+            if wait is None:
+                return _end(call, response, failure, self.url)
+            time.sleep(wait)
+
+    def next(self, counter: str, count: int = 1, *, idempotency_key: str | None = None) -> Values:
+        """`count` consecutive values of `counter`; a retry (of this call, or yours with the same
+        `idempotency_key`) answers the same values."""
+        return self.send(Calls.next(counter, count, idempotency_key))
+
+    def create(self, name: str, **fields: Any) -> Counter:
+        """Create counter `name`: template, start, reset, timezone, retention_days, confirm."""
+        return self.send(Calls.create(name, fields))
+
+    def get(self, name: str) -> Counter:
+        return self.send(Calls.get(name))
+
+    def list(self, *, page: int = 100) -> CounterList:
+        """Every counter, by name (fetched `page` at a time)."""
+        found: list[Counter] = []
+        after: str | None = None
+        while True:
+            counters, after = self.send(Calls.page(page, after))
+            found += counters
+            if after is None:
+                return found
+
+    def void(
+        self,
+        counter: str,
+        values: Sequence[int] | None = None,
+        *,
+        reason: str,
+        first: int | None = None,
+        last: int | None = None,
+        period: str | None = None,
+    ) -> Marked:
+        """Take values out of use for `reason` (idempotent; they are never handed out again)."""
+        return self.send(Calls.void(counter, reason, values, first, last, period))
+
+    def confirm(
+        self,
+        counter: str,
+        values: Sequence[int] | None = None,
+        *,
+        first: int | None = None,
+        last: int | None = None,
+        period: str | None = None,
+    ) -> Marked:
+        """Confirm values were used (a counter created with confirm='required')."""
+        return self.send(Calls.confirm(counter, values, first, last, period))
+
+    def report(self, counter: str, period: str | None = None) -> dict[str, Any]:
+        """The completeness report of a period (docs/invoices.md)."""
+        return self.send(Calls.report(counter, period))
 
 
-def show_keys(keys: list[dict[str, Any]], as_json: bool) -> None:
-    show({"keys": keys}, as_json, [describe_key(k) for k in keys] or ["no keys"])
+class AsyncClient:
+    """`Client` for asyncio: the same calls, awaited."""
+
+    def __init__(
+        self,
+        url: str | None = None,
+        key: str | None = None,
+        *,
+        timeout: float = TIMEOUT_S,
+        deadline: float = DEADLINE_S,
+        transport: httpx.AsyncBaseTransport | None = None,
+        limits: httpx.Limits | None = None,
+    ) -> None:
+        self.url, headers = _settings(url, key)
+        self.deadline, self.timeout = deadline, timeout
+        self.http = httpx.AsyncClient(
+            base_url=self.url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            limits=limits or httpx.Limits(max_connections=100, max_keepalive_connections=100),
+        )
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def send(self, call: Call[T]) -> T:
+        retry = Retry(self.deadline)
+        while True:
+            response, failure = None, None
+            try:
+                response = await self.http.request(**call.request(retry.left(), self.timeout))
+            except FAILED as exc:
+                failure = exc
+            wait = retry.wait(response)
+            if wait is None:
+                return _end(call, response, failure, self.url)
+            await asyncio.sleep(wait)
+
+    async def next(
+        self, counter: str, count: int = 1, *, idempotency_key: str | None = None
+    ) -> Values:
+        return await self.send(Calls.next(counter, count, idempotency_key))
+
+    async def create(self, name: str, **fields: Any) -> Counter:
+        return await self.send(Calls.create(name, fields))
+
+    async def get(self, name: str) -> Counter:
+        return await self.send(Calls.get(name))
+
+    async def list(self, *, page: int = 100) -> CounterList:
+        found: list[Counter] = []
+        after: str | None = None
+        while True:
+            counters, after = await self.send(Calls.page(page, after))
+            found += counters
+            if after is None:
+                return found
+
+    async def void(
+        self,
+        counter: str,
+        values: Sequence[int] | None = None,
+        *,
+        reason: str,
+        first: int | None = None,
+        last: int | None = None,
+        period: str | None = None,
+    ) -> Marked:
+        return await self.send(Calls.void(counter, reason, values, first, last, period))
+
+    async def confirm(
+        self,
+        counter: str,
+        values: Sequence[int] | None = None,
+        *,
+        first: int | None = None,
+        last: int | None = None,
+        period: str | None = None,
+    ) -> Marked:
+        return await self.send(Calls.confirm(counter, values, first, last, period))
+
+    async def report(self, counter: str, period: str | None = None) -> dict[str, Any]:
+        return await self.send(Calls.report(counter, period))
 
 
-def fail(message: str) -> NoReturn:
-    print(f"numerator: {message}", file=sys.stderr)
-    raise SystemExit(1)
+def _end(call: Call[T], response: httpx.Response | None, failure: Exception | None, url: str) -> T:
+    """The last try's outcome: its answer, its problem, or Unreachable."""
+    if response is None:
+        raise Unreachable(f"no answer from numerator at {url}: {failure}") from failure
+    return call.answer(response)

@@ -13,7 +13,7 @@ from typing import Any
 from infra import keys
 from infra.clock import utc_now
 from infra.errors import InvalidKey, KeyExists, NumeratorError
-from numerator import client
+from numerator import client, console
 
 SCOPES_HELP = (
     "admin (everything), read (the GET routes) or next:PATTERN (take values of the counters "
@@ -45,17 +45,17 @@ def run(args: argparse.Namespace, action: str) -> None:
     if args.database_url:
         try:
             asyncio.run(direct(args, action))
-        except (NumeratorError, client.ClientError) as exc:
-            client.fail(str(exc))
+        except (NumeratorError, client.NumeratorError) as exc:
+            console.fail(str(exc))
         return
-    service = client.Service(args.url, args.key)
+    service = client.Client(args.url, args.key)
     if action == "create":
         body = {"name": args.name, "scopes": args.scope}
-        client.show_key(client.call(service, "POST", "/keys", json=body), args.json)
+        console.show_key(console.call(service, "POST", "/keys", json=body), args.json)
     elif action == "list":
-        client.show_keys(client.call(service, "GET", "/keys")["keys"], args.json)
+        console.show_keys(console.call(service, "GET", "/keys")["keys"], args.json)
     else:
-        client.show_key(client.call(service, "DELETE", f"/keys/{args.name}"), args.json)
+        console.show_key(console.call(service, "DELETE", f"/keys/{args.name}"), args.json)
 
 
 async def direct(args: argparse.Namespace, action: str) -> None:
@@ -68,18 +68,20 @@ async def direct(args: argparse.Namespace, action: str) -> None:
             try:
                 key, secret = keys.new(args.name, args.scope, utc_now())
             except InvalidKey as exc:
-                raise client.ClientError(str(exc)) from None
+                raise client.NumeratorError(str(exc)) from None
             try:
                 key = await store.add_key(key)
             except KeyExists:
-                raise client.ClientError(f"an unrevoked key named {args.name!r} exists") from None
-            client.show_key({**key.to_json(), "secret": secret}, args.json)
+                raise client.NumeratorError(
+                    f"an unrevoked key named {args.name!r} exists"
+                ) from None
+            console.show_key({**key.to_json(), "secret": secret}, args.json)
         elif action == "list":
-            client.show_keys([key.to_json() for key in await store.keys()], args.json)
+            console.show_keys([key.to_json() for key in await store.keys()], args.json)
         else:
             revoked = await store.revoke_key(args.name)
             if revoked is None:
-                raise client.ClientError(f"no unrevoked key named {args.name!r}")
-            client.show_key(revoked.to_json(), args.json)
+                raise client.NumeratorError(f"no unrevoked key named {args.name!r}")
+            console.show_key(revoked.to_json(), args.json)
     finally:
         await store.close()

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from numerator import client
+from numerator import client, console
 
 
 def add_ledger(
@@ -58,27 +58,19 @@ def add_ledger(
 
 
 def run_void(args: argparse.Namespace) -> None:
-    body: dict[str, Any] = {"values": args.values, "reason": args.reason}
-    if args.period is not None:
-        body["period"] = args.period
-    made = client.call(
-        client.Service(args.url, args.key), "POST", f"/counters/{args.name}/void", json=body
-    )
-    spans = ", ".join(
-        str(v["first"]) if v["first"] == v["last"] else f"{v['first']}-{v['last']}"
-        for v in made["voided"]
-    )
+    call = client.Calls.void(args.name, args.reason, args.values, None, None, args.period)
+    made = client.Client(args.url, args.key).send(console.raw(call))
+    spans = ", ".join(span(v) for v in made["voided"])
     where = f"{args.name} {made['period']}" if made["period"] else args.name
-    client.show(made, args.json, [f"void in {where}: {spans}"])
+    console.show(made, args.json, [f"void in {where}: {spans}"])
 
 
 def run_confirm(args: argparse.Namespace) -> None:
-    body: dict[str, Any] = {"values": args.values, **period_params(args)}
-    service = client.Service(args.url, args.key)
-    made = client.call(service, "POST", f"/counters/{args.name}/confirm", json=body)
+    call = client.Calls.confirm(args.name, args.values, None, None, args.period)
+    made = client.Client(args.url, args.key).send(console.raw(call))
     where = f"{args.name} {made['period']}" if made["period"] else args.name
     spans = ", ".join(span(v) for v in made["confirmed"])
-    client.show(made, args.json, [f"confirmed in {where}: {spans}"])
+    console.show(made, args.json, [f"confirmed in {where}: {spans}"])
 
 
 def span(values: dict[str, int]) -> str:
@@ -91,12 +83,12 @@ def period_params(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run_report(args: argparse.Namespace) -> None:
-    service = client.Service(args.url, args.key)
-    found = client.call(service, "GET", f"/counters/{args.name}/report", params=period_params(args))
+    call = client.Calls.report(args.name, args.period)
+    found = client.Client(args.url, args.key).send(call)
     if args.csv:
         print(report_csv(found), end="")
         return
-    client.show(found, args.json, report_lines(found))
+    console.show(found, args.json, report_lines(found))
 
 
 def report_lines(found: dict[str, Any]) -> list[str]:
@@ -151,8 +143,8 @@ def report_csv(found: dict[str, Any]) -> str:
 
 def run_verify(args: argparse.Namespace) -> None:
     params = {"counter": args.name} if args.name else {}
-    found = client.call(
-        client.Service(args.url, args.key), "GET", "/audit/verify", params=params, ok=(409,)
+    found = console.call(
+        client.Client(args.url, args.key), "GET", "/audit/verify", params=params, ok=(409,)
     )
     if found["ok"]:
         lines = [f"sound: {found['rows']} rows in {found['chains']} chain(s)"]
@@ -160,15 +152,15 @@ def run_verify(args: argparse.Namespace) -> None:
         bad = found["first_bad"]
         lines = [f"BROKEN at row {bad['row']} of chain {bad['chain']}: {bad['why']}"]
     lines += [f"  head {chain}  {head}" for chain, head in found["heads"].items()]
-    client.show(found, args.json, lines)
+    console.show(found, args.json, lines)
     if not found["ok"]:
         raise SystemExit(1)
 
 
 def run_export(args: argparse.Namespace) -> None:
     params = {**period_params(args), "format": "csv" if args.csv else "json"}
-    service = client.Service(args.url, args.key)
-    text = client.call(service, "GET", f"/counters/{args.name}/audit", params=params, text=True)
+    service = client.Client(args.url, args.key)
+    text = console.call(service, "GET", f"/counters/{args.name}/audit", params=params, text=True)
     if not args.csv:
         text = json.dumps(json.loads(text), indent=2) + "\n"
     if args.out is None:

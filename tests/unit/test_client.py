@@ -1,0 +1,138 @@
+"""The client's pure parts: when it tries again and how long it waits, how it reads answers and
+problems. (Against a live service: tests/e2e/test_client.py.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from numerator import client
+from numerator.client import (
+    LONGEST_WAIT_S,
+    Calls,
+    Client,
+    Conflict,
+    NotFound,
+    Problem,
+    Retry,
+    TooMany,
+    Unavailable,
+    Values,
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def answer(status: int, **headers: str) -> httpx.Response:
+    return httpx.Response(status, headers=headers, json={"title": "t"})
+
+
+def test_an_answer_is_final_but_for_the_statuses_a_retry_may_cure() -> None:
+    for status in (200, 201, 400, 401, 403, 404, 409, 422, 500):
+        assert Retry(60).wait(answer(status)) is None, status
+    for status in (429, 502, 503, 504):
+        assert Retry(60).wait(answer(status)) is not None, status
+    assert Retry(60).wait(None) is not None, "no answer at all: try again"
+
+
+def test_the_backoff_doubles_with_jitter_up_to_its_cap() -> None:
+    retry = Retry(10_000)
+    waits = [retry.wait(None) for _ in range(12)]
+    assert all(w is not None and 0 <= w <= LONGEST_WAIT_S for w in waits)
+    caps = [min(LONGEST_WAIT_S, client.FIRST_WAIT_S * 2**n) for n in range(1, 13)]
+    assert all(w is not None and w <= cap for w, cap in zip(waits, caps, strict=True))
+    assert max(w for w in waits[6:] if w is not None) > client.FIRST_WAIT_S * 2
+
+
+def test_retry_after_is_honoured_and_the_deadline_ends_the_tries() -> None:
+    clock = Clock()
+    retry = Retry(5, clock)
+    assert retry.wait(answer(503, **{"Retry-After": "2"})) == 2.0
+    clock.now = 2.5
+    assert retry.wait(answer(503, **{"Retry-After": "3"})) is None, "past the deadline: stop"
+    clock.now = 4.99
+    assert Retry(5, clock).wait(None) is not None
+    late = Retry(5, clock)
+    clock.now += 5
+    assert late.wait(None) is None
+
+
+def test_values_read_one_value_and_many() -> None:
+    one = Values.from_json({"counter": "c", "value": 7, "formatted": "C-7"}, "k1")
+    assert (one.value, one.formatted, one.first, one.last, one.idempotency_key) == (
+        7,
+        "C-7",
+        7,
+        7,
+        "k1",
+    )
+    body = {
+        "counter": "c",
+        "first": 8,
+        "last": 9,
+        "values": [{"value": 8, "formatted": "C-8"}, {"value": 9, "formatted": "C-9"}],
+    }
+    many = Values.from_json(body, "k2")
+    assert [v.value for v in many.values] == [8, 9] and many.formatted == "C-8"
+
+
+def test_every_next_carries_an_idempotency_key_and_each_call_its_own() -> None:
+    first, second = Calls.next("c", 1, None), Calls.next("c", 1, None)
+    assert first.headers["Idempotency-Key"] != second.headers["Idempotency-Key"]
+    assert Calls.next("c", 3, "mine").headers == {"Idempotency-Key": "mine"}
+    assert Calls.next("c", 3, "mine").params == {"count": 3}
+
+
+def served(handler: Any) -> Client:
+    return Client("http://numerator.test", transport=httpx.MockTransport(handler), deadline=5)
+
+
+def test_problems_become_exceptions_by_status_with_their_fields() -> None:
+    body = {
+        "type": "urn:numerator:problem:counter-exists",
+        "title": "Counter exists",
+        "status": 409,
+        "detail": "a counter named c exists",
+    }
+    conflict = served(lambda request: httpx.Response(409, json=body))
+    with conflict as numerator, pytest.raises(Conflict) as raised:
+        numerator.create("c")
+    assert raised.value.type == body["type"] and raised.value.detail == body["detail"]
+    assert str(raised.value) == "409 Counter exists: a counter named c exists"
+    missing = served(lambda request: httpx.Response(404, text="not json"))
+    with missing as numerator, pytest.raises(NotFound) as raw:
+        numerator.get("c")
+    assert raw.value.type == "about:blank" and "not json" in raw.value.detail
+    assert issubclass(TooMany, Problem) and issubclass(Unavailable, Problem)
+
+
+def test_a_retried_next_sends_the_same_key_until_it_is_answered() -> None:
+    keys: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        keys.append(request.headers["Idempotency-Key"])
+        if len(keys) < 3:
+            return httpx.Response(504, json={"title": "Gateway Timeout"})
+        return httpx.Response(200, json={"counter": "c", "value": 1, "formatted": "1"})
+
+    with served(handler) as numerator:
+        got = numerator.next("c")
+    assert len(keys) == 3 and len(set(keys)) == 1 and got.idempotency_key == keys[0]
+
+
+def test_the_key_and_url_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NUMERATOR_URL", "http://elsewhere:9000/")
+    monkeypatch.setenv("NUMERATOR_KEY", "nmr_secret")
+    with Client() as numerator:
+        assert numerator.url == "http://elsewhere:9000"
+        assert numerator.http.headers["Authorization"] == "Bearer nmr_secret"
+    with Client("http://here:1", key="") as anonymous:
+        assert "Authorization" not in anonymous.http.headers

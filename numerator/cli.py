@@ -222,7 +222,7 @@ def talking(parser: argparse.ArgumentParser) -> None:
 
 
 def service(args: argparse.Namespace) -> client.Client:
-    return client.Client(args.url, args.key)
+    return console.service(args)
 
 
 def settings_or_exit() -> Settings:

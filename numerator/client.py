@@ -565,5 +565,5 @@ class AsyncClient:
 def _end(call: Call[T], response: httpx.Response | None, failure: Exception | None, url: str) -> T:
     """The last try's outcome: its answer, its problem, or Unreachable."""
     if response is None:
-        raise Unreachable(f"no answer from numerator at {url}: {failure}") from failure
+        raise Unreachable(f"cannot reach numerator at {url}: {failure}") from failure
     return call.answer(response)

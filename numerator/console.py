@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import replace
 from typing import Any, NoReturn
 
 from numerator.client import Call, Calls, Client, T
+
+CLI_DEADLINE_S = 10.0
+"""A person waits this long for a command, retries included (the library's calls wait 60 s)."""
+
+
+def service(args: argparse.Namespace) -> Client:
+    """The client a command talks through: its --url and --key."""
+    return Client(args.url, args.key, deadline=CLI_DEADLINE_S)
 
 
 def raw(call: Call[T]) -> Call[Any]:

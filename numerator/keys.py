@@ -48,14 +48,14 @@ def run(args: argparse.Namespace, action: str) -> None:
         except (NumeratorError, client.NumeratorError) as exc:
             console.fail(str(exc))
         return
-    service = client.Client(args.url, args.key)
+    talk = console.service(args)
     if action == "create":
         body = {"name": args.name, "scopes": args.scope}
-        console.show_key(console.call(service, "POST", "/keys", json=body), args.json)
+        console.show_key(console.call(talk, "POST", "/keys", json=body), args.json)
     elif action == "list":
-        console.show_keys(console.call(service, "GET", "/keys")["keys"], args.json)
+        console.show_keys(console.call(talk, "GET", "/keys")["keys"], args.json)
     else:
-        console.show_key(console.call(service, "DELETE", f"/keys/{args.name}"), args.json)
+        console.show_key(console.call(talk, "DELETE", f"/keys/{args.name}"), args.json)
 
 
 async def direct(args: argparse.Namespace, action: str) -> None:

@@ -59,7 +59,7 @@ def add_ledger(
 
 def run_void(args: argparse.Namespace) -> None:
     call = client.Calls.void(args.name, args.reason, args.values, None, None, args.period)
-    made = client.Client(args.url, args.key).send(console.raw(call))
+    made = console.service(args).send(console.raw(call))
     spans = ", ".join(span(v) for v in made["voided"])
     where = f"{args.name} {made['period']}" if made["period"] else args.name
     console.show(made, args.json, [f"void in {where}: {spans}"])
@@ -67,7 +67,7 @@ def run_void(args: argparse.Namespace) -> None:
 
 def run_confirm(args: argparse.Namespace) -> None:
     call = client.Calls.confirm(args.name, args.values, None, None, args.period)
-    made = client.Client(args.url, args.key).send(console.raw(call))
+    made = console.service(args).send(console.raw(call))
     where = f"{args.name} {made['period']}" if made["period"] else args.name
     spans = ", ".join(span(v) for v in made["confirmed"])
     console.show(made, args.json, [f"confirmed in {where}: {spans}"])
@@ -84,7 +84,7 @@ def period_params(args: argparse.Namespace) -> dict[str, str]:
 
 def run_report(args: argparse.Namespace) -> None:
     call = client.Calls.report(args.name, args.period)
-    found = client.Client(args.url, args.key).send(call)
+    found = console.service(args).send(call)
     if args.csv:
         print(report_csv(found), end="")
         return
@@ -143,9 +143,7 @@ def report_csv(found: dict[str, Any]) -> str:
 
 def run_verify(args: argparse.Namespace) -> None:
     params = {"counter": args.name} if args.name else {}
-    found = console.call(
-        client.Client(args.url, args.key), "GET", "/audit/verify", params=params, ok=(409,)
-    )
+    found = console.call(console.service(args), "GET", "/audit/verify", params=params, ok=(409,))
     if found["ok"]:
         lines = [f"sound: {found['rows']} rows in {found['chains']} chain(s)"]
     else:
@@ -159,8 +157,8 @@ def run_verify(args: argparse.Namespace) -> None:
 
 def run_export(args: argparse.Namespace) -> None:
     params = {**period_params(args), "format": "csv" if args.csv else "json"}
-    service = client.Client(args.url, args.key)
-    text = console.call(service, "GET", f"/counters/{args.name}/audit", params=params, text=True)
+    talk = console.service(args)
+    text = console.call(talk, "GET", f"/counters/{args.name}/audit", params=params, text=True)
     if not args.csv:
         text = json.dumps(json.loads(text), indent=2) + "\n"
     if args.out is None:

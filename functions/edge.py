@@ -149,6 +149,7 @@ class Edge:
     def observed(self) -> Metrics:
         """This process's metrics, its gauges refreshed."""
         self.observe()
+        self.metrics.sample()
         return self.metrics
 
     def timeout(self, context: Any = None) -> float:

@@ -169,6 +169,8 @@ async def healthz(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     edge = edge_of(request)
     metrics = edge.observed() if edge.workers is None else edge.workers.total()
+    assert edge.health is not None
+    metrics.health(await edge.health.recent())  # as of this scrape, this worker's own
     return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
 

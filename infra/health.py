@@ -53,6 +53,19 @@ class Health:
             self._running.add_done_callback(self._done)
         return await asyncio.shield(self._running)
 
+    async def recent(self, wait: float = 0.2) -> dict[str, str]:
+        """The report for a scrape, which must not hang on a dead dependency: a fresh one if
+        it comes within `wait` seconds, else the last one (a check that has not answered yet
+        counts as down), and the run goes on for the next caller."""
+        try:
+            async with asyncio.timeout(wait):
+                return await self.report()
+        except TimeoutError:
+            last = self._last[1] if self._last is not None else {}
+            return {
+                name: last.get(name, f"down: no answer within {wait:g} s") for name in self.checks
+            }
+
     def _done(self, running: asyncio.Future[dict[str, str]]) -> None:
         self._running = None
         if not running.cancelled() and running.exception() is None:

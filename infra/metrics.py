@@ -8,8 +8,15 @@ kind also says how several processes' values of it add up (`add`) and how it tra
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import os
+import resource
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from infra.health import OK
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 class Counter:
@@ -82,6 +89,22 @@ class Gauge(Counter):
         self.value = max(self.value, other.value) if self.most else self.value + other.value
 
 
+class LabeledGauge(LabeledCounter):
+    """A gauge family with one label, e.g. whether each health check passes."""
+
+    def set(self, value: str, amount: float) -> None:
+        self.values[value] = amount
+
+    def add(self, other: LabeledCounter) -> None:
+        for value, amount in other.state().items():
+            self.values[value] = max(self.values.get(value, amount), amount)
+
+    def render(self) -> list[str]:
+        lines = super().render()
+        lines[1] = f"# TYPE {self.name} gauge"
+        return lines
+
+
 class Info:
     """A constant 1 with labels that describe the process (version, settings)."""
 
@@ -145,6 +168,15 @@ class Histogram:
         lines.append(f"{self.name}_sum {_number(self.sum)}")
         lines.append(f"{self.name}_count {self.count}")
         return lines
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (Linux: /proc; elsewhere its peak, from getrusage)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * PAGE
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def _number(value: float) -> str:
@@ -276,6 +308,29 @@ class Metrics:
         self.stream_depth = Gauge(
             "numerator_stream_depth_records", "Records waiting on the in-process stream."
         )
+        self.checks = LabeledGauge(
+            "numerator_check_up",
+            "1 when what this process needs answers (its /healthz checks: store, stream, "
+            "replies, batchers), 0 when not; as of the scrape.",
+            "check",
+        )
+        self.cpu = Counter(
+            "process_cpu_seconds_total", "CPU time this role's processes used (user and system)."
+        )
+        self.memory = Gauge(
+            "process_resident_memory_bytes", "Resident memory of this role's processes."
+        )
+
+    def sample(self) -> None:
+        """Read this process's CPU time and resident memory."""
+        self.cpu.value = time.process_time()
+        self.memory.set(resident_bytes())
+
+    def health(self, report: Mapping[str, str]) -> Metrics:
+        """Set numerator_check_up from a health report (infra.health: 'ok' or what is wrong)."""
+        for name, answer in report.items():
+            self.checks.set(name, 1.0 if answer == OK else 0.0)
+        return self
 
     def render(self) -> str:
         lines: list[str] = []
@@ -305,6 +360,6 @@ class Metrics:
         out = cls()
         for name, value in state.items():
             item = getattr(out, name, None)
-            if item is not None and (gauges or not isinstance(item, Gauge)):
+            if item is not None and (gauges or not isinstance(item, Gauge | LabeledGauge)):
                 item.load(value)
         return out

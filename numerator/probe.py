@@ -79,7 +79,9 @@ async def emf_lines(stack: BatcherStack, every: float, stopping: asyncio.Event) 
 
 async def respond(stack: BatcherStack, path: str) -> tuple[str, bytes, str]:
     if path == "/metrics":
-        return "200 OK", stack.metrics.render().encode(), "text/plain; version=0.0.4"
+        stack.metrics.sample()
+        metrics = stack.metrics.health(await stack.health.recent())
+        return "200 OK", metrics.render().encode(), "text/plain; version=0.0.4"
     if path == "/healthz":
         report = await stack.health.report()
         if healthy(report):

@@ -62,3 +62,25 @@ async def test_a_report_is_shared_while_it_runs_and_reused_while_fresh() -> None
     clock.now = 1.1
     await health.report()
     assert calls == 2
+
+
+async def test_a_scrape_never_waits_on_a_hanging_check() -> None:
+    """/metrics asks `recent`: a check that hangs is down at once (none known yet), and the
+    run it started answers the next scrape."""
+    stuck = asyncio.Event()
+
+    async def hangs() -> str | None:
+        await stuck.wait()
+        return None
+
+    async def fine() -> str | None:
+        return None
+
+    health = Health({"store": hangs, "stream": fine}, timeout=0.5, fresh=0.0)
+    began = asyncio.get_running_loop().time()
+    first = await health.recent(wait=0.05)
+    assert asyncio.get_running_loop().time() - began < 0.3
+    assert first["store"].startswith("down") and first["stream"].startswith("down")
+    await asyncio.sleep(0.6)  # the run ends: the hanging check timed out
+    later = await health.recent(wait=0.05)
+    assert later["store"].startswith("down: no answer within 0.5") and later["stream"] == "ok"

@@ -421,6 +421,12 @@ def serve_http(
         "Ctrl-C stops it.",
         flush=True,
     )
+    print(
+        f"metrics: http://{args.host}:{args.port}/metrics (Prometheus text format); to watch "
+        "them with the shipped alerts, see docs/operations.md: a scrape job on "
+        f"{args.host}:{args.port} and rule_files: [monitoring/rules.yml].",
+        flush=True,
+    )
     serve(factory, args.host, args.port, args.workers, settings)
     print("numerator stopped", file=sys.stderr, flush=True)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 
 import pytest
 
@@ -15,6 +16,12 @@ APT = ["apt-get", "-o", "DPkg::Lock::Timeout=600", "-y", "-qq"]
 
 def debian_tool(program: str, package: str) -> str:
     """The path of `program`, from Debian's `package` if need be."""
+    found = shutil.which(program)
+    if found:
+        return found
+    waited = time.monotonic() + 600
+    while _apt_running() and time.monotonic() < waited:  # .ci/run's own install, under way
+        time.sleep(2)
     found = shutil.which(program)
     if found:
         return found
@@ -37,3 +44,7 @@ def debian_tool(program: str, package: str) -> str:
     if os.environ.get("CI"):
         pytest.fail(why)
     pytest.skip(why)
+
+
+def _apt_running() -> bool:
+    return subprocess.run(["pgrep", "-x", "apt-get|dpkg"], capture_output=True).returncode == 0

@@ -96,7 +96,9 @@ def test_the_sam_transform_yields_every_resource_of_the_deployment() -> None:
         "AWS::SecretsManager::SecretTargetAttachment",
     ):
         assert kind in kinds, f"no {kind} in the transformed template"
-    assert kinds["AWS::CloudWatch::Alarm"] == 4
+    assert kinds["AWS::CloudWatch::Alarm"] == 9  # 4 on causes, 4 SLO windows, 1 latency
+    assert kinds["AWS::CloudWatch::CompositeAlarm"] == 2  # the two burn rates, both windows
+    assert kinds["AWS::CloudWatch::Dashboard"] == 1
     function = out["Resources"]["EdgeFunction"]["Properties"]
     assert function["Handler"] == "functions.handler.handler"
     assert function["Runtime"] == "python3.12"
@@ -265,3 +267,62 @@ def test_the_edge_checks_keys_exactly_when_api_gateway_does_not() -> None:
         told = Settings(auth="none", authorizer=authorizer)
         assert told.open_to(None) is None
     assert Settings(auth="none").open_to(None) is not None
+
+
+def dashboard_body() -> dict[str, Any]:
+    """The CloudWatch dashboard's body, its ${...} references filled with placeholders."""
+    body = template()["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    parsed: dict[str, Any] = json.loads(re.sub(r"\$\{[\w.:]+\}", "X", body))
+    return parsed
+
+
+def test_the_cloudwatch_dashboard_covers_every_tier_and_names_only_metrics_numerator_writes() -> (
+    None
+):
+    from infra.emf import COUNTS, STATUSES
+
+    widgets = dashboard_body()["widgets"]
+    lines = [m for w in widgets for m in w["properties"]["metrics"]]
+    namespaces = {m[0] for m in lines}
+    assert namespaces == {
+        "numerator",
+        "AWS/ApiGateway",
+        "AWS/Lambda",
+        "AWS/Kinesis",
+        "AWS/DynamoDB",
+        "AWS/ECS",
+    }
+    names = {m[1] for m in lines}
+    for wanted in ("GetRecords.IteratorAgeMilliseconds", "ThrottledRequests", "CPUUtilization"):
+        assert wanted in names
+    written = {*COUNTS.values(), *STATUSES.values(), "ServerErrors", "AwsThrottles", "LagSeconds"}
+    assert {m[1] for m in lines if m[0] == "numerator"} <= written
+    referenced = set(
+        re.findall(
+            r"\$\{([\w]+)",
+            template()["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"],
+        )
+    )
+    assert referenced - {"AWS"} <= set(template()["Resources"]), "a ${…} names no resource"
+
+
+def test_the_slo_alarms_burn_on_two_windows_and_notify_only_a_topic_given() -> None:
+    resources = template()["Resources"]
+    for composite, parts, factor in (
+        ("AvailabilityBurnFast", ("AvailabilityBurn1h", "AvailabilityBurn5m"), 14.4),
+        ("AvailabilityBurnSlow", ("AvailabilityBurn6h", "AvailabilityBurn30m"), 6),
+    ):
+        properties = resources[composite]["Properties"]
+        rule = properties["AlarmRule"]["Fn::Sub"]
+        assert rule == f'ALARM("${{{parts[0]}}}") AND ALARM("${{{parts[1]}}}")'
+        assert properties["AlarmActions"] == {
+            "Fn::If": ["Notify", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]
+        }
+        for part in parts:
+            alarm = resources[part]["Properties"]
+            assert alarm["Threshold"] == round(factor * 0.1, 6), part
+            windows = {m["MetricStat"]["Period"] for m in alarm["Metrics"] if "MetricStat" in m}
+            assert len(windows) == 1
+    assert template()["Conditions"]["Notify"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]
+    }

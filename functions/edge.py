@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -34,6 +34,18 @@ CANCEL_PUT_S = 0.4  # a cancel is put within this, inside LAMBDA_MARGIN_S
 
 def nothing() -> None:
     return None
+
+
+@asynccontextmanager
+async def running(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[None]:
+    """`work` runs as a task of its own while the block runs, and is cancelled after it."""
+    task = asyncio.create_task(work, name=name)
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 @dataclass
@@ -119,13 +131,10 @@ class Edge:
                     log.warning("could not say edge %s is alive: %s", EDGE, exc)
                 await asyncio.sleep(ALIVE_EVERY_S)
 
-        task = asyncio.create_task(beat(), name="edge-alive")
         try:
-            yield
+            async with running(beat(), "edge-alive"):
+                yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
             try:
                 await self.store.edge_seen(EDGE, self.flight.mark(), ended=True)
             except NumeratorError as exc:
@@ -138,13 +147,8 @@ class Edge:
         if self.guard is None:
             yield
             return
-        task = asyncio.create_task(self.guard.follow(), name="keys")
-        try:
+        async with running(self.guard.follow(), "keys"):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     def observed(self) -> Metrics:
         """This process's metrics, its gauges refreshed."""

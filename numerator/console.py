@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 from numerator.client import Call, Calls, Client, T
 
-CLI_DEADLINE_S = 10.0
+CLI_DEADLINE_S = 5.0
 """A person waits this long for a command, retries included (the library's calls wait 60 s)."""
 
 

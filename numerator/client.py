@@ -419,8 +419,13 @@ class Client:
         return self.send(Calls.next(counter, count, idempotency_key))
 
     def create(self, name: str, **fields: Any) -> Counter:
-        """Create counter `name`: template, start, reset, timezone, retention_days, confirm."""
-        return self.send(Calls.create(name, fields))
+        """Create counter `name`: template, start, reset, timezone, retention_days, confirm.
+        A counter of that name with these settings already there is returned (a retried create
+        whose first answer was lost made it); one with other settings is a Conflict."""
+        try:
+            return self.send(Calls.create(name, fields))
+        except Conflict as conflict:
+            return existing(self.send(Calls.get(name)), fields, conflict)
 
     def get(self, name: str) -> Counter:
         return self.send(Calls.get(name))
@@ -521,7 +526,10 @@ class AsyncClient:
         return await self.send(Calls.next(counter, count, idempotency_key))
 
     async def create(self, name: str, **fields: Any) -> Counter:
-        return await self.send(Calls.create(name, fields))
+        try:
+            return await self.send(Calls.create(name, fields))
+        except Conflict as conflict:
+            return existing(await self.send(Calls.get(name)), fields, conflict)
 
     async def get(self, name: str) -> Counter:
         return await self.send(Calls.get(name))
@@ -560,6 +568,14 @@ class AsyncClient:
 
     async def report(self, counter: str, period: str | None = None) -> dict[str, Any]:
         return await self.send(Calls.report(counter, period))
+
+
+def existing(counter: Counter, fields: dict[str, Any], conflict: Conflict) -> Counter:
+    """`counter`, if it has the settings `fields` ask for (those given); else `conflict`."""
+    for name, value in fields.items():
+        if value is not None and getattr(counter, name, None) != value:
+            raise conflict
+    return counter
 
 
 def _end(call: Call[T], response: httpx.Response | None, failure: Exception | None, url: str) -> T:

@@ -136,3 +136,29 @@ def test_the_key_and_url_come_from_the_environment(monkeypatch: pytest.MonkeyPat
         assert numerator.http.headers["Authorization"] == "Bearer nmr_secret"
     with Client("http://here:1", key="") as anonymous:
         assert "Authorization" not in anonymous.http.headers
+
+
+def test_create_returns_a_counter_that_exists_with_the_same_settings_and_refuses_another() -> None:
+    """A retried create whose first answer was lost finds its counter made: not an error."""
+    made = {
+        "name": "c",
+        "template": "C-{value}",
+        "start": 1,
+        "reset": "never",
+        "timezone": "UTC",
+        "retention_days": None,
+        "confirm": "none",
+        "value": None,
+        "period": "",
+    }
+    exists = {"type": "urn:numerator:problem:counter-exists", "title": "Conflict", "status": 409}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            return httpx.Response(409, json=exists)
+        return httpx.Response(200, json=made)
+
+    with served(handler) as numerator:
+        assert numerator.create("c", template="C-{value}").template == "C-{value}"
+        with pytest.raises(Conflict):
+            numerator.create("c", template="OTHER-{value}")

@@ -48,6 +48,8 @@ class Counter:
 class LabeledCounter:
     """A counter family with one label, e.g. responses by status."""
 
+    kind = "counter"
+
     def __init__(self, name: str, help: str, label: str) -> None:
         self.name, self.help, self.label = name, help, label
         self.values: dict[str, float] = {}
@@ -66,7 +68,7 @@ class LabeledCounter:
         self.values = {str(k): float(v) for k, v in state.items()}
 
     def render(self) -> list[str]:
-        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} counter"]
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
         for value, count in sorted(self.values.items()):
             lines.append(f'{self.name}{{{self.label}="{value}"}} {_number(count)}')
         return lines
@@ -92,17 +94,14 @@ class Gauge(Counter):
 class LabeledGauge(LabeledCounter):
     """A gauge family with one label, e.g. whether each health check passes."""
 
+    kind = "gauge"
+
     def set(self, value: str, amount: float) -> None:
         self.values[value] = amount
 
     def add(self, other: LabeledCounter) -> None:
         for value, amount in other.state().items():
             self.values[value] = max(self.values.get(value, amount), amount)
-
-    def render(self) -> list[str]:
-        lines = super().render()
-        lines[1] = f"# TYPE {self.name} gauge"
-        return lines
 
 
 class Info:

@@ -214,7 +214,8 @@ class Marked:
 CounterList = list[Counter]
 
 
-def _json(body: Any) -> Any:
+def as_sent(body: Any) -> Any:
+    """An answer read as the JSON (or text) the service sent."""
     return body
 
 
@@ -326,7 +327,7 @@ class Calls:
     @staticmethod
     def report(counter: str, period: str | None) -> Call[dict[str, Any]]:
         params = {"period": period} if period is not None else {}
-        return Call("GET", f"/counters/{counter}/report", _json, params=params)
+        return Call("GET", f"/counters/{counter}/report", as_sent, params=params)
 
 
 class Retry:

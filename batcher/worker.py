@@ -30,9 +30,9 @@ from infra.backoff import Backoff
 from infra.clock import utc_now
 from infra.counters import Counter
 from infra.errors import LeaseLost, NumeratorError, ShardEnded, StoreError, Unavailable
-from infra.health import ALIVE_EVERY_S
 from infra.ledger import NOT_CONFIRMED
-from infra.metrics import Metrics
+from infra.observe.health import ALIVE_EVERY_S
+from infra.observe.metrics import Metrics
 from infra.ports import Lease, Replies, Store, Stream
 from infra.settings import Settings
 from infra.wire import MAX_VOID, Cancel, Reply, ReplyError, Void, reply_key

@@ -161,7 +161,7 @@ def create_app(mode: str, url: str, pool_max: int) -> Starlette:
 
 def app_from_env() -> Starlette:
     """The granian factory: BASELINE_MODE, DATABASE_URL and BASELINE_POOL_MAX from the env."""
-    from infra.server import tune_gc
+    from infra.run.server import tune_gc
 
     tune_gc()  # the same process settings as numerator's workers
     return create_app(
@@ -174,7 +174,7 @@ def app_from_env() -> Starlette:
 def main() -> None:
     import argparse
 
-    from infra.server import serve
+    from infra.run.server import serve
 
     parser = argparse.ArgumentParser(description="serve a baseline (see bench/baseline.py)")
     parser.add_argument("mode", choices=MODES)

@@ -17,10 +17,10 @@ import time
 from datetime import UTC, datetime
 
 from batcher.allocation import Live, audits, demand
+from infra.adapters.postgres import PostgresStore, migrate
 from infra.counters import Counter, Reset
-from infra.embedded import ephemeral
 from infra.ledger import export, report
-from infra.postgres import PostgresStore, migrate
+from infra.run.embedded import ephemeral
 from infra.wire import Record
 
 

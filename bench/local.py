@@ -19,8 +19,8 @@ from typing import IO
 import httpx
 
 from bench.errors import BenchError
-from infra.embedded import Postgres, ephemeral
-from infra.server import free_port
+from infra.run.embedded import Postgres, ephemeral
+from infra.run.server import free_port
 from infra.settings import Settings
 
 MODES = ("embedded", "server", "lambda")

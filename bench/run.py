@@ -21,7 +21,8 @@ from bench.load import Load, Outcome, drive
 from bench.scenario import Scenario
 from bench.schedule import Schedule
 from bench.variants import Variant
-from infra import __version__, loop
+from infra import __version__
+from infra.run import loop
 
 FLOOR = "floor (/ping)"  # the trivial route: no number taken, the same server and generator
 

@@ -17,8 +17,8 @@ from bench.http import Client
 from bench.load import Load, Second, drive
 from bench.run import Progress
 from bench.schedule import Schedule
-from infra import loop
-from infra.server import free_port
+from infra.run import loop
+from infra.run.server import free_port
 
 
 def held_in(second: Second) -> bool:

@@ -32,7 +32,7 @@ from functions.problems import Problem
 from infra.backoff import Backoff
 from infra.errors import StoreError, Unavailable
 from infra.keys import Key, Need, identify
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 from infra.ports import Store
 from infra.settings import loopback
 

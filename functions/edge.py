@@ -17,14 +17,14 @@ from functions.front import Front
 from functions.limits import KeyRate
 from infra.clock import utc_now
 from infra.errors import NumeratorError
-from infra.health import ALIVE_EVERY_S, Health, responds
-from infra.metrics import Metrics
+from infra.observe.health import ALIVE_EVERY_S, Health, responds
+from infra.observe.metrics import Metrics
 from infra.ports import Replies, Store, Stream
 from infra.settings import Settings
 from infra.wire import EDGE, Cancel, Record, Void, reply_key
 
 if TYPE_CHECKING:  # the Lambda edge is deployed without the server's modules
-    from infra.workers import Workers
+    from infra.observe.workers import Workers
 
 log = logging.getLogger("numerator.edge")
 

@@ -19,7 +19,7 @@ from datetime import date
 from typing import Any
 
 from infra.errors import NumeratorError, ReplyTimeout
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 from infra.ports import Replies, Stream
 from infra.wire import MAX_RECORD_COUNT, BadReply, Record, Reply, reply_key
 

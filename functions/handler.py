@@ -5,7 +5,7 @@ batcher tells an unknown counter apart). Counter CRUD opens one Postgres connect
 on first use, and answers 503 when it cannot.
 
 Logs are Powertools' structured JSON with the invocation's request id, the app's own loggers
-included; metrics go out as one CloudWatch EMF line per invocation (infra/emf.py).
+included; metrics go out as one CloudWatch EMF line per invocation (infra/observe/emf.py).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from mangum import Mangum
 
 from functions.app import create_app
 from functions.edge import Edge
-from infra.emf import Emf
+from infra.adapters.serverless import aws_ports
 from infra.errors import SettingsError
-from infra.health import Health
-from infra.metrics import Metrics
+from infra.observe.emf import Emf
+from infra.observe.health import Health
+from infra.observe.metrics import Metrics
 from infra.ports import Store
-from infra.serverless import aws_ports
 from infra.settings import Settings
 
 
@@ -38,7 +38,7 @@ class LazyStore:
 
     def __getattr__(self, name: str) -> Any:
         if self.made is None:
-            from infra.postgres import PostgresStore
+            from infra.adapters.postgres import PostgresStore
 
             settings = self.settings
             self.made = PostgresStore(

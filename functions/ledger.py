@@ -25,7 +25,7 @@ from functions.routes import JSON, edge_of
 from infra import ledger
 from infra.counters import Counter, check_retention
 from infra.errors import InvalidCounter
-from infra.health import EDGE_DEAD_S
+from infra.observe.health import EDGE_DEAD_S
 from infra.wire import MAX_VALUE, MAX_VOID, Confirm, Void, reply_key
 
 REASON = re.compile(r"[^\x00-\x1f\x7f]{1,200}")

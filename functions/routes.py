@@ -21,7 +21,7 @@ from infra.errors import (
     InvalidKey,
     KeyExists,
 )
-from infra.health import healthy
+from infra.observe.health import healthy
 
 
 class JSON(Response):
@@ -157,7 +157,7 @@ async def revoke_key(request: Request) -> Response:
 
 
 async def healthz(request: Request) -> Response:
-    """200 when everything this edge needs to hand out values answers (infra.health), else 503
+    """200 when everything this edge needs to hand out values answers (observe.health), else 503
     naming what does not: a load balancer stops sending within seconds."""
     health = edge_of(request).health
     assert health is not None

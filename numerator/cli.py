@@ -12,9 +12,9 @@ from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
 
 from bench.cli import add_bench
-from infra.embedded import Postgres, default_data_dir, embedded, ephemeral
+from infra.adapters.postgres import migrate, migrations
 from infra.errors import NumeratorError, StoreUnavailable
-from infra.postgres import migrate, migrations
+from infra.run.embedded import Postgres, default_data_dir, embedded, ephemeral
 from infra.settings import LOOPBACK_ONLY, Settings, loopback
 from numerator import __version__, client, console
 from numerator.keys import add_keys
@@ -235,7 +235,7 @@ def settings_or_exit() -> Settings:
 
 def port_or_exit(args: argparse.Namespace) -> None:
     """Stop here if this process cannot listen on --host/--port, or its settings must not."""
-    from infra.server import cannot_listen
+    from infra.run.server import cannot_listen
 
     problem = settings_or_exit().open_to(args.host) or cannot_listen(args.host, args.port)
     if problem:
@@ -247,7 +247,7 @@ async def who_may_call(url: str, host: str, settings: Settings) -> str:
     listens beyond loopback and no key exists yet (Redis's protected mode does the same)."""
     if settings.auth == "none":
         return f"AUTH=none ({settings.authorizer or 'loopback only'})"
-    from infra.postgres import PostgresStore
+    from infra.adapters.postgres import PostgresStore
 
     store = PostgresStore(url, max_size=1)
     try:
@@ -342,7 +342,7 @@ def use_endpoint(endpoint: str, takes: str) -> None:
 def serve_aws(args: argparse.Namespace, url: str, where: str) -> None:
     """`up --aws`: the endpoint (moto server started here, or a URL), the stream and table, the
     batcher process(es), then the HTTP edge in front."""
-    from infra.aws import clients, create  # boto3 loads only where it is used
+    from infra.adapters.aws import clients, create  # boto3 loads only where it is used
     from numerator import local
 
     with ExitStack() as running:
@@ -393,7 +393,7 @@ def serve_http(
     where: str,
     factory: str = "numerator.stack:app_from_env",
 ) -> None:
-    from infra.server import serve
+    from infra.run.server import serve
 
     os.environ["DATABASE_URL"] = url
     os.environ["WORKERS"] = str(args.workers)  # for numerator_info in each worker
@@ -460,7 +460,7 @@ def run_migrate(args: argparse.Namespace) -> None:
     settings = settings_or_exit()
 
     async def apply() -> None:
-        from infra import secret
+        from infra.adapters import secret
 
         url = await secret.resolve(settings.database_url, settings.database_secret_arn)
         if not url:
@@ -478,7 +478,7 @@ def run_migrate(args: argparse.Namespace) -> None:
 
 
 def run_aws_init(args: argparse.Namespace) -> None:
-    from infra.aws import clients, create
+    from infra.adapters.aws import clients, create
 
     if args.endpoint:
         os.environ["AWS_ENDPOINT_URL"] = args.endpoint

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace, action: str) -> None:
 
 
 async def direct(args: argparse.Namespace, action: str) -> None:
-    from infra.postgres import PostgresStore, migrate
+    from infra.adapters.postgres import PostgresStore, migrate
 
     await migrate(args.database_url)
     store = PostgresStore(args.database_url, max_size=1)

@@ -22,10 +22,10 @@ from mangum import Mangum
 from starlette.types import Receive, Scope, Send
 
 from functions.handler import build
-from infra.metrics import Metrics
-from infra.server import worker_signals
+from infra.observe.metrics import Metrics
+from infra.observe.workers import Workers, sharing, workers_dir
+from infra.run.server import worker_signals
 from infra.settings import Settings
-from infra.workers import Workers, sharing, workers_dir
 
 INVOCATION_TIMEOUT_S = 30.0  # template.yaml's default function timeout
 

@@ -20,7 +20,7 @@ import httpx
 
 from infra.backoff import Backoff
 from infra.errors import NumeratorError
-from infra.server import die_with_parent, free_port
+from infra.run.server import die_with_parent, free_port
 
 MOTO_MISSING = (
     "--aws moto needs moto server, which is not installed: "
@@ -141,7 +141,7 @@ class Supervisor:
     batcher is started again after a jittered backoff (up to 1 s, doubling to 30 s while it
     keeps dying within a minute), logged and counted; a dead moto server stops `up` (SIGTERM to
     itself, which the HTTP server takes as Ctrl-C), and `failed` says which child died so that
-    `up` exits non-zero naming it. The edge's /healthz is red meanwhile (infra.health)."""
+    `up` exits non-zero naming it. The edge's /healthz is red meanwhile (infra.observe.health)."""
 
     POLL_S = 0.25
     STEADY_S = 60.0  # a child that ran this long starts its backoff afresh

@@ -14,9 +14,9 @@ import logging
 import signal
 import sys
 
-from infra import loop
 from infra.errors import NumeratorError
-from infra.health import OK, healthy
+from infra.observe.health import OK, healthy
+from infra.run import loop
 from infra.settings import Settings
 from numerator.stack import BatcherStack
 
@@ -68,7 +68,7 @@ async def run(settings: Settings, host: str, port: int, owner: str | None = None
 async def emf_lines(stack: BatcherStack, every: float, stopping: asyncio.Event) -> None:
     """The batcher's metrics as CloudWatch EMF lines on stdout, every `every` seconds and once
     more when stopping (ECS's awslogs driver takes stdout to CloudWatch Logs)."""
-    from infra.emf import Emf
+    from infra.observe.emf import Emf
 
     emf = Emf(stack.metrics, "batcher")
     while not stopping.is_set():

@@ -29,9 +29,9 @@ from typing import Any
 
 import httpx
 
-from infra.aws import clients, create
-from infra.postgres import migrate
-from infra.server import die_with_parent, free_port
+from infra.adapters.aws import clients, create
+from infra.adapters.postgres import migrate
+from infra.run.server import die_with_parent, free_port
 from infra.settings import Settings
 from numerator.local import aws_environment, moto_server
 from numerator.stack import EdgeStack

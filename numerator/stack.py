@@ -23,17 +23,17 @@ from functions.edge import Edge
 from functions.fastpath import FastPath
 from functions.front import Front
 from infra import __version__
-from infra.aws import check
+from infra.adapters.aws import check
+from infra.adapters.memory import MemoryReplies, MemoryStream
+from infra.adapters.postgres import PostgresStore, migrate
+from infra.adapters.serverless import AwsPorts, aws_ports
 from infra.clock import utc_now
-from infra.health import Check, Health, responds
-from infra.memory import MemoryReplies, MemoryStream
-from infra.metrics import Metrics
+from infra.observe.health import Check, Health, responds
+from infra.observe.metrics import Metrics
+from infra.observe.workers import sharing, workers_dir
 from infra.ports import Replies, Stream
-from infra.postgres import PostgresStore, migrate
-from infra.server import tune_gc, worker_signals
-from infra.serverless import AwsPorts, aws_ports
+from infra.run.server import tune_gc, worker_signals
 from infra.settings import Settings
-from infra.workers import sharing, workers_dir
 
 
 def describe(metrics: Metrics, settings: Settings, role: str) -> None:

@@ -13,8 +13,8 @@ from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
-from infra.aws import Clients, clients, create
-from infra.server import free_port
+from infra.adapters.aws import Clients, clients, create
+from infra.run.server import free_port
 from infra.settings import Settings
 
 DEFAULTS = {

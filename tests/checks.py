@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from infra.health import EDGE_DEAD_S
+from infra.observe.health import EDGE_DEAD_S
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 import pytest
 
-from infra.postgres import PostgresStore, migrate
+from infra.adapters.postgres import PostgresStore, migrate
 from infra.settings import Settings
 from numerator.stack import Stack
 

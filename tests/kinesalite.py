@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from infra.server import free_port
+from infra.run.server import free_port
 
 VERSION = "3.3.3"
 HOME = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "numerator" / "kinesalite"

@@ -87,7 +87,7 @@ def localstack() -> Iterator[str]:
     """LocalStack (Kinesis) on a free loopback port; its URL."""
     import httpx
 
-    from infra.server import free_port
+    from infra.run.server import free_port
 
     python = install()
     port = free_port()

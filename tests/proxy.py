@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 
-from infra.server import free_port
+from infra.run.server import free_port
 
 UNAVAILABLE = json.dumps(
     {

@@ -15,8 +15,8 @@ from pathlib import Path
 import httpx
 import psutil
 
-from infra.embedded import pid_in
-from infra.server import free_port
+from infra.run.embedded import pid_in
+from infra.run.server import free_port
 
 
 class Service:

@@ -15,7 +15,7 @@ import httpx
 import psycopg
 import pytest
 
-from infra.server import free_port
+from infra.run.server import free_port
 from infra.settings import Settings
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from infra.postgres import IDLE_IN_TRANSACTION_S
+from infra.adapters.postgres import IDLE_IN_TRANSACTION_S
 from infra.settings import Settings
 from numerator.stack import EdgeStack
 from tests.aws import resources

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from infra.server import free_port
+from infra.run.server import free_port
 from tests.e2e.service import Service, data_dir
 from tests.tools import debian_tool
 

@@ -17,7 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from infra.server import running
+from infra.run.server import running
 from tests.checks import assert_accounted
 from tests.e2e.service import Service, data_dir, postgres_of
 

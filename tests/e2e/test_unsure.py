@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from infra.health import EDGE_DEAD_S
+from infra.observe.health import EDGE_DEAD_S
 from tests.e2e.service import Service, data_dir
 from tests.e2e.test_supervision import child
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from bench.scrape import parse
-from infra.workers import WRITE_EVERY_S
+from infra.observe.workers import WRITE_EVERY_S
 from tests.checks import Answer, assert_guarantees, assert_ordered
 from tests.e2e.service import Service, numerator
 
@@ -165,7 +165,7 @@ def test_ctrl_c_in_a_terminal_stops_up(tmp_path: Path) -> None:
     """A terminal's Ctrl-C signals the whole process group — `up` and its workers at once. By
     hand (setsid, 9 s idle, SIGINT to the group) one try in three used to leave a worker hung in
     granian's signal handler; this harness did not reproduce that race, so this test guards the
-    group-signal path as such, and infra/server.py says why workers ignore SIGINT."""
+    group-signal path as such, and infra/run/server.py says why workers ignore SIGINT."""
     service = Service("--ephemeral")
     os.killpg(service.process.pid, signal.SIGINT)
     try:

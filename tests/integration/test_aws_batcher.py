@@ -14,10 +14,10 @@ import orjson
 import psycopg
 
 from batcher.worker import Batcher
+from infra.adapters.postgres import PostgresStore
+from infra.adapters.serverless import AwsPorts, aws_ports
 from infra.counters import Counter
-from infra.metrics import Metrics
-from infra.postgres import PostgresStore
-from infra.serverless import AwsPorts, aws_ports
+from infra.observe.metrics import Metrics
 from infra.settings import Settings
 from infra.wire import Record, Reply, ReplyError
 
@@ -153,7 +153,7 @@ async def test_a_stream_made_again_under_its_name_is_read_afresh(
 ) -> None:
     """A restarted moto (or LocalStack) makes the stream anew and numbers its records from the
     start: the old stream's checkpoint and high-water mark must not swallow them as replays."""
-    from infra.aws import create
+    from infra.adapters.aws import create
 
     settings, found = aws
     await store.create(Counter(name))

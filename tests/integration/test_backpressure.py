@@ -10,9 +10,9 @@ import httpx
 
 from functions.app import create_app
 from functions.edge import Edge
-from infra.memory import MemoryReplies, MemoryStream
-from infra.metrics import Metrics
-from infra.postgres import PostgresStore
+from infra.adapters.memory import MemoryReplies, MemoryStream
+from infra.adapters.postgres import PostgresStore
+from infra.observe.metrics import Metrics
 from infra.settings import Settings
 from numerator.stack import Stack
 

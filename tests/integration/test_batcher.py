@@ -11,12 +11,12 @@ import psycopg
 import pytest
 
 from batcher.worker import Batcher
+from infra.adapters.memory import MemoryReplies
+from infra.adapters.postgres import PostgresStore
 from infra.counters import Counter
 from infra.errors import LeaseLost, ShardEnded, Unavailable
-from infra.memory import MemoryReplies
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 from infra.ports import Audit, Entry
-from infra.postgres import PostgresStore
 from infra.settings import Settings
 from infra.wire import Record, Reply, ReplyError
 from tests.checks import until

@@ -268,7 +268,7 @@ def test_the_template_deploys_to_moto_cloudformation(
 def test_aws_init_makes_the_table_and_stream_the_template_defines(
     aws: tuple[Settings, Any],
 ) -> None:
-    """`numerator aws init` (infra.aws.create, which made this test's stream and table) and
+    """`numerator aws init` (infra.adapters.aws.create, which made this test's stream and table) and
     template.yaml define the same reply table and stream: the third definition, LocalStack's
     hook, is compared with the template in tests/unit/test_template.py."""
     settings, found = aws

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from infra.postgres import PostgresStore
+from infra.adapters.postgres import PostgresStore
 from infra.settings import Settings
 from numerator.stack import BatcherStack, EdgeStack
 from tests.aws import Throttle

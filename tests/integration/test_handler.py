@@ -162,8 +162,8 @@ def test_numerators_own_keys_in_lambda(
 ) -> None:
     """The template with Authorizer=NONE: AUTH=keys in the function. Before any key, API
     Gateway's callers (never loopback) get 401; with a key, its scopes decide."""
+    from infra.adapters.postgres import PostgresStore
     from infra.keys import new
-    from infra.postgres import PostgresStore
 
     settings = replace(aws[0], database_url=fresh_database)
     with batcher_on(settings):

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from infra.health import BATCHER_ALIVE_S, FRESH_S
+from infra.observe.health import BATCHER_ALIVE_S, FRESH_S
 from infra.settings import Settings
 from numerator.stack import BatcherStack, EdgeStack
 from tests.checks import until

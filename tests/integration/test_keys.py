@@ -166,7 +166,7 @@ async def test_a_revoked_key_stops_within_the_stated_bound(
 async def test_last_use_is_written_back_without_a_query_per_request(
     clients: Clients, keyed: Settings
 ) -> None:
-    from infra.postgres import PostgresStore
+    from infra.adapters.postgres import PostgresStore
 
     local = clients(address=("127.0.0.1", 5000))
     admin = clients(await make_key(local, "ops", "admin"))

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from infra.aws import Calls
+from infra.adapters.aws import Calls
+from infra.adapters.kinesis import KinesisStream
 from infra.errors import ShardEnded
-from infra.kinesis import KinesisStream
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 from infra.settings import Settings
 from infra.wire import Record
 from tests.streams import read_all

@@ -18,9 +18,9 @@ import pytest
 
 import functions.edge as edge_module
 from infra import wire
-from infra.health import EDGE_DEAD_S
+from infra.adapters.postgres import PostgresStore
 from infra.ledger import SKEW_S
-from infra.postgres import PostgresStore
+from infra.observe.health import EDGE_DEAD_S
 from infra.settings import Settings
 from numerator.stack import Stack
 from tests.checks import problem, until

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from infra.postgres import migrate, migrations
+from infra.adapters.postgres import migrate, migrations
 
 
 @pytest.fixture

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from infra.aws import Calls
-from infra.dynamodb import DynamoReplies
+from infra.adapters.aws import Calls
+from infra.adapters.dynamodb import DynamoReplies
+from infra.adapters.memory import MemoryReplies
 from infra.errors import ReplyTimeout
-from infra.memory import MemoryReplies
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 from infra.ports import Replies
 from infra.settings import Settings
 from infra.wire import BadReply, Reply, ReplyError

@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from infra.adapters.postgres import PostgresStore
+from infra.adapters.serverless import AwsPorts
 from infra.counters import Counter
-from infra.postgres import PostgresStore
-from infra.serverless import AwsPorts
 from infra.settings import Settings
 from infra.wire import Record, Reply
 from tests.aws import resources

@@ -9,9 +9,9 @@ import time
 from dataclasses import replace
 
 from batcher.worker import Batcher
+from infra.adapters.postgres import PostgresStore
+from infra.adapters.serverless import AwsPorts
 from infra.counters import Counter
-from infra.postgres import PostgresStore
-from infra.serverless import AwsPorts
 from infra.settings import Settings
 from infra.wire import Record
 from tests.aws import resources

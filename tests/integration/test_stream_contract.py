@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from infra.aws import Calls
-from infra.kinesis import KinesisStream
-from infra.memory import MemoryStream
-from infra.metrics import Metrics
+from infra.adapters.aws import Calls
+from infra.adapters.kinesis import KinesisStream
+from infra.adapters.memory import MemoryStream
+from infra.observe.metrics import Metrics
 from infra.ports import Stream
 from infra.settings import Settings
 from infra.wire import Record

@@ -6,7 +6,7 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 from infra.settings import Settings
 
 README = (Path(__file__).parents[2] / "README.md").read_text()

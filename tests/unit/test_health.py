@@ -1,11 +1,11 @@
-"""infra.health without I/O: answers, time limits, errors, and one run shared and reused."""
+"""infra.observe.health without I/O: answers, time limits, errors, and one run shared and reused."""
 
 from __future__ import annotations
 
 import asyncio
 
 from infra.errors import StoreUnavailable
-from infra.health import Health, healthy, responds
+from infra.observe.health import Health, healthy, responds
 
 
 class Clock:

@@ -4,9 +4,9 @@ import asyncio
 
 import pytest
 
+from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.errors import ReplyTimeout, StreamFull
-from infra.memory import MemoryReplies, MemoryStream
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 from infra.wire import Record, Reply
 
 

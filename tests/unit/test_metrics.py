@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 
 
 def test_metrics_of_several_containers_add_up() -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from infra import server
-from infra.server import cannot_listen, own_folder
+from infra.run import server
+from infra.run.server import cannot_listen, own_folder
 
 
 def test_a_listening_port_is_refused() -> None:

@@ -279,7 +279,7 @@ def dashboard_body() -> dict[str, Any]:
 def test_the_cloudwatch_dashboard_covers_every_tier_and_names_only_metrics_numerator_writes() -> (
     None
 ):
-    from infra.emf import COUNTS, STATUSES
+    from infra.observe.emf import COUNTS, STATUSES
 
     widgets = dashboard_body()["widgets"]
     lines = [m for w in widgets for m in w["properties"]["metrics"]]

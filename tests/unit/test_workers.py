@@ -1,5 +1,5 @@
 """A server's worker processes' metrics as one: each writes its own to the shared directory,
-and /metrics adds them up (infra.workers)."""
+and /metrics adds them up (infra.observe.workers)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import orjson
 
-from infra.metrics import Metrics
-from infra.workers import WRITE_EVERY_S, Workers, sharing
+from infra.observe.metrics import Metrics
+from infra.observe.workers import WRITE_EVERY_S, Workers, sharing
 
 
 def other_worker(directory: Path, pid: int, requests: int, leases: int) -> None:

@@ -17,7 +17,7 @@ import psycopg_pool
 from psycopg import errors as pgerrors
 from psycopg.rows import tuple_row
 
-from infra import secret
+from infra.adapters import secret
 from infra.counters import Counter, Reset
 from infra.errors import CounterExists, KeyExists, LeaseLost, StoreError, StoreUnavailable
 from infra.keys import Key

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 
 from infra.errors import NumeratorError
-from infra.server import own_folder, running
+from infra.run.server import own_folder, running
 
 
 @dataclass

@@ -23,10 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from infra.aws import Calls
+from infra.adapters.aws import Calls
 from infra.backoff import Backoff
 from infra.errors import AwsRefused, NumeratorError, ShardEnded, StreamFull
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 from infra.ports import Entry
 from infra.wire import Demand, encode
 

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.aws import Calls
+from infra.adapters.aws import Calls
 from infra.backoff import Backoff
 from infra.errors import AwsUnavailable, NumeratorError, ReplyTimeout
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 from infra.wire import BadReply, Reply, decode_reply, encode
 
 log = logging.getLogger("numerator.replies")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 
 NAMESPACE = "numerator"
 COUNTS = {  # Metrics attribute: the CloudWatch metric

@@ -32,7 +32,7 @@ from botocore.exceptions import (
 
 from infra.backoff import Backoff
 from infra.errors import AwsRefused, AwsUnavailable, MissingResource, SettingsError
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 from infra.settings import Settings
 
 THROTTLED = frozenset(

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from infra.errors import ReplyTimeout, StreamFull
-from infra.metrics import Metrics
+from infra.observe.metrics import Metrics
 from infra.ports import Entry
 from infra.wire import Demand, Reply
 

@@ -28,7 +28,7 @@ from granian.http import HTTP1Settings
 
 from infra.settings import MAX_HEADER_BUFFER, Settings
 
-WORKERS_DIR = "NUMERATOR_WORKERS_DIR"  # infra.workers reads it in each worker
+WORKERS_DIR = "NUMERATOR_WORKERS_DIR"  # infra.observe.workers reads it in each worker
 
 BACKLOG = 4096  # connections the kernel queues for accept
 # Threads of each worker's Rust I/O runtime. With one, the burst of closing and re-accepting
@@ -69,7 +69,7 @@ def serve(
     )
     with contextlib.ExitStack() as made:
         os.environ.pop(WORKERS_DIR, None)
-        if workers > 1:  # a directory for their metrics, added up by /metrics (infra.workers)
+        if workers > 1:  # a folder for their metrics, summed by /metrics (observe.workers)
             try:
                 os.environ[WORKERS_DIR] = str(made.enter_context(own_folder("workers")))
             except OSError as exc:  # a read-only file system: serve, each worker's metrics apart

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from infra.health import OK
+from infra.observe.health import OK
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -326,7 +326,7 @@ class Metrics:
         self.memory.set(resident_bytes())
 
     def health(self, report: Mapping[str, str]) -> Metrics:
-        """Set numerator_check_up from a health report (infra.health: 'ok' or what is wrong)."""
+        """Set numerator_check_up from a health report (observe.health: "ok" or what is wrong)."""
         for name, answer in report.items():
             self.checks.set(name, 1.0 if answer == OK else 0.0)
         return self

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import orjson
 
-from infra.metrics import Metrics
-from infra.server import WORKERS_DIR, running
+from infra.observe.metrics import Metrics
+from infra.run.server import WORKERS_DIR, running
 
 WRITE_EVERY_S = 0.5
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.aws import Calls, Clients, clients
-from infra.dynamodb import DynamoReplies
-from infra.health import BATCHER_ALIVE_S, Check, responds
-from infra.kinesis import KinesisStream
-from infra.metrics import Metrics
+from infra.adapters.aws import Calls, Clients, clients
+from infra.adapters.dynamodb import DynamoReplies
+from infra.adapters.kinesis import KinesisStream
+from infra.observe.health import BATCHER_ALIVE_S, Check, responds
+from infra.observe.metrics import Metrics
 from infra.ports import Store
 from infra.settings import Settings
 

@@ -1,0 +1,2 @@
+"""Observability: health checks, metrics (Prometheus text, EMF lines) and their sums across
+worker processes."""

@@ -1,0 +1,1 @@
+"""Process runners: the HTTP server, embedded Postgres and the event loop."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from enum import Enum
 
 from infra.ports import Entry
+from infra.settings import Policy
 from infra.wire import Demand, Reply
 
 
@@ -19,17 +20,6 @@ class State(Enum):
 
 class IllegalStep(RuntimeError):
     pass
-
-
-class Policy(Enum):
-    """When a frame closes."""
-
-    FIXED = "fixed"
-    """The seed's: BACK_FRAME_MS after its oldest record was put."""
-    AUTO = "auto"
-    """Group commit: as soon as the previous frame's transaction is done and FRAME_MIN_MS has
-    passed since, so one commit of wait at low load and frames that grow by themselves at high
-    load; BACK_FRAME_MS is the longest a record waits."""
 
 
 def collect_for(

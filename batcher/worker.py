@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from batcher.allocation import Outcome, apply, decode_replies
-from batcher.frame import Frame, Policy, State, collect_for
+from batcher.frame import Frame, State, collect_for
 from infra.backoff import Backoff
 from infra.clock import utc_now
 from infra.counters import Counter
@@ -185,7 +185,7 @@ class Batcher:
         return False
 
     async def _watch_shards(self) -> None:
-        while await self._pause(min(SHARDS_EVERY_S, self.settings.lease_ttl_s / 3)):
+        while await self._pause(min(SHARDS_EVERY_S, self.settings.frames.lease_ttl_s / 3)):
             try:
                 shards = await self.stream.shards()
                 await self._balance(shards)
@@ -208,7 +208,9 @@ class Batcher:
             if shard not in self._ended and await self._is_ended(shard):
                 self._ended.add(shard)
         open_shards = sum(1 for shard in shards if shard not in self._ended)
-        members = await self.store.members(self.stream.name, self.owner, self.settings.lease_ttl_s)
+        members = await self.store.members(
+            self.stream.name, self.owner, self.settings.frames.lease_ttl_s
+        )
         share = open_shards // len(members)
         if members.index(self.owner) < open_shards % len(members):
             share += 1
@@ -265,10 +267,17 @@ class Batcher:
         """Read and apply the shard until stopping, or its share goes to another batcher: the
         lease to release then; None when there is none (the shard ended, or was taken over)."""
         renewed = time.monotonic()
-        frame_s = self.settings.back_frame_ms / 1000
-        limit = self.settings.frame_max_records
-        policy, gap = Policy(self.settings.frame_policy), self.settings.frame_min_ms / 1000
-        spacing = 1 / self.settings.max_frames_per_s if self.settings.max_frames_per_s else 0.0
+        frame_s = self.settings.frames.back_frame_ms / 1000
+        limit = self.settings.frames.frame_max_records
+        policy, gap = (
+            self.settings.frames.frame_policy,
+            self.settings.frames.frame_min_ms / 1000,
+        )
+        spacing = (
+            1 / self.settings.frames.max_frames_per_s
+            if self.settings.frames.max_frames_per_s
+            else 0.0
+        )
         began = ended = 0.0  # monotonic times the last frame's transaction began and ended
         while lease is not None:
             if self._surplus(shard):
@@ -288,7 +297,7 @@ class Batcher:
                 entries = []
             else:
                 self._trouble.discard(f"read {shard}")
-            if time.monotonic() - renewed > self.settings.lease_ttl_s / 3:
+            if time.monotonic() - renewed > self.settings.frames.lease_ttl_s / 3:
                 renewed = time.monotonic()
                 if (lease := await self._renew(lease)) is None:
                     return None
@@ -345,7 +354,7 @@ class Batcher:
                 self._held.add(shard)  # counted before the await: no other loop takes its room
                 try:
                     lease = await self.store.acquire(
-                        self.stream.name, shard, self.owner, self.settings.lease_ttl_s
+                        self.stream.name, shard, self.owner, self.settings.frames.lease_ttl_s
                     )
                     if lease is not None:
                         if self.stream.durable:
@@ -374,7 +383,7 @@ class Batcher:
         try:
             await self.store.published(self._published.pop(lease.shard, []))
             renewed = await self.store.acquire(
-                lease.stream, lease.shard, self.owner, self.settings.lease_ttl_s
+                lease.stream, lease.shard, self.owner, self.settings.frames.lease_ttl_s
             )
         except Unavailable as exc:
             log.warning("cannot renew the lease of shard %s: %s", lease.shard, exc)
@@ -507,11 +516,11 @@ class Batcher:
             lease,
             self.clock(),
             time.time(),
-            self.settings.idempotency_retention_s,
+            self.settings.retention.idempotency_retention_s,
             hold=durable,
             published=self._published.get(lease.shard, ()),
             earlier=earlier,
-            keep=self.settings.audit_retention_s,
+            keep=self.settings.retention.audit_retention_s,
             recent=recent,
         )
 
@@ -521,7 +530,7 @@ class Batcher:
         """What records of `keys` took, from the replies the shard's frames kept lately: for
         the cancels of records applied by the shard's previous owner, which died since."""
         found: dict[str, tuple[str, str, int, int]] = {}
-        within = self.settings.reply_timeout_s + CANCEL_MARGIN_S
+        within = self.settings.edge.reply_timeout_s + CANCEL_MARGIN_S
         for raw in await self.store.held_since(lease.stream, lease.shard, within):
             for reply in decode_replies(raw):
                 counter = self.counters.get(reply.counter)
@@ -537,7 +546,7 @@ class Batcher:
         if taken:
             self._recent.update(taken)
             self._recent_since.append((now, taken))
-        cutoff = now - self.settings.reply_timeout_s - CANCEL_MARGIN_S
+        cutoff = now - self.settings.edge.reply_timeout_s - CANCEL_MARGIN_S
         while self._recent_since and self._recent_since[0][0] < cutoff:
             for key, _ in self._recent_since.popleft()[1]:
                 self._recent.pop(key, None)
@@ -566,11 +575,11 @@ class Batcher:
         confirmed within CONFIRM_TTL_S: as void records on the stream, which the frames check
         again (a value confirmed meanwhile is not voided). Every batcher sweeps; the same void
         twice is made once."""
-        every = min(60.0, max(0.5, self.settings.confirm_ttl_s / 4))
+        every = min(60.0, max(0.5, self.settings.retention.confirm_ttl_s / 4))
         while await self._pause(every):
             try:
                 for counter in await self.store.confirming():
-                    ttl = self.settings.confirm_ttl_s
+                    ttl = self.settings.retention.confirm_ttl_s
                     spans, upto = await self.store.unconfirmed(counter, ttl)
                     voids = not_confirmed(counter.name, spans)
                     if voids:
@@ -584,7 +593,9 @@ class Batcher:
         while await self._pause(PRUNE_EVERY_S):
             try:
                 await self.store.prune(
-                    utc_now(), self.settings.audit_retention_s, self.settings.reply_ttl_s
+                    utc_now(),
+                    self.settings.retention.audit_retention_s,
+                    self.settings.retention.reply_ttl_s,
                 )
             except NumeratorError as exc:
                 log.warning("cannot prune expired keys and old audit rows: %s", exc)

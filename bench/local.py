@@ -84,7 +84,7 @@ def serve(target: str, db: Postgres, workers: int, env: dict[str, str]) -> Itera
     with running(command, environment, url, 30) as (process, _):
         settings: dict[str, object] = {
             "workers": workers,
-            "back_frame_ms": Settings.from_env(environment).back_frame_ms,
+            "back_frame_ms": Settings.from_env(environment).frames.back_frame_ms,
             "shards": workers if target == "numerator" else 0,
             "environment": dict(env),
         }
@@ -118,11 +118,11 @@ def serve_aws(
         service = Settings.from_env(environment)
         settings: dict[str, object] = {
             "workers": workers,
-            "back_frame_ms": service.back_frame_ms,
-            "shards": service.shards,
+            "back_frame_ms": service.frames.back_frame_ms,
+            "shards": service.aws.shards,
             "batchers": batchers,
             "edge": edge,
-            "front_frame_ms": service.front_frame_ms if edge == "server" else 0.0,
+            "front_frame_ms": service.edge.front_frame_ms if edge == "server" else 0.0,
             "environment": dict(env),
         }
         yield Target(f"numerator-aws-{edge}", url, [process.pid], settings, others)

@@ -4,19 +4,19 @@ side by side in one report (as `--compare` puts the baselines beside it).
     numerator bench --local --settings FRAME_POLICY=fixed --settings FRAME_POLICY=auto
 
 Each `--settings` is one configuration, `KEY=VALUE[,KEY=VALUE…]` in the service's own
-environment variables (README, "Settings"); each is checked as the service would check it before
+environment variables (docs/settings.md); each is checked as the service would check it before
 anything starts."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from infra.errors import SettingsError
-from infra.settings import Settings
+from infra.settings import VARIABLES, Settings
 
 # Set by the bench itself: where the database is, and the scenario's own fields.
 NOT_HERE = {"DATABASE_URL": "the bench's Postgres", "WORKERS": "--workers", "MODE": "--mode"}
-SETTINGS = frozenset(f.name.upper() for f in fields(Settings))  # every service setting
+SETTINGS = frozenset(VARIABLES)  # every service setting
 
 
 class VariantError(ValueError):

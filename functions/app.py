@@ -37,7 +37,7 @@ async def handle_http(request: Request, exc: Exception) -> Response:
 async def handle_unavailable(request: Request, exc: Exception) -> Response:
     if isinstance(exc, StoreError):  # Postgres refused, not for want of availability: a bug
         log.error("Postgres refused %s %s: %s", request.method, request.url.path, exc)
-    retry_after = request.app.state.edge.settings.retry_after_s
+    retry_after = request.app.state.edge.settings.edge.retry_after_s
     return unavailable(str(exc), retry_after).response(request.url.path)
 
 

@@ -20,7 +20,7 @@ from infra.errors import NumeratorError
 from infra.observe.health import ALIVE_EVERY_S, Health, responds
 from infra.observe.metrics import Metrics
 from infra.ports import Replies, Store, Stream
-from infra.settings import Settings
+from infra.settings import Auth, Settings
 from infra.wire import EDGE, Cancel, Record, Void, reply_key
 
 if TYPE_CHECKING:  # the Lambda edge is deployed without the server's modules
@@ -75,9 +75,9 @@ class Edge:
 
     def __post_init__(self) -> None:
         settings = self.settings
-        if settings.auth == "keys":
-            self.guard = Guard(self.store, settings.keys_refresh_s, self.metrics)
-        self.key_rate = KeyRate(settings.idempotency_keys_per_s)
+        if settings.edge.auth is Auth.KEYS:
+            self.guard = Guard(self.store, settings.edge.keys_refresh_s, self.metrics)
+        self.key_rate = KeyRate(settings.edge.idempotency_keys_per_s)
         if self.health is None:
             self.health = Health({"store": responds(self.store.ping)})
 
@@ -160,7 +160,7 @@ class Edge:
         """Seconds a request waits for its reply: REPLY_TIMEOUT_S, and in Lambda no longer than
         the invocation has left (less a margin), so that it is answered 504 before Lambda kills
         it. `context` is the Lambda context Mangum puts in the ASGI scope, if any."""
-        timeout = self.settings.reply_timeout_s
+        timeout = self.settings.edge.reply_timeout_s
         if context is not None:
             left = context.get_remaining_time_in_millis() / 1000 - LAMBDA_MARGIN_S
             timeout = max(0.05, min(timeout, left))

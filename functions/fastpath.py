@@ -66,7 +66,7 @@ async def _take(
             problem = Problem(
                 429,
                 "too-many-idempotency-keys",
-                f"at most {settings.idempotency_keys_per_s:g} Idempotency-Keys per second "
+                f"at most {settings.edge.idempotency_keys_per_s:g} Idempotency-Keys per second "
                 "from one client (IDEMPOTENCY_KEYS_PER_S)",
             )
             problem.headers["Retry-After"] = str(max(1, round(wait + 0.5)))
@@ -78,10 +78,10 @@ async def _take(
         else:
             record = Record(reply_key(), name, count, key, sent + edge.budget(timeout), sent, who)
             work = put_and_wait(edge, record, timeout)
-        reply = await replied(work, settings.retry_after_s)
+        reply = await replied(work, settings.edge.retry_after_s)
     finally:
         edge.metrics.reply_wait.observe(time.time() - sent)
-    return answer(reply, count, settings.retry_after_s)
+    return answer(reply, count, settings.edge.retry_after_s)
 
 
 async def replied(work: Awaitable[Reply], retry_after: int) -> Reply:
@@ -283,7 +283,7 @@ class FastPath:
             return
         count = query.get("count")
         try:
-            if length > settings.max_body_bytes:
+            if length > settings.edge.max_body_bytes:
                 raise Problem(413, "body-too-large", "/next takes no body")
             timeout = edge.timeout(scope.get("aws.context"))
             work = take(edge, counter, count, key, timeout, who)
@@ -307,7 +307,7 @@ class FastPath:
     async def admit(edge: Edge, scope: Scope, size: int, counter: str | None) -> str:
         """Who sent the request (a key id, or the client's address), if it may go on: its
         headers are not too large and its key (AUTH=keys) allows it; else a Problem."""
-        limit = edge.settings.max_header_bytes
+        limit = edge.settings.edge.max_header_bytes
         if size > limit:
             edge.metrics.refused.inc("431")
             raise Problem(

@@ -42,7 +42,9 @@ class LazyStore:
 
             settings = self.settings
             self.made = PostgresStore(
-                settings.database_url, max_size=1, secret=settings.database_secret_arn
+                settings.database.database_url,
+                max_size=1,
+                secret=settings.database.database_secret_arn,
             )
         return getattr(self.made, name)
 

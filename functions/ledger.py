@@ -117,9 +117,9 @@ async def mark(request: Request, kind: type[Void]) -> Response:
     for first, last in spans:
         deadline = sent + edge.budget(timeout)
         record = kind(reply_key(), counter.name, first, last, reason, period, who, deadline, sent)
-        reply = await replied(put_and_wait(edge, record, timeout), edge.settings.retry_after_s)
+        reply = await replied(put_and_wait(edge, record, timeout), edge.settings.edge.retry_after_s)
         if reply.error is not None:
-            refused = answer_problem(reply, edge.settings.retry_after_s)
+            refused = answer_problem(reply, edge.settings.edge.retry_after_s)
             break
         done.append({"first": first, "last": last})
     what = "voided" if kind is Void else "confirmed"

@@ -34,11 +34,13 @@ async def json_body(request: Request, settings: Settings) -> Any:
             else "the body must be sent as Content-Type: application/json (none was given)",
         )
     try:
-        async with asyncio.timeout(settings.body_timeout_s):
-            return await _json_body(request, settings.max_body_bytes)
+        async with asyncio.timeout(settings.edge.body_timeout_s):
+            return await _json_body(request, settings.edge.max_body_bytes)
     except TimeoutError:
         raise Problem(
-            408, "body-timeout", f"the body did not arrive within {settings.body_timeout_s:g} s"
+            408,
+            "body-timeout",
+            f"the body did not arrive within {settings.edge.body_timeout_s:g} s",
         ) from None
 
 

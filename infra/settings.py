@@ -2,174 +2,273 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import ipaddress
 import json
 import os
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
-from typing import TypeVar
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import ClassVar, get_type_hints
 from urllib.parse import quote
 
 from infra.errors import SettingsError
 
-T = TypeVar("T", int, float)
-MODES = ("embedded", "aws")
-POLICIES = ("fixed", "auto")
-AUTHS = ("keys", "none")
 MAX_HEADER_BUFFER = 65_536  # the HTTP server refuses headers beyond this itself (a bare 431)
 LOOPBACK_ONLY = "loopback only"  # AUTHORIZER: nothing in front but a loopback listener
 RESOURCE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")  # Kinesis stream and DynamoDB table names
 
 
+class Mode(StrEnum):
+    """Which stream and reply table the service runs on."""
+
+    EMBEDDED = "embedded"
+    """An in-process stream and replies; the batcher runs inside each HTTP worker."""
+    AWS = "aws"
+    """Kinesis and DynamoDB; `numerator batcher` runs apart."""
+
+
+class Policy(StrEnum):
+    """When a frame closes (the batcher's back frames; the server edge's front frames)."""
+
+    FIXED = "fixed"
+    """The seed's: a fixed time after its oldest record was put."""
+    AUTO = "auto"
+    """Group commit: as soon as the previous frame's transaction (or put) is done and
+    FRAME_MIN_MS has passed since, so one commit of wait at low load and frames that grow by
+    themselves at high load; the frame's time setting is the longest a record waits."""
+
+
+class Auth(StrEnum):
+    """Who checks callers."""
+
+    KEYS = "keys"
+    """The edge: Bearer API keys with scopes."""
+    NONE = "none"
+    """Nobody at the edge: loopback only, or an AUTHORIZER in front."""
+
+
+class Group:
+    """A part of the settings, read by one kind of component. Each field's environment variable
+    is its name in upper case; `check` refuses values that cannot work, naming the variable."""
+
+    __slots__ = ()
+    POSITIVE: ClassVar[tuple[str, ...]] = ()  # fields that must be greater than 0
+    NOT_NEGATIVE: ClassVar[tuple[str, ...]] = ()  # fields that may be 0 (off) but not less
+    AT_MOST: ClassVar[dict[str, tuple[float, str]]] = {}  # field: (its largest value, why)
+
+    def check(self) -> None:
+        for name in self.POSITIVE:
+            if (value := getattr(self, name)) <= 0:
+                raise SettingsError(name.upper(), f"must be greater than 0, not {value}")
+        for name in self.NOT_NEGATIVE:
+            if (value := getattr(self, name)) < 0:
+                raise SettingsError(name.upper(), f"must be 0 or more, not {value}")
+        for name, (most, why) in self.AT_MOST.items():
+            if getattr(self, name) > most:
+                raise SettingsError(name.upper(), f"must be at most {most:g}{why}")
+
+
 @dataclass(frozen=True, slots=True)
-class Settings:
-    """Every knob, with its environment variable (the field name in upper case)."""
+class Database(Group):
+    """Postgres: read by the store (every process that allocates or reads counters)."""
 
     database_url: str = ""  # DATABASE_URL: a postgresql:// URL, or an RDS secret's JSON
     # DATABASE_SECRET_ARN: a Secrets Manager secret holding either, read on first use (Lambda)
     database_secret_arn: str = ""
-    back_frame_ms: float = (
-        10.0  # BACK_FRAME_MS: how long the batcher collects before one transaction
-    )
+    pool_max: int = 4  # POOL_MAX: Postgres connections per process
+
+    POSITIVE = ("pool_max",)
+
+    def check(self) -> None:
+        Group.check(self)
+        if self.database_url and not self.database_url.startswith(("postgres://", "postgresql://")):
+            raise SettingsError("DATABASE_URL", "must start with postgresql://")
+
+
+@dataclass(frozen=True, slots=True)
+class Frames(Group):
+    """The batcher: its frames, its leases on shards, its metrics lines."""
+
+    back_frame_ms: float = 10.0  # BACK_FRAME_MS: how long the batcher collects at most
     frame_max_records: int = 10_000  # FRAME_MAX_RECORDS: a frame closes early at this size
-    frame_policy: str = "auto"  # FRAME_POLICY: auto (group commit) or fixed (BACK_FRAME_MS)
+    frame_policy: Policy = Policy.AUTO  # FRAME_POLICY: auto (group commit) or fixed
     frame_min_ms: float = 0.5  # FRAME_MIN_MS: auto: least gap after a commit before the next
     max_frames_per_s: float = 0.0  # MAX_FRAMES_PER_S: cap on transactions per shard (0: none)
-    reply_timeout_s: float = 5.0  # REPLY_TIMEOUT_S: how long a request waits for its reply (504)
+    lease_ttl_s: float = 30.0  # LEASE_TTL_S: a silent batcher's shards are taken over after this
+    emf_interval_s: float = 0.0  # EMF_INTERVAL_S: the batcher's CloudWatch EMF lines (0: none)
+
+    POSITIVE = ("back_frame_ms", "frame_max_records", "lease_ttl_s")
+    NOT_NEGATIVE = ("frame_min_ms", "max_frames_per_s", "emf_interval_s")
+    AT_MOST = {"back_frame_ms": (10_000, " (10 s)")}
+
+
+@dataclass(frozen=True, slots=True)
+class Retention(Group):
+    """How long what the ledger and retries rely on is kept: read by the batcher (which writes
+    and prunes it) and the reply adapters."""
+
     idempotency_retention_s: float = 86_400.0  # IDEMPOTENCY_RETENTION_S: how long a key is kept
-    audit_retention_s: float = (
-        86_400.0  # AUDIT_RETENTION_S: how long allocations and dead letters are kept
-    )
+    # AUDIT_RETENTION_S: how long allocations and dead letters are kept
+    audit_retention_s: float = 86_400.0
     # CONFIRM_TTL_S: a value of a counter that needs confirmation, not confirmed this long
     # after it was handed out, is voided (not-confirmed)
     confirm_ttl_s: float = 3600.0
+    reply_ttl_s: int = 3600  # REPLY_TTL_S: a reply item's time to live in the reply table
+
+    POSITIVE = ("idempotency_retention_s", "audit_retention_s", "confirm_ttl_s", "reply_ttl_s")
+
+
+@dataclass(frozen=True, slots=True)
+class Edge(Group):
+    """The HTTP edge: what a request may be, how long it waits, who may call."""
+
+    reply_timeout_s: float = 5.0  # REPLY_TIMEOUT_S: how long a request waits for its reply (504)
     stream_capacity: int = 50_000  # STREAM_CAPACITY: records waiting beyond this get 503
     max_body_bytes: int = 16_384  # MAX_BODY_BYTES: larger request bodies get 413
     retry_after_s: int = 1  # RETRY_AFTER_S: the Retry-After of a 503
-    pool_max: int = 4  # POOL_MAX: Postgres connections per process
-    lease_ttl_s: float = 30.0  # LEASE_TTL_S: a silent batcher's shards are taken over after this
-    mode: str = "embedded"  # MODE: embedded (in-process stream) or aws (Kinesis and DynamoDB)
-    workers: int = 1  # WORKERS: HTTP worker processes (set by --workers)
-    stream_name: str = "numerator"  # STREAM_NAME: the Kinesis stream (aws mode)
-    reply_table: str = "numerator-replies"  # REPLY_TABLE: the DynamoDB reply table (aws mode)
-    shards: int = 1  # SHARDS: shards of the stream `numerator aws init` creates
-    partition_spread: int = 1  # PARTITION_SPREAD: shards one counter's records spread over
     front_frame_ms: float = 20.0  # FRONT_FRAME_MS: aws server edge gathers /next this long; 0: off
-    front_frame_policy: str = "fixed"  # FRONT_FRAME_POLICY: fixed (FRONT_FRAME_MS) or auto
-    read_interval_ms: float = 200.0  # READ_INTERVAL_MS: least time between reads of a shard
-    reply_ttl_s: int = 3600  # REPLY_TTL_S: a reply item's time to live in the reply table
-    aws_threads: int = 16  # AWS_THREADS: threads (and connections) for boto3 calls per process
-    # LAMBDA_CONTAINERS: concurrent invocations of `--edge lambda`. Each container polls the
-    # reply table on its own, as in Lambda; locally that table is moto's or LocalStack's, and
-    # 32 pollers saturated moto (~100 calls/s) so that 300 requests took 21 s against 11 s with 8.
-    lambda_containers: int = 8
-    emf_interval_s: float = 0.0  # EMF_INTERVAL_S: the batcher's CloudWatch EMF lines (0: none)
-    auth: str = "keys"  # AUTH: keys (Bearer API keys) or none (loopback only, or an AUTHORIZER)
+    front_frame_policy: Policy = Policy.FIXED  # FRONT_FRAME_POLICY: fixed or auto
+    auth: Auth = Auth.KEYS  # AUTH: keys (Bearer API keys) or none (loopback only, or AUTHORIZER)
     authorizer: str = ""  # AUTHORIZER: what checks callers in front of the edge (AUTH=none)
     keys_refresh_s: float = 2.0  # KEYS_REFRESH_S: how old the edge's copy of the keys may get
-    idempotency_keys_per_s: float = 2000.0  # IDEMPOTENCY_KEYS_PER_S: per client, per edge process
+    idempotency_keys_per_s: float = 2000.0  # IDEMPOTENCY_KEYS_PER_S: per client, per process
     max_header_bytes: int = 8192  # MAX_HEADER_BYTES: larger request headers get 431
     header_timeout_s: float = 10.0  # HEADER_TIMEOUT_S: a connection must send its headers by then
     body_timeout_s: float = 10.0  # BODY_TIMEOUT_S: a request body must arrive by then (408)
     max_connections: int = 10_000  # MAX_CONNECTIONS: open connections per HTTP worker
 
+    POSITIVE = (
+        "reply_timeout_s",
+        "stream_capacity",
+        "max_body_bytes",
+        "retry_after_s",
+        "keys_refresh_s",
+        "idempotency_keys_per_s",
+        "max_header_bytes",
+        "header_timeout_s",
+        "body_timeout_s",
+        "max_connections",
+    )
+    NOT_NEGATIVE = ("front_frame_ms",)
+    AT_MOST = {
+        "front_frame_ms": (10_000, " (10 s)"),
+        "keys_refresh_s": (5, ": a revoked key stops within it"),
+        "max_header_bytes": (MAX_HEADER_BUFFER, ""),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Aws(Group):
+    """The AWS path: the stream and reply table, and how they are read (MODE=aws)."""
+
+    stream_name: str = "numerator"  # STREAM_NAME: the Kinesis stream
+    reply_table: str = "numerator-replies"  # REPLY_TABLE: the DynamoDB reply table
+    shards: int = 1  # SHARDS: shards of the stream `numerator aws init` creates
+    partition_spread: int = 1  # PARTITION_SPREAD: shards one counter's records spread over
+    read_interval_ms: float = 200.0  # READ_INTERVAL_MS: least time between reads of a shard
+    aws_threads: int = 16  # AWS_THREADS: threads (and connections) for boto3 calls per process
+
+    POSITIVE = ("shards", "partition_spread", "read_interval_ms", "aws_threads")
+
+    def check(self) -> None:
+        Group.check(self)
+        for name in ("stream_name", "reply_table"):
+            if not RESOURCE.fullmatch(getattr(self, name)):
+                raise SettingsError(name.upper(), "must be 1-128 letters, digits, '_', '-' or '.'")
+
+
+@dataclass(frozen=True, slots=True)
+class Local(Group):
+    """Knobs of the local runners only (`numerator up`, the bench); a deployment leaves them."""
+
+    workers: int = 1  # WORKERS: HTTP worker processes (set by --workers)
+    # LAMBDA_CONTAINERS: concurrent invocations of `--edge lambda`. Each container polls the
+    # reply table on its own, as in Lambda; locally that table is moto's or LocalStack's, and
+    # 32 pollers saturated moto (~100 calls/s) so that 300 requests took 21 s against 11 s with 8.
+    lambda_containers: int = 8
+
+    POSITIVE = ("workers", "lambda_containers")
+
+
+GROUPS: dict[str, type[Group]] = {
+    "database": Database,
+    "frames": Frames,
+    "retention": Retention,
+    "edge": Edge,
+    "aws": Aws,
+    "local": Local,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every knob, grouped by who reads it; built once at the program's edge (`from_env`, or
+    `of` with keyword arguments) and handed down, to children as `to_env()`."""
+
+    mode: Mode = Mode.EMBEDDED  # MODE: embedded (in-process stream) or aws (Kinesis, DynamoDB)
+    database: Database = field(default_factory=Database)
+    frames: Frames = field(default_factory=Frames)
+    retention: Retention = field(default_factory=Retention)
+    edge: Edge = field(default_factory=Edge)
+    aws: Aws = field(default_factory=Aws)
+    local: Local = field(default_factory=Local)
+
+    @classmethod
+    def of(cls, **values: object) -> Settings:
+        """Settings from keyword arguments named as the fields (`back_frame_ms=5`), checked."""
+        return cls().but(**values)
+
+    def but(self, **values: object) -> Settings:
+        """These settings with some fields changed (by field name, in any group), checked."""
+        changes: dict[str, dict[str, object]] = {}
+        top: dict[str, object] = {}
+        for name, value in values.items():
+            if name == "mode":
+                top[name] = parse("MODE", str(value), Mode)
+                continue
+            group = OWNER.get(name)
+            if group is None:
+                raise TypeError(f"no setting named {name!r}")
+            kind = VARIABLES[name.upper()][2]
+            if issubclass(kind, StrEnum) and not isinstance(value, kind):
+                value = parse(name.upper(), str(value), kind)
+            changes.setdefault(group, {})[name] = value
+        for group, fields_ in changes.items():
+            top[group] = dataclasses.replace(getattr(self, group), **fields_)
+        settings: Settings = dataclasses.replace(self, **top)  # type: ignore[arg-type]
+        settings.check()
+        return settings
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         values: dict[str, object] = {}
-        for field in fields(cls):
-            variable = field.name.upper()
+        for variable, (_, name, kind) in VARIABLES.items():
             raw = env.get(variable)
-            if raw is None or raw == "":
-                continue
-            if field.name == "database_url":
-                values[field.name] = database_url_of(raw)
-            elif field.type == "str":
-                values[field.name] = raw
-            elif field.type == "int":
-                values[field.name] = _number(variable, raw, int)
-            else:
-                values[field.name] = _number(variable, raw, float)
-        settings = cls(**values)  # type: ignore[arg-type]
-        settings.check()
-        return settings
+            if raw is not None and raw != "":
+                values[name] = parse(variable, raw, kind)
+        return cls.of(**values)
 
     def check(self) -> None:
-        positive: list[tuple[str, float]] = [
-            ("BACK_FRAME_MS", self.back_frame_ms),
-            ("FRAME_MAX_RECORDS", self.frame_max_records),
-            ("REPLY_TIMEOUT_S", self.reply_timeout_s),
-            ("IDEMPOTENCY_RETENTION_S", self.idempotency_retention_s),
-            ("AUDIT_RETENTION_S", self.audit_retention_s),
-            ("CONFIRM_TTL_S", self.confirm_ttl_s),
-            ("STREAM_CAPACITY", self.stream_capacity),
-            ("MAX_BODY_BYTES", self.max_body_bytes),
-            ("RETRY_AFTER_S", self.retry_after_s),
-            ("POOL_MAX", self.pool_max),
-            ("LEASE_TTL_S", self.lease_ttl_s),
-            ("WORKERS", self.workers),
-            ("SHARDS", self.shards),
-            ("PARTITION_SPREAD", self.partition_spread),
-            ("READ_INTERVAL_MS", self.read_interval_ms),
-            ("REPLY_TTL_S", self.reply_ttl_s),
-            ("AWS_THREADS", self.aws_threads),
-            ("LAMBDA_CONTAINERS", self.lambda_containers),
-            ("KEYS_REFRESH_S", self.keys_refresh_s),
-            ("IDEMPOTENCY_KEYS_PER_S", self.idempotency_keys_per_s),
-            ("MAX_HEADER_BYTES", self.max_header_bytes),
-            ("HEADER_TIMEOUT_S", self.header_timeout_s),
-            ("BODY_TIMEOUT_S", self.body_timeout_s),
-            ("MAX_CONNECTIONS", self.max_connections),
-        ]
-        for variable, value in positive:
-            if value <= 0:
-                raise SettingsError(variable, f"must be greater than 0, not {value}")
-        if self.back_frame_ms > 10_000:
-            raise SettingsError("BACK_FRAME_MS", "must be at most 10000 (10 s)")
-        for variable, policy in (
-            ("FRAME_POLICY", self.frame_policy),
-            ("FRONT_FRAME_POLICY", self.front_frame_policy),
-        ):
-            if policy not in POLICIES:
-                raise SettingsError(
-                    variable, f"must be one of {', '.join(POLICIES)}, not {policy!r}"
-                )
-        if self.front_frame_ms > 10_000:
-            raise SettingsError("FRONT_FRAME_MS", "must be at most 10000 (10 s)")
-        for variable, value in (
-            ("FRONT_FRAME_MS", self.front_frame_ms),
-            ("EMF_INTERVAL_S", self.emf_interval_s),
-            ("FRAME_MIN_MS", self.frame_min_ms),
-            ("MAX_FRAMES_PER_S", self.max_frames_per_s),
-        ):
-            if value < 0:
-                raise SettingsError(variable, f"must be 0 or more, not {value}")
-        if self.auth not in AUTHS:
-            raise SettingsError("AUTH", f"must be one of {', '.join(AUTHS)}, not {self.auth!r}")
-        if self.keys_refresh_s > 5:
-            raise SettingsError(
-                "KEYS_REFRESH_S", "must be at most 5: a revoked key stops within it"
-            )
-        if self.max_header_bytes > MAX_HEADER_BUFFER:
-            raise SettingsError("MAX_HEADER_BYTES", f"must be at most {MAX_HEADER_BUFFER}")
-        if self.mode not in MODES:
-            raise SettingsError("MODE", f"must be one of {', '.join(MODES)}, not {self.mode!r}")
-        for variable, name in (
-            ("STREAM_NAME", self.stream_name),
-            ("REPLY_TABLE", self.reply_table),
-        ):
-            if not RESOURCE.fullmatch(name):
-                raise SettingsError(variable, "must be 1-128 letters, digits, '_', '-' or '.'")
-        if self.database_url and not self.database_url.startswith(("postgres://", "postgresql://")):
-            raise SettingsError("DATABASE_URL", "must start with postgresql://")
+        for group in GROUPS:
+            getattr(self, group).check()
+
+    def to_env(self) -> dict[str, str]:
+        """The environment that reproduces these settings in a child process."""
+        out = {"MODE": str(self.mode)}
+        for variable, (group, name, _) in VARIABLES.items():
+            if group:
+                out[variable] = str(getattr(getattr(self, group), name))
+        return out
 
     def open_to(self, host: str | None) -> str | None:
         """Why these settings must not serve on `host` (None: the Lambda handler, where API
         Gateway is the listener), or None. AUTH=none checks nobody: only loopback clients can
         reach it, or an authorizer the settings name stands in front."""
-        if self.auth == "keys" or self.authorizer:
+        if self.edge.auth is Auth.KEYS or self.edge.authorizer:
             return None
         if host is not None and loopback(host):
             return None
@@ -184,13 +283,43 @@ class Settings:
         """AUTH=none with nothing in front but the loopback listener (`numerator up` names it
         so for its simulated Lambda containers): every client on this machine is served, so
         the edge must tell a web page acting for the local user from the user (functions.auth)."""
-        return self.auth == "none" and (
-            not self.authorizer or self.authorizer.startswith(LOOPBACK_ONLY)
+        return self.edge.auth is Auth.NONE and (
+            not self.edge.authorizer or self.edge.authorizer.startswith(LOOPBACK_ONLY)
         )
 
-    def to_env(self) -> dict[str, str]:
-        """The environment that reproduces these settings in a worker process."""
-        return {f.name.upper(): str(getattr(self, f.name)) for f in fields(self)}
+
+def _variables() -> dict[str, tuple[str, str, type]]:
+    """Each environment variable: (its group, its field, its type)."""
+    out: dict[str, tuple[str, str, type]] = {"MODE": ("", "mode", Mode)}
+    for group, cls in GROUPS.items():
+        hints = get_type_hints(cls)
+        for item in dataclasses.fields(cls):  # type: ignore[arg-type]
+            out[item.name.upper()] = (group, item.name, hints[item.name])
+    return out
+
+
+VARIABLES = _variables()
+OWNER = {name: group for group, name, _ in VARIABLES.values() if group}
+
+
+def parse(variable: str, raw: str, kind: type) -> object:
+    """The value of an environment variable, as its field's type; a bad one names the variable."""
+    if variable == "DATABASE_URL":
+        return database_url_of(raw)
+    if issubclass(kind, StrEnum):
+        members = {str(member): member for member in kind}
+        if raw not in members:
+            choices = ", ".join(members)
+            raise SettingsError(variable, f"must be one of {choices}, not {raw!r}")
+        return members[raw]
+    if kind is str:
+        return raw
+    number: Callable[[str], object] = int if kind is int else float
+    try:
+        return number(raw)
+    except ValueError:
+        name = "an integer" if kind is int else "a number"
+        raise SettingsError(variable, f"must be {name}, not {raw!r}") from None
 
 
 @functools.lru_cache(maxsize=4096)  # per request before the first key: ip_address was 3 % of /next
@@ -225,11 +354,3 @@ def database_url_of(raw: str) -> str:
             f"postgresql://{user}:{password}@/{name}?host={quote(str(host), safe='')}&port={port}"
         )
     return f"postgresql://{user}:{password}@{host}:{port}/{name}"
-
-
-def _number(variable: str, raw: str, kind: Callable[[str], T]) -> T:
-    try:
-        return kind(raw)
-    except ValueError:
-        name = "an integer" if kind is int else "a number"
-        raise SettingsError(variable, f"must be {name}, not {raw!r}") from None

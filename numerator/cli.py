@@ -15,7 +15,7 @@ from bench.cli import add_bench
 from infra.adapters.postgres import migrate, migrations
 from infra.errors import NumeratorError, StoreUnavailable
 from infra.run.embedded import Postgres, default_data_dir, embedded, ephemeral
-from infra.settings import LOOPBACK_ONLY, Settings, loopback
+from infra.settings import LOOPBACK_ONLY, Auth, Mode, Settings, loopback
 from numerator import __version__, client, console
 from numerator.keys import add_keys
 from numerator.ledger import add_ledger
@@ -245,8 +245,8 @@ def port_or_exit(args: argparse.Namespace) -> None:
 async def who_may_call(url: str, host: str, settings: Settings) -> str:
     """How callers are checked, for the start-up line; a warning on stderr when the service
     listens beyond loopback and no key exists yet (Redis's protected mode does the same)."""
-    if settings.auth == "none":
-        return f"AUTH=none ({settings.authorizer or 'loopback only'})"
+    if settings.edge.auth is Auth.NONE:
+        return f"AUTH=none ({settings.edge.authorizer or 'loopback only'})"
     from infra.adapters.postgres import PostgresStore
 
     store = PostgresStore(url, max_size=1)
@@ -366,12 +366,16 @@ def serve_aws(args: argparse.Namespace, url: str, where: str) -> None:
             console.fail(str(exc))
         what = "moto server" if args.aws == "moto" else "the endpoint"
         print(
-            f"AWS path: {what} at {endpoint}; stream {settings.stream_name} and table "
-            f"{settings.reply_table} ({', '.join(made) + ' created' if made else 'existing'}); "
+            f"AWS path: {what} at {endpoint}; stream {settings.aws.stream_name} and table "
+            f"{settings.aws.reply_table} ({', '.join(made) + ' created' if made else 'existing'}); "
             f"{len(probes)} batcher(s) ({', '.join(p.url for p in probes)}); edge: {args.edge}",
             flush=True,
         )
-        if args.edge == "lambda" and settings.auth == "none" and not settings.authorizer:
+        if (
+            args.edge == "lambda"
+            and settings.edge.auth is Auth.NONE
+            and not settings.edge.authorizer
+        ):
             # A simulated container cannot see where the edge listens, and refuses AUTH=none
             # with nothing named in front, as Lambda would; here the front is this server, on
             # the loopback host port_or_exit has let through.
@@ -410,13 +414,13 @@ def serve_http(
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     logging.getLogger("botocore").setLevel(logging.WARNING)  # it logs where it found credentials
     logging.getLogger("mangum").setLevel(logging.WARNING)  # --edge lambda: a line per request
-    front = ""
-    if settings.mode == "aws" and factory == "numerator.stack:app_from_env":
-        front = f", FRONT_FRAME_MS={settings.front_frame_ms:g}"
+    frames, front = settings.frames, ""
+    if settings.mode is Mode.AWS and factory == "numerator.stack:app_from_env":
+        front = f", FRONT_FRAME_MS={settings.edge.front_frame_ms:g}"
     print(
         f"numerator is up at http://{args.host}:{args.port} ({where}; "
         f"{args.workers} worker(s), MODE={settings.mode}{front}, "
-        f"FRAME_POLICY={settings.frame_policy}, BACK_FRAME_MS={settings.back_frame_ms:g}; "
+        f"FRAME_POLICY={frames.frame_policy}, BACK_FRAME_MS={frames.back_frame_ms:g}; "
         f"{auth}). "
         "Ctrl-C stops it.",
         flush=True,
@@ -437,15 +441,15 @@ def run_batcher(args: argparse.Namespace) -> None:
     if args.database_url:
         os.environ["DATABASE_URL"] = args.database_url
     settings = settings_or_exit()
-    if settings.mode != "aws":
+    if settings.mode is not Mode.AWS:
         console.fail(
             "numerator batcher reads a Kinesis stream: set MODE=aws (and AWS_ENDPOINT_URL for "
             "LocalStack or moto); the embedded mode runs its batcher inside `numerator up`"
         )
-    if not settings.database_url:
+    if not settings.database.database_url:
         console.fail("numerator batcher needs --database-url or DATABASE_URL")
     try:
-        asyncio.run(migrate_when_ready(settings.database_url, 10.0))
+        asyncio.run(migrate_when_ready(settings.database.database_url, 10.0))
     except NumeratorError as exc:
         console.fail(str(exc))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -462,7 +466,9 @@ def run_migrate(args: argparse.Namespace) -> None:
     async def apply() -> None:
         from infra.adapters import secret
 
-        url = await secret.resolve(settings.database_url, settings.database_secret_arn)
+        url = await secret.resolve(
+            settings.database.database_url, settings.database.database_secret_arn
+        )
         if not url:
             console.fail(
                 "numerator migrate needs --database-url, DATABASE_URL or DATABASE_SECRET_ARN"
@@ -490,7 +496,7 @@ def run_aws_init(args: argparse.Namespace) -> None:
     except NumeratorError as exc:
         console.fail(str(exc))
     print(
-        f"stream {settings.stream_name} and table {settings.reply_table}: "
+        f"stream {settings.aws.stream_name} and table {settings.aws.reply_table}: "
         + (", ".join(made) + " created" if made else "both exist")
         + "; the table's TTL attribute is x"
     )

@@ -159,4 +159,4 @@ class LambdaEdge:
 def app_from_env() -> LambdaEdge:
     """What a server worker runs for `--edge lambda`."""
     settings = Settings.from_env()
-    return LambdaEdge(settings.lambda_containers)
+    return LambdaEdge(settings.local.lambda_containers)

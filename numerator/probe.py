@@ -50,13 +50,15 @@ async def run(settings: Settings, host: str, port: int, owner: str | None = None
 
         server = await asyncio.start_server(answer, host, port)
         print(
-            f"numerator batcher is up: stream {settings.stream_name}, replies in "
-            f"{settings.reply_table}; /healthz and /metrics at http://{host}:{port}",
+            f"numerator batcher is up: stream {settings.aws.stream_name}, replies in "
+            f"{settings.aws.reply_table}; /healthz and /metrics at http://{host}:{port}",
             flush=True,
         )
         writing = None
-        if settings.emf_interval_s:
-            writing = asyncio.create_task(emf_lines(stack, settings.emf_interval_s, stopping))
+        if settings.frames.emf_interval_s:
+            writing = asyncio.create_task(
+                emf_lines(stack, settings.frames.emf_interval_s, stopping)
+            )
         await stopping.wait()
         server.close()
         if writing is not None:

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -163,9 +163,8 @@ async def soak(args: argparse.Namespace, folder: Path) -> Tally:
     try:
         with moto_server() as moto:
             env = aws_environment(moto.url)
-            os.environ.update(env)
-            settings = replace(
-                Settings.from_env(),
+            os.environ.update(env)  # this program's own boto3 clients find moto there
+            settings = Settings.from_env().but(
                 database_url=str(postgres.get_uri()),
                 stream_name="soak",
                 reply_table="soak-replies",
@@ -174,7 +173,7 @@ async def soak(args: argparse.Namespace, folder: Path) -> Tally:
                 reply_timeout_s=10.0,
             )
             create(clients(settings), settings)
-            await migrate(settings.database_url)
+            await migrate(settings.database.database_url)
             batchers = Batchers({**settings.to_env(), **env}, folder)
             for _ in range(args.batchers):
                 batchers.start()

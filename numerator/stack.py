@@ -33,7 +33,7 @@ from infra.observe.metrics import Metrics
 from infra.observe.workers import sharing, workers_dir
 from infra.ports import Replies, Stream
 from infra.run.server import tune_gc, worker_signals
-from infra.settings import Settings
+from infra.settings import Mode, Policy, Settings
 
 
 def describe(metrics: Metrics, settings: Settings, role: str) -> None:
@@ -42,11 +42,11 @@ def describe(metrics: Metrics, settings: Settings, role: str) -> None:
         "version": __version__,
         "mode": settings.mode,
         "role": role,
-        "back_frame_ms": f"{settings.back_frame_ms:g}",
-        "frame_max_records": str(settings.frame_max_records),
-        "frame_policy": settings.frame_policy,
-        "workers": str(settings.workers),
-        "shards": "1" if settings.mode == "embedded" else str(settings.shards),
+        "back_frame_ms": f"{settings.frames.back_frame_ms:g}",
+        "frame_max_records": str(settings.frames.frame_max_records),
+        "frame_policy": settings.frames.frame_policy,
+        "workers": str(settings.local.workers),
+        "shards": "1" if settings.mode is Mode.EMBEDDED else str(settings.aws.shards),
     }
 
 
@@ -61,12 +61,12 @@ class BatcherStack:
         clock: Callable[[], datetime] = utc_now,
         owner: str | None = None,
     ) -> None:
-        if not settings.database_url:
-            raise ValueError("the batcher needs settings.database_url")
+        if not settings.database.database_url:
+            raise ValueError("the batcher needs settings.database.database_url")
         self.settings = settings
         self.metrics = Metrics()
         describe(self.metrics, settings, self.role)
-        self.store = PostgresStore(settings.database_url, settings.pool_max)
+        self.store = PostgresStore(settings.database.database_url, settings.database.pool_max)
         self.aws: AwsPorts | None = None
         self.stream, self.replies = self.ports()
         self.batcher = Batcher(
@@ -93,7 +93,7 @@ class BatcherStack:
     async def __aenter__(self) -> Self:
         if self.aws is not None:
             await check(self.aws.clients, self.aws.calls, self.settings)
-        await migrate(self.settings.database_url)
+        await migrate(self.settings.database.database_url)
         await self.store.open()
         await self.batcher.start()
         return self
@@ -118,8 +118,8 @@ class Stack(BatcherStack):
     role = "edge+batcher"
 
     def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
-        if not settings.database_url:
-            raise ValueError("the stack needs settings.database_url")
+        if not settings.database.database_url:
+            raise ValueError("the stack needs settings.database.database_url")
         super().__init__(settings, clock)
         self.edge = Edge(
             stream=self.stream,
@@ -133,7 +133,7 @@ class Stack(BatcherStack):
         )
 
     def ports(self) -> tuple[Stream, Replies]:
-        self.memory = MemoryStream(self.settings.stream_capacity)
+        self.memory = MemoryStream(self.settings.edge.stream_capacity)
         return self.memory, MemoryReplies(self.metrics)
 
     def app(self) -> FastPath:
@@ -148,7 +148,7 @@ class EdgeStack:
         self.metrics = Metrics()
         describe(self.metrics, settings, "edge")
         self.aws: AwsPorts = aws_ports(settings, self.metrics)
-        self.store = PostgresStore(settings.database_url, settings.pool_max)
+        self.store = PostgresStore(settings.database.database_url, settings.database.pool_max)
         self.edge = Edge(
             stream=self.aws.stream,
             replies=self.aws.replies,
@@ -158,22 +158,22 @@ class EdgeStack:
             clock=clock,
             health=Health(self.aws.edge_checks(self.store)),
         )
-        if settings.front_frame_ms > 0:
+        if settings.edge.front_frame_ms > 0:
             self.edge.front = Front(
                 self.aws.stream,
                 self.aws.replies,
                 self.metrics,
-                settings.front_frame_ms / 1000,
+                settings.edge.front_frame_ms / 1000,
                 self.edge.budget,
-                auto=settings.front_frame_policy == "auto",
-                gap=settings.frame_min_ms / 1000,
+                auto=settings.edge.front_frame_policy is Policy.AUTO,
+                gap=settings.frames.frame_min_ms / 1000,
                 give_up=self.edge.give_up,
                 abandon=self.edge.abandon,
             )
 
     async def __aenter__(self) -> EdgeStack:
         await check(self.aws.clients, self.aws.calls, self.settings)
-        if self.settings.database_url:
+        if self.settings.database.database_url:
             await self.store.open()
         return self
 
@@ -201,10 +201,10 @@ def app_from_env() -> FastPath:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         worker_signals()
-        stack = EdgeStack(settings) if settings.mode == "aws" else Stack(settings)
+        stack = EdgeStack(settings) if settings.mode is Mode.AWS else Stack(settings)
         async with stack as running, AsyncExitStack() as shared:
             app.state.edge = edge = running.edge
-            if settings.database_url:  # stops last: after the requests it held
+            if settings.database.database_url:  # stops last: after the requests it held
                 await shared.enter_async_context(edge.living())
             await shared.enter_async_context(edge.following_keys())
             directory = workers_dir()

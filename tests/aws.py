@@ -9,7 +9,6 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -53,8 +52,7 @@ def endpoint() -> Iterator[str]:
 def resources(settings: Settings, shards: int = 1) -> Iterator[tuple[Settings, Clients]]:
     """A stream and a reply table of this test's own, deleted afterwards."""
     suffix = uuid.uuid4().hex[:10]
-    own = replace(
-        settings,
+    own = settings.but(
         mode="aws",
         stream_name=f"test-{suffix}",
         reply_table=f"test-replies-{suffix}",
@@ -65,8 +63,8 @@ def resources(settings: Settings, shards: int = 1) -> Iterator[tuple[Settings, C
     try:
         yield own, found
     finally:
-        found.kinesis.delete_stream(StreamName=own.stream_name, EnforceConsumerDeletion=True)
-        found.dynamodb.delete_table(TableName=own.reply_table)
+        found.kinesis.delete_stream(StreamName=own.aws.stream_name, EnforceConsumerDeletion=True)
+        found.dynamodb.delete_table(TableName=own.aws.reply_table)
 
 
 class Throttle:

@@ -10,7 +10,6 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -87,7 +86,7 @@ def fresh_database(database_url: str) -> Iterator[str]:
 
 @pytest.fixture
 def settings(database_url: str) -> Settings:
-    return replace(Settings(), database_url=database_url, back_frame_ms=2.0, reply_timeout_s=5.0)
+    return Settings.of().but(database_url=database_url, back_frame_ms=2.0, reply_timeout_s=5.0)
 
 
 @pytest.fixture
@@ -128,7 +127,7 @@ def aws(aws_endpoint: str, settings: Settings) -> Iterator[tuple[Settings, Any]]
     """Settings for the AWS path with a stream and a table of this test's own, and the clients."""
     from tests.aws import resources
 
-    fast = replace(settings, read_interval_ms=20.0)  # moto has no per-shard read limit
+    fast = settings.but(read_interval_ms=20.0)  # moto has no per-shard read limit
     with resources(fast) as made:
         yield made
 
@@ -158,6 +157,6 @@ def localstack_kinesis(
     from tests.aws import resources
 
     monkeypatch.setenv("AWS_ENDPOINT_URL_KINESIS", localstack_endpoint)
-    fast = replace(settings, read_interval_ms=20.0)
+    fast = settings.but(read_interval_ms=20.0)
     with resources(fast) as made:
         yield made

@@ -62,7 +62,7 @@ def clients(settings: Settings) -> Clients:
         connect_timeout=2,
         read_timeout=10,
         retries={"mode": "standard", "total_max_attempts": 1},  # Calls retries, and counts
-        max_pool_connections=settings.aws_threads,
+        max_pool_connections=settings.aws.aws_threads,
     )
     try:
         session = boto3.session.Session()
@@ -138,34 +138,36 @@ def create(found: Clients, settings: Settings, wait: float = 60.0) -> list[str]:
 def _create(found: Clients, settings: Settings, wait: float) -> list[str]:
     made = []
     try:
-        found.kinesis.create_stream(StreamName=settings.stream_name, ShardCount=settings.shards)
-        made.append(f"stream {settings.stream_name} ({settings.shards} shard(s))")
+        found.kinesis.create_stream(
+            StreamName=settings.aws.stream_name, ShardCount=settings.aws.shards
+        )
+        made.append(f"stream {settings.aws.stream_name} ({settings.aws.shards} shard(s))")
     except found.kinesis.exceptions.ResourceInUseException:
         pass
     try:
         found.dynamodb.create_table(
-            TableName=settings.reply_table,
+            TableName=settings.aws.reply_table,
             KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
             AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
             BillingMode="PAY_PER_REQUEST",
         )
-        made.append(f"table {settings.reply_table}")
+        made.append(f"table {settings.aws.reply_table}")
     except found.dynamodb.exceptions.ResourceInUseException:
         pass
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        stream = found.kinesis.describe_stream_summary(StreamName=settings.stream_name)
-        table = found.dynamodb.describe_table(TableName=settings.reply_table)
+        stream = found.kinesis.describe_stream_summary(StreamName=settings.aws.stream_name)
+        table = found.dynamodb.describe_table(TableName=settings.aws.reply_table)
         if (
             stream["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE"
             and table["Table"]["TableStatus"] == "ACTIVE"
         ):
             break
         time.sleep(0.5)
-    ttl = found.dynamodb.describe_time_to_live(TableName=settings.reply_table)
+    ttl = found.dynamodb.describe_time_to_live(TableName=settings.aws.reply_table)
     if ttl["TimeToLiveDescription"].get("TimeToLiveStatus") not in ("ENABLED", "ENABLING"):
         found.dynamodb.update_time_to_live(
-            TableName=settings.reply_table,
+            TableName=settings.aws.reply_table,
             TimeToLiveSpecification={"Enabled": True, "AttributeName": "x"},
         )
     return made
@@ -175,10 +177,14 @@ async def check(found: Clients, calls: Calls, settings: Settings) -> None:
     """Raise MissingResource naming what is missing and how to create it."""
     how = "create both with `numerator aws init` (or deploy template.yaml)"
     try:
-        await calls(found.kinesis.describe_stream_summary, StreamName=settings.stream_name)
+        await calls(found.kinesis.describe_stream_summary, StreamName=settings.aws.stream_name)
     except MissingResource:
-        raise MissingResource(f"no Kinesis stream named {settings.stream_name!r}; {how}") from None
+        raise MissingResource(
+            f"no Kinesis stream named {settings.aws.stream_name!r}; {how}"
+        ) from None
     try:
-        await calls(found.dynamodb.describe_table, TableName=settings.reply_table)
+        await calls(found.dynamodb.describe_table, TableName=settings.aws.reply_table)
     except MissingResource:
-        raise MissingResource(f"no DynamoDB table named {settings.reply_table!r}; {how}") from None
+        raise MissingResource(
+            f"no DynamoDB table named {settings.aws.reply_table!r}; {how}"
+        ) from None

@@ -44,20 +44,25 @@ class AwsPorts:
 
 def aws_ports(settings: Settings, metrics: Metrics, found: Clients | None = None) -> AwsPorts:
     found = found or clients(settings)
-    calls = Calls(settings.aws_threads, metrics)
-    read_interval = settings.read_interval_ms / 1000
+    calls = Calls(settings.aws.aws_threads, metrics)
+    read_interval = settings.aws.read_interval_ms / 1000
     stream = KinesisStream(
         found.kinesis,
         calls,
-        settings.stream_name,
+        settings.aws.stream_name,
         metrics,
-        spread=settings.partition_spread,
+        spread=settings.aws.partition_spread,
         read_interval=read_interval,
     )
     # A reply is expected about half a read interval (the batcher's wait for the record), a frame
     # and a commit after the put.
-    expected = read_interval / 2 + settings.back_frame_ms / 1000 + 0.02
+    expected = read_interval / 2 + settings.frames.back_frame_ms / 1000 + 0.02
     replies = DynamoReplies(
-        found.dynamodb, calls, settings.reply_table, metrics, settings.reply_ttl_s, expected
+        found.dynamodb,
+        calls,
+        settings.aws.reply_table,
+        metrics,
+        settings.retention.reply_ttl_s,
+        expected,
     )
     return AwsPorts(found, calls, stream, replies)

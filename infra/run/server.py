@@ -1,6 +1,6 @@
 """The HTTP server every numerator process (and the bench baselines) runs under: granian.
 
-Chosen by measurement (README, Performance): on this project's /next it answers 1.4x the requests
+Chosen by measurement (docs/performance.md): on this project's /next it answers 1.4x the requests
 of uvicorn with uvloop and httptools."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def serve(
     larger than MAX_HEADER_BUFFER is refused by the server itself (431 with no body); the app
     refuses one over MAX_HEADER_BYTES with a problem."""
     settings = settings or Settings()
-    open_files(settings.max_connections * workers + 1024)
+    open_files(settings.edge.max_connections * workers + 1024)
     server = Granian(
         factory,
         address=host,
@@ -60,10 +60,10 @@ def serve(
         factory=True,
         log_access=False,
         backlog=BACKLOG,
-        backpressure=settings.max_connections,
+        backpressure=settings.edge.max_connections,
         runtime_threads=RUNTIME_THREADS,
         http1_settings=HTTP1Settings(
-            header_read_timeout=int(settings.header_timeout_s * 1000),
+            header_read_timeout=int(settings.edge.header_timeout_s * 1000),
             max_buffer_size=MAX_HEADER_BUFFER,
         ),
     )

@@ -39,15 +39,15 @@ def environment(settings: Settings) -> dict[str, str]:
 
 def test_aws_init_creates_the_stream_and_table_once(aws: tuple[Settings, Any]) -> None:
     settings, found = aws
-    env = {**environment(settings), "STREAM_NAME": settings.stream_name + "-x", "SHARDS": "2"}
+    env = {**environment(settings), "STREAM_NAME": settings.aws.stream_name + "-x", "SHARDS": "2"}
     first = numerator("aws", "init", env=env)
     assert first.returncode == 0, first.stderr
     assert "created" in first.stdout
     again = numerator("aws", "init", env=env)
     assert again.returncode == 0 and "both exist" in again.stdout
-    shards = found.kinesis.list_shards(StreamName=settings.stream_name + "-x")["Shards"]
+    shards = found.kinesis.list_shards(StreamName=settings.aws.stream_name + "-x")["Shards"]
     assert len(shards) == 2
-    found.kinesis.delete_stream(StreamName=settings.stream_name + "-x")
+    found.kinesis.delete_stream(StreamName=settings.aws.stream_name + "-x")
 
 
 def test_the_batcher_serves_health_and_releases_its_lease_on_sigterm(
@@ -78,7 +78,7 @@ def test_the_batcher_serves_health_and_releases_its_lease_on_sigterm(
         with psycopg.connect(database_url) as conn:
             held = conn.execute(
                 "SELECT count(*) FROM leases WHERE stream LIKE %s AND expires_at > now()",
-                (settings.stream_name + "@%",),
+                (settings.aws.stream_name + "@%",),
             ).fetchone()
         assert held == (1,)
         process.send_signal(signal.SIGTERM)
@@ -91,7 +91,7 @@ def test_the_batcher_serves_health_and_releases_its_lease_on_sigterm(
     with psycopg.connect(database_url) as conn:
         held = conn.execute(
             "SELECT count(*) FROM leases WHERE stream LIKE %s AND expires_at > now()",
-            (settings.stream_name + "@%",),
+            (settings.aws.stream_name + "@%",),
         ).fetchone()
     assert held == (0,)  # released: the next batcher takes the shard at once
 

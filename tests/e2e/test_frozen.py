@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -38,14 +37,14 @@ async def take(client: httpx.AsyncClient, counter: str) -> tuple[int, Answer | N
 async def test_a_batcher_frozen_in_its_transaction_is_taken_over_and_fenced_out(
     aws_endpoint: str, settings: Settings, tmp_path: Path
 ) -> None:
-    quick = replace(settings, lease_ttl_s=TTL, read_interval_ms=50.0, reply_timeout_s=25.0)
+    quick = settings.but(lease_ttl_s=TTL, read_interval_ms=50.0, reply_timeout_s=25.0)
     with resources(quick) as (own, _):
         env = {k: v for k, v in own.to_env().items() if v}
         frozen = BatcherProcess({**env, "NUMERATOR_PAUSE_IN_FRAME_S": "12"}, tmp_path / "a")
         other: BatcherProcess | None = None
         try:
             await frozen.ready()
-            async with EdgeStack(replace(own, front_frame_ms=0)) as edge:
+            async with EdgeStack(own.but(front_frame_ms=0)) as edge:
                 transport = httpx.ASGITransport(app=edge.app())
                 async with httpx.AsyncClient(
                     transport=transport, base_url="http://127.0.0.1", timeout=60

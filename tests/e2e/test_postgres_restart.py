@@ -7,7 +7,6 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -38,8 +37,8 @@ def start(server: Any) -> None:
 
 
 async def test_postgres_restart_mid_load(own_postgres: Any) -> None:
-    settings = replace(
-        Settings(), database_url=own_postgres.get_uri(), back_frame_ms=5, reply_timeout_s=2.0
+    settings = Settings.of().but(
+        database_url=own_postgres.get_uri(), back_frame_ms=5, reply_timeout_s=2.0
     )
     async with Stack(settings) as stack:
         await outage(stack.app(), own_postgres)
@@ -49,9 +48,7 @@ async def test_postgres_restart_mid_load_on_the_aws_path(
     own_postgres: Any, aws: tuple[Settings, Any]
 ) -> None:
     """The same outage with the edge on Kinesis and DynamoDB and the batcher on its own."""
-    settings = replace(
-        aws[0], database_url=own_postgres.get_uri(), back_frame_ms=5, reply_timeout_s=2.0
-    )
+    settings = aws[0].but(database_url=own_postgres.get_uri(), back_frame_ms=5, reply_timeout_s=2.0)
     async with BatcherStack(settings), EdgeStack(settings) as edge:
         await outage(edge.app(), own_postgres)
 

@@ -22,7 +22,7 @@ def test_3000_connections_that_never_finish_their_headers_leave_others_served(
 ) -> None:
     """The issue's bar: a normal client at 500 requests/s gets p99 <= 50 ms while they are held
     (within the default HEADER_TIMEOUT_S, 10 s). When they all time out at once, the worker
-    spends ~70-110 ms closing them (measured; README, Slow clients): not part of this bar."""
+    spends ~70-110 ms closing them (measured; docs/keys.md, Slow clients): not part of this bar."""
     service = Service("--ephemeral")
     holder = None
     try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +85,7 @@ def committed(database_url: str, stream: str) -> tuple[set[tuple[str, int]], int
 async def test_batchers_killed_mid_frame_and_before_publishing_lose_and_repeat_nothing(
     aws_endpoint: str, settings: Settings, database_url: str, tmp_path: Path
 ) -> None:
-    quick = replace(
-        settings,
+    quick = settings.but(
         lease_ttl_s=TTL,
         read_interval_ms=100.0,
         front_frame_ms=50.0,
@@ -127,8 +126,8 @@ async def test_batchers_killed_mid_frame_and_before_publishing_lose_and_repeat_n
             takeovers = sum(b.metric("numerator_lease_takeovers_total") for b in survivors)
         finally:
             codes = [b.stop() for b in batchers]
-        values, unpublished = committed(database_url, own.stream_name)
-        out = published(found, own.reply_table)
+        values, unpublished = committed(database_url, own.aws.stream_name)
+        out = published(found, own.aws.reply_table)
     assert (codes[1], codes[3]) == (0, 0), "the survivors stop cleanly on SIGTERM"
     statuses = {a.status for a in answers}
     assert statuses <= {200, 503, 504}, statuses

@@ -110,7 +110,7 @@ def test_serve_aws_url_is_the_edge_alone_beside_a_batcher(
     """`numerator serve --aws URL`: the AWS path's edge (front frames) on its own, with a
     `numerator batcher` started apart, as they run in production."""
     settings, _ = aws
-    env = {"STREAM_NAME": settings.stream_name, "REPLY_TABLE": settings.reply_table}
+    env = {"STREAM_NAME": settings.aws.stream_name, "REPLY_TABLE": settings.aws.reply_table}
     with numerator_local.batchers(1, {**env, "MODE": "aws", "DATABASE_URL": database_url}):
         args = ("--aws", os.environ["AWS_ENDPOINT_URL"], "--database-url", database_url)
         with Service(*args, env=env, command="serve") as service:

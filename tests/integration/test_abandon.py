@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -63,7 +62,7 @@ async def test_a_client_gone_before_its_frame_costs_no_number(
 ) -> None:
     """Embedded, fixed frames of 300 ms: the client hangs up 50 ms in, before its frame closes;
     the cancel reaches the same frame, and the record allocates nothing."""
-    slow = replace(settings, frame_policy="fixed", back_frame_ms=300.0)
+    slow = settings.but(frame_policy="fixed", back_frame_ms=300.0)
     async with Stack(slow) as stack:
         app = stack.app()
         transport = httpx.ASGITransport(app=app)
@@ -110,9 +109,9 @@ async def test_a_front_frame_with_some_requests_gone_voids_only_theirs(
     aws: tuple[Settings, Any], name: str
 ) -> None:
     settings, _ = aws
-    slow = replace(settings, front_frame_ms=100.0)
+    slow = settings.but(front_frame_ms=100.0)
     # The batcher reads its shard once a second: the requests go between the put and the reply.
-    async with BatcherStack(replace(slow, read_interval_ms=1000.0)), EdgeStack(slow) as edge:
+    async with BatcherStack(slow.but(read_interval_ms=1000.0)), EdgeStack(slow) as edge:
         transport = httpx.ASGITransport(app=edge.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             await client.post("/counters", json={"name": name})
@@ -150,7 +149,7 @@ async def test_a_lambda_request_that_times_out_is_cancelled(
     from tests.integration.test_handler import Container, environment, event
 
     settings, _ = aws
-    quick = replace(settings, reply_timeout_s=1.0)
+    quick = settings.but(reply_timeout_s=1.0)
     lam = Container(environment(quick))
     try:
         async with Stack(quick) as local:  # for creating the counter and reading the report

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -46,7 +45,7 @@ async def test_a_poison_record_is_dead_lettered_and_the_shard_moves_on(
     settings, found = aws
     await store.create(Counter(name))
     for raw in (b"\x00\xffnot json", b'{"v": 1, "k": "r-bad", "c": "x", "n": 0, "d": 1}'):
-        found.kinesis.put_record(StreamName=settings.stream_name, Data=raw, PartitionKey="p")
+        found.kinesis.put_record(StreamName=settings.aws.stream_name, Data=raw, PartitionKey="p")
     batcher, ports = await started(settings, found, store)
     try:
         for key in ("r-bad", "r-good"):
@@ -59,7 +58,8 @@ async def test_a_poison_record_is_dead_lettered_and_the_shard_moves_on(
     assert got["r-good"].first == 1
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         cur = await conn.execute(
-            "SELECT count(*) FROM dead_letters WHERE stream LIKE %s", (settings.stream_name + "@%",)
+            "SELECT count(*) FROM dead_letters WHERE stream LIKE %s",
+            (settings.aws.stream_name + "@%",),
         )
         assert (await cur.fetchone()) == (2,)
 
@@ -80,10 +80,11 @@ async def test_a_rewound_checkpoint_allocates_nothing_and_publishes_the_same_val
         await batcher.stop()
     assert sorted(r.first for r in first.values()) == list(range(1, 11))
     for key in keys:  # so that what the replay publishes is seen, not what the first run left
-        found.dynamodb.delete_item(TableName=settings.reply_table, Key={"k": {"S": key}})
+        found.dynamodb.delete_item(TableName=settings.aws.reply_table, Key={"k": {"S": key}})
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await conn.execute(
-            "UPDATE leases SET sequence = NULL WHERE stream LIKE %s", (settings.stream_name + "@%",)
+            "UPDATE leases SET sequence = NULL WHERE stream LIKE %s",
+            (settings.aws.stream_name + "@%",),
         )
     batcher, ports = await started(settings, found, store)
     try:
@@ -117,7 +118,7 @@ async def test_after_a_crash_between_commit_and_publish_the_next_owner_publishes
     aws: tuple[Settings, Any], store: PostgresStore, name: str
 ) -> None:
     settings, found = aws
-    settings = replace(settings, lease_ttl_s=1.0)
+    settings = settings.but(lease_ttl_s=1.0)
     await store.create(Counter(name))
     metrics = Metrics()
     ports = aws_ports(settings, metrics, found)
@@ -164,7 +165,7 @@ async def test_a_stream_made_again_under_its_name_is_read_afresh(
         assert (await answers(ports, ["old"]))["old"].first == 1
     finally:
         await batcher.stop()
-    found.kinesis.delete_stream(StreamName=settings.stream_name)
+    found.kinesis.delete_stream(StreamName=settings.aws.stream_name)
     await asyncio.sleep(1.1)  # a creation time of its own, to the second
     create(found, settings)
     batcher, ports = await started(settings, found, store)
@@ -183,8 +184,8 @@ async def test_a_hot_counter_spread_over_shards_stays_unique_and_keys_meet_in_on
     from tests.aws import resources
 
     await store.create(Counter(name))
-    spread = replace(
-        settings, partition_spread=16, read_interval_ms=20.0
+    spread = settings.but(
+        partition_spread=16, read_interval_ms=20.0
     )  # 2 shards: all 16 keys in one has odds 2**-15
     with resources(spread, shards=2) as (own, found):
         batcher, ports = await started(own, found, store)
@@ -204,7 +205,7 @@ async def test_a_hot_counter_spread_over_shards_stays_unique_and_keys_meet_in_on
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         cur = await conn.execute(
             "SELECT count(*) FROM leases WHERE stream LIKE %s AND applied IS NOT NULL",
-            (own.stream_name + "@%",),
+            (own.aws.stream_name + "@%",),
         )
         assert await cur.fetchone() == (2,)  # one counter's records went through both shards
     values = [got[k].first for k in keys]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from dataclasses import replace
 
 import httpx
 
@@ -18,7 +17,7 @@ from numerator.stack import Stack
 
 
 async def test_saturated_stream_answers_503_with_retry_after(settings: Settings, name: str) -> None:
-    tight = replace(settings, stream_capacity=5, back_frame_ms=50, retry_after_s=3)
+    tight = settings.but(stream_capacity=5, back_frame_ms=50, retry_after_s=3)
     async with Stack(tight) as stack:
         transport = httpx.ASGITransport(app=stack.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
@@ -37,7 +36,7 @@ async def test_saturated_stream_answers_503_with_retry_after(settings: Settings,
 
 async def test_no_reply_in_time_is_504(settings: Settings, database_url: str) -> None:
     """An edge whose batcher never answers (none is running) times out with 504, not a hang."""
-    quick = replace(settings, reply_timeout_s=0.2)
+    quick = settings.but(reply_timeout_s=0.2)
     store = PostgresStore(database_url)
     metrics = Metrics()
     edge = Edge(MemoryStream(), MemoryReplies(metrics), store, quick, metrics)

@@ -194,7 +194,7 @@ async def test_a_plain_frame_is_fenced_and_audited_in_one_statement(
 
 
 async def test_settings_fixture_is_fast(settings: Settings) -> None:
-    assert settings.back_frame_ms < 10
+    assert settings.frames.back_frame_ms < 10
 
 
 async def test_prune_drops_expired_keys_and_old_audit_rows(

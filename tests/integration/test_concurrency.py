@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from dataclasses import replace
 
 import httpx
 
@@ -65,7 +64,7 @@ def client_of(stack: Stack) -> httpx.AsyncClient:
 
 async def test_two_batchers_share_one_hot_counter(settings: Settings, name: str) -> None:
     """Two stacks (as two server workers would run) on one Postgres, each with its batcher."""
-    one, two = Stack(replace(settings, back_frame_ms=3)), Stack(replace(settings, back_frame_ms=5))
+    one, two = Stack(settings.but(back_frame_ms=3)), Stack(settings.but(back_frame_ms=5))
     async with one, two:
         clients = [client_of(one), client_of(two)]
         await clients[0].post("/counters", json={"name": name})
@@ -87,7 +86,7 @@ async def test_one_idempotency_key_on_two_batchers_is_allocated_once(
 ) -> None:
     """The same request, key and all, sent to two stacks at once (two server workers, each with
     its own stream and batcher, on one Postgres): both answers are the one value, never two."""
-    many = replace(settings, back_frame_ms=2, idempotency_keys_per_s=10_000)  # 300 keys at once
+    many = settings.but(back_frame_ms=2, idempotency_keys_per_s=10_000)  # 300 keys at once
     one, two = Stack(many), Stack(many)
     async with one, two:
         clients = [client_of(one), client_of(two)]

@@ -274,18 +274,18 @@ def test_aws_init_makes_the_table_and_stream_the_template_defines(
     settings, found = aws
     resources = template()["Resources"]
     table = resources["ReplyTable"]["Properties"]
-    made = found.dynamodb.describe_table(TableName=settings.reply_table)["Table"]
+    made = found.dynamodb.describe_table(TableName=settings.aws.reply_table)["Table"]
     assert made["KeySchema"] == table["KeySchema"]
     assert made["AttributeDefinitions"] == table["AttributeDefinitions"]
     assert made["BillingModeSummary"]["BillingMode"] == table["BillingMode"]
-    ttl = found.dynamodb.describe_time_to_live(TableName=settings.reply_table)
+    ttl = found.dynamodb.describe_time_to_live(TableName=settings.aws.reply_table)
     assert (
         ttl["TimeToLiveDescription"]["AttributeName"]
         == table["TimeToLiveSpecification"]["AttributeName"]
     )
-    stream = found.kinesis.describe_stream_summary(StreamName=settings.stream_name)
+    stream = found.kinesis.describe_stream_summary(StreamName=settings.aws.stream_name)
     summary = stream["StreamDescriptionSummary"]
     assert (
         summary["RetentionPeriodHours"] == resources["Stream"]["Properties"]["RetentionPeriodHours"]
     )
-    assert summary["OpenShardCount"] == settings.shards
+    assert summary["OpenShardCount"] == settings.aws.shards

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 
 import httpx
 
@@ -38,7 +37,7 @@ async def hammer(
 
 
 async def test_group_commit_keeps_values_unique_and_ordered(settings: Settings, name: str) -> None:
-    auto = replace(settings, frame_policy="auto", back_frame_ms=10.0)
+    auto = settings.but(frame_policy="auto", back_frame_ms=10.0)
     answers, _, _ = await hammer(auto, name, 1.0)
     assert len(answers) > 100
     assert_guarantees(answers)
@@ -46,7 +45,7 @@ async def test_group_commit_keeps_values_unique_and_ordered(settings: Settings, 
 
 
 async def test_a_cap_on_transactions_holds_and_frames_grow(settings: Settings, name: str) -> None:
-    capped = replace(settings, frame_policy="auto", max_frames_per_s=20.0)
+    capped = settings.but(frame_policy="auto", max_frames_per_s=20.0)
     answers, stack, took = await hammer(capped, name, 1.5)
     frames = stack.metrics.frames_committed.value
     assert frames <= 20 * took + 2, f"{frames} transactions in {took:.2f}s over a cap of 20/s"

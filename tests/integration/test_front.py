@@ -10,7 +10,6 @@ import time
 from collections import Counter as Tally
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -28,7 +27,7 @@ async def running(
     settings: Settings, name: str, **changes: Any
 ) -> AsyncIterator[tuple[EdgeStack, httpx.AsyncClient, BatcherStack]]:
     """A batcher and a server edge on this test's stream and table, and a client of the edge."""
-    own = replace(settings, reply_timeout_s=TIMEOUT, **changes)
+    own = settings.but(reply_timeout_s=TIMEOUT, **changes)
     async with BatcherStack(own) as batcher, EdgeStack(own) as edge:
         transport = httpx.ASGITransport(app=edge.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:

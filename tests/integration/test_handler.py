@@ -13,7 +13,6 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -165,7 +164,7 @@ def test_numerators_own_keys_in_lambda(
     from infra.adapters.postgres import PostgresStore
     from infra.keys import new
 
-    settings = replace(aws[0], database_url=fresh_database)
+    settings = aws[0].but(database_url=fresh_database)
     with batcher_on(settings):
         lam = Container({**environment(settings), "AUTH": "keys", "AUTHORIZER": ""})
         containers.append(lam)
@@ -188,7 +187,7 @@ def test_numerators_own_keys_in_lambda(
             return admin_secret, other_secret
 
         admin, other = asyncio.run(bootstrap())
-        time.sleep(settings.keys_refresh_s + 0.1)  # the container's copy of the keys refreshes
+        time.sleep(settings.edge.keys_refresh_s + 0.1)  # the container's copy of the keys refreshes
 
         def signed(file: str, secret: str) -> dict[str, Any]:
             request = event(file, name)
@@ -227,7 +226,7 @@ def test_counter_crud_without_a_database_is_a_clear_503(
     aws: tuple[Settings, Any], containers: list[Container]
 ) -> None:
     settings, _ = aws
-    lam = Container(environment(replace(settings, database_url="")))
+    lam = Container(environment(settings.but(database_url="")))
     containers.append(lam)
     answer = lam(event("http-api-get.json", "x"))
     assert answer["statusCode"] == 503
@@ -243,7 +242,7 @@ def test_the_database_url_is_read_from_a_secret_on_first_use(
 
     import boto3
 
-    parts = urlsplit(batcher.database_url)
+    parts = urlsplit(batcher.database.database_url)
     query = parse_qs(parts.query)  # the embedded Postgres listens on a Unix socket
     value = {
         "username": parts.username,
@@ -255,7 +254,7 @@ def test_the_database_url_is_read_from_a_secret_on_first_use(
     }
     secrets = boto3.session.Session().client("secretsmanager")
     arn = secrets.create_secret(Name=f"db-{name}", SecretString=json.dumps(value))["ARN"]
-    lam = Container(environment(replace(batcher, database_url="", database_secret_arn=arn)))
+    lam = Container(environment(batcher.but(database_url="", database_secret_arn=arn)))
     containers.append(lam)
     created = lam(event("http-api-create.json", name))
     assert created["statusCode"] == 201, created
@@ -263,7 +262,7 @@ def test_the_database_url_is_read_from_a_secret_on_first_use(
     assert one["statusCode"] == 200 and body(one)["value"] == 1
     secrets.delete_secret(SecretId=arn, ForceDeleteWithoutRecovery=True)
     unknown = Container(
-        environment(replace(batcher, database_url="", database_secret_arn=arn + "-gone"))
+        environment(batcher.but(database_url="", database_secret_arn=arn + "-gone"))
     )
     containers.append(unknown)
     refused = unknown(event("http-api-get.json", name))
@@ -327,7 +326,7 @@ def test_the_lambda_edge_refuses_a_web_page_acting_for_a_loopback_caller(
     """The cross-site checks through Mangum, where they apply: a caller that API Gateway (or
     `up --edge lambda`) names as loopback is trusted only with a loopback Host and its own
     Origin, before the first key (AUTH=keys) or with nothing in front (AUTH=none)."""
-    settings = replace(aws[0], database_url=fresh_database)
+    settings = aws[0].but(database_url=fresh_database)
     env = {**environment(settings), "AUTH": auth, "AUTHORIZER": ""}
     if auth == "none":
         env["AUTHORIZER"] = "loopback only (127.0.0.1)"  # what `up --edge lambda` names

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from urllib.parse import quote
 
 import httpx
@@ -37,7 +36,7 @@ Clients = Callable[..., httpx.AsyncClient]
 async def clients(settings: Settings, fresh_database: str) -> AsyncIterator[Clients]:
     """HTTP clients of one stack with no key yet, from loopback, addressed by `host`."""
     made: list[httpx.AsyncClient] = []
-    async with Stack(replace(settings, database_url=fresh_database)) as stack:
+    async with Stack(settings.but(database_url=fresh_database)) as stack:
         app = stack.app()
 
         def client(host: str = "127.0.0.1:8190", **headers: str) -> httpx.AsyncClient:
@@ -159,7 +158,7 @@ async def test_a_malformed_scope_is_refused(clients: Clients, scope: str) -> Non
 @pytest.fixture
 async def admin(settings: Settings, fresh_database: str) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a stack with an admin key, sending it."""
-    async with Stack(replace(settings, database_url=fresh_database)) as stack:
+    async with Stack(settings.but(database_url=fresh_database)) as stack:
         transport = httpx.ASGITransport(app=stack.app(), client=LOOPBACK)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             first = await http.post("/keys", json={"name": "root", "scopes": ["admin"]})
@@ -201,7 +200,7 @@ async def test_a_key_made_or_revoked_through_one_edge_is_known_to_another_at_onc
     """Two edges on one Postgres, as two workers are, each with a copy of the keys reloaded
     only every 5 s: a new key works on the other at once (an unknown key reloads the copy),
     and a revoked one stops there at once (it follows Postgres's NOTIFY)."""
-    slow = replace(settings, database_url=fresh_database, keys_refresh_s=5.0)
+    slow = settings.but(database_url=fresh_database, keys_refresh_s=5.0)
     async with Stack(slow) as one, Stack(slow) as other, other.edge.following_keys():
         first = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=one.app(), client=LOOPBACK),
@@ -228,4 +227,4 @@ async def test_a_key_made_or_revoked_through_one_edge_is_known_to_another_at_onc
 
             took = await until(refused, within=1.0)
             print(f"the revoked key was refused by the other edge after {took * 1000:.0f} ms")
-            assert time.monotonic() - revoked < 1.0 < slow.keys_refresh_s
+            assert time.monotonic() - revoked < 1.0 < slow.edge.keys_refresh_s

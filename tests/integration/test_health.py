@@ -51,7 +51,7 @@ async def test_a_missing_stream_is_named(aws: tuple[Settings, Any]) -> None:
         transport = httpx.ASGITransport(app=edge.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             await until(lambda: _ok(client), within=FRESH_S + 3)
-            found.kinesis.delete_stream(StreamName=settings.stream_name)
+            found.kinesis.delete_stream(StreamName=settings.aws.stream_name)
 
             async def named() -> bool:
                 status, report = await health(client)
@@ -59,7 +59,7 @@ async def test_a_missing_stream_is_named(aws: tuple[Settings, Any]) -> None:
 
             await until(named, within=FRESH_S + 3)
             _, report = await health(client)
-    found.kinesis.create_stream(StreamName=settings.stream_name, ShardCount=1)  # for teardown
+    found.kinesis.create_stream(StreamName=settings.aws.stream_name, ShardCount=1)  # for teardown
     assert report["replies"] == "ok", report
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -23,7 +22,7 @@ Clients = Callable[..., httpx.AsyncClient]
 
 @pytest.fixture
 def keyed(settings: Settings, fresh_database: str) -> Settings:
-    return replace(settings, database_url=fresh_database, keys_refresh_s=0.2)
+    return settings.but(database_url=fresh_database, keys_refresh_s=0.2)
 
 
 @pytest.fixture
@@ -138,8 +137,8 @@ async def test_a_revoked_key_stops_within_the_stated_bound(
     settings: Settings, fresh_database: str
 ) -> None:
     """With the default KEYS_REFRESH_S (2 s), revocation takes effect within 5 s."""
-    default = replace(settings, database_url=fresh_database)
-    assert default.keys_refresh_s == Settings().keys_refresh_s <= 5
+    default = settings.but(database_url=fresh_database)
+    assert default.edge.keys_refresh_s == Settings.of().edge.keys_refresh_s <= 5
     async with Stack(default) as stack:
         transport = httpx.ASGITransport(app=stack.app(), client=REMOTE)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
@@ -159,7 +158,7 @@ async def test_a_revoked_key_stops_within_the_stated_bound(
                 return (await http.get("/counters", headers=auth)).status_code == 401
 
             took = await until(refused, within=5)
-            assert took <= default.keys_refresh_s + 1
+            assert took <= default.edge.keys_refresh_s + 1
             problem(await http.delete("/keys/ops", headers=auth), 401, "unauthorized")
 
 
@@ -171,7 +170,7 @@ async def test_last_use_is_written_back_without_a_query_per_request(
     local = clients(address=("127.0.0.1", 5000))
     admin = clients(await make_key(local, "ops", "admin"))
     await until(lambda: _ok(admin.get("/counters")), within=5)
-    store = PostgresStore(keyed.database_url, max_size=1)
+    store = PostgresStore(keyed.database.database_url, max_size=1)
     try:
 
         async def recorded() -> bool:
@@ -210,7 +209,7 @@ async def test_key_names_and_scopes_are_checked(clients: Clients) -> None:
 
 
 async def test_too_many_idempotency_keys_get_429(settings: Settings) -> None:
-    limited = replace(settings, idempotency_keys_per_s=5, auth="none")
+    limited = settings.but(idempotency_keys_per_s=5, auth="none")
     async with Stack(limited) as stack:
         app = stack.app()
         flood = httpx.AsyncClient(

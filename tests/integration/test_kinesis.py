@@ -64,7 +64,7 @@ class Flaky:
 
 
 def stream(settings: Settings, client: Any, metrics: Metrics) -> KinesisStream:
-    return KinesisStream(client, Calls(4, metrics), settings.stream_name, metrics, 1, 0.02)
+    return KinesisStream(client, Calls(4, metrics), settings.aws.stream_name, metrics, 1, 0.02)
 
 
 async def test_many_puts_go_out_in_few_calls_and_partial_failures_are_put_once(

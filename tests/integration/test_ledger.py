@@ -8,7 +8,6 @@ import csv
 import io
 import time
 import uuid
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -148,7 +147,7 @@ async def test_retention_is_chosen_at_creation_and_changed_by_admin(
 async def test_a_pruned_span_is_named_not_counted_as_a_gap(
     settings: Settings, database_url: str, name: str
 ) -> None:
-    quick = replace(settings, audit_retention_s=1.0)
+    quick = settings.but(audit_retention_s=1.0)
     async with Stack(quick) as stack:
         transport = httpx.ASGITransport(app=stack.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
@@ -218,7 +217,7 @@ async def test_the_ledger_on_the_aws_path_with_front_frames(
 async def test_confirmation_and_its_expiry(settings: Settings, name: str) -> None:
     """A counter that needs confirmation: confirmed values are final; one void is refused a
     confirmation; one neither confirmed nor void within CONFIRM_TTL_S is voided not-confirmed."""
-    quick = replace(settings, confirm_ttl_s=1.0)
+    quick = settings.but(confirm_ttl_s=1.0)
     async with Stack(quick) as stack:
         transport = httpx.ASGITransport(app=stack.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:

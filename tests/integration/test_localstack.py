@@ -5,7 +5,6 @@ small: LocalStack answers 30-45 calls a second here."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -20,7 +19,7 @@ async def test_values_go_through_kinesis_on_localstack(
     settings, found = localstack_kinesis
     assert found.kinesis.meta.endpoint_url == localstack_endpoint
     assert found.dynamodb.meta.endpoint_url != localstack_endpoint
-    own = replace(settings, reply_timeout_s=20.0)
+    own = settings.but(reply_timeout_s=20.0)
     async with BatcherStack(own), EdgeStack(own) as edge:
         transport = httpx.ASGITransport(app=edge.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:

@@ -23,7 +23,7 @@ from infra.wire import BadReply, Reply, ReplyError
 def dynamo(aws: tuple[Settings, Any], metrics: Metrics) -> DynamoReplies:
     settings, found = aws
     return DynamoReplies(
-        found.dynamodb, Calls(8, metrics), settings.reply_table, metrics, 60, expected=0.01
+        found.dynamodb, Calls(8, metrics), settings.aws.reply_table, metrics, 60, expected=0.01
     )
 
 
@@ -92,7 +92,7 @@ async def test_dynamodb_writes_25_a_call_and_reads_many_keys_a_call(
     assert calls["batch_write_item"] == 10  # 250 replies, 25 a call
     assert calls["batch_get_item"] <= 30, calls  # one poller for all, 100 keys a call
     settings, found = aws
-    item = found.dynamodb.get_item(TableName=settings.reply_table, Key={"k": {"S": "k0"}})
+    item = found.dynamodb.get_item(TableName=settings.aws.reply_table, Key={"k": {"S": "k0"}})
     assert abs(int(item["Item"]["x"]["N"]) - (time.time() + 60)) < 30  # the TTL attribute
 
 
@@ -104,18 +104,20 @@ async def test_dynamodb_unprocessed_items_are_written_again(aws: tuple[Settings,
             self.first = True
 
         def batch_write_item(self, **kwargs: Any) -> dict[str, Any]:
-            requests = kwargs["RequestItems"][settings.reply_table]
+            requests = kwargs["RequestItems"][settings.aws.reply_table]
             if self.first:  # as DynamoDB does under load: half of them left for later
                 self.first = False
-                found.dynamodb.batch_write_item(RequestItems={settings.reply_table: requests[:2]})
-                return {"UnprocessedItems": {settings.reply_table: requests[2:]}}
+                found.dynamodb.batch_write_item(
+                    RequestItems={settings.aws.reply_table: requests[:2]}
+                )
+                return {"UnprocessedItems": {settings.aws.reply_table: requests[2:]}}
             return dict(found.dynamodb.batch_write_item(**kwargs))
 
         def __getattr__(self, name: str) -> Any:
             return getattr(found.dynamodb, name)
 
     metrics = Metrics()
-    table = DynamoReplies(Unprocessed(), Calls(2, metrics), settings.reply_table, metrics)
+    table = DynamoReplies(Unprocessed(), Calls(2, metrics), settings.aws.reply_table, metrics)
     await table.publish([ok(f"u{i}") for i in range(5)])
     reader = dynamo(aws, Metrics())
     assert [(await reader.wait(f"u{i}", 5)).key for i in range(5)] == [f"u{i}" for i in range(5)]
@@ -125,7 +127,7 @@ async def test_dynamodb_unprocessed_items_are_written_again(aws: tuple[Settings,
 async def test_dynamodb_an_unreadable_reply_is_a_bad_reply(aws: tuple[Settings, Any]) -> None:
     settings, found = aws
     found.dynamodb.put_item(
-        TableName=settings.reply_table,
+        TableName=settings.aws.reply_table,
         Item={"k": {"S": "future"}, "r": {"S": '{"v": 2, "k": "future"}'}, "x": {"N": "1"}},
     )
     with pytest.raises(BadReply):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
-from dataclasses import replace
 from typing import Any
 
 import psycopg
@@ -66,7 +65,7 @@ async def test_a_split_shard_is_read_to_its_end_before_its_children(
         await store.create(Counter(counter))
     # Small frames, so that the parent's backlog takes several: a child read too early would
     # commit a frame among them.
-    quick = replace(settings, lease_ttl_s=3.0, read_interval_ms=20.0, frame_max_records=40)
+    quick = settings.but(lease_ttl_s=3.0, read_interval_ms=20.0, frame_max_records=40)
     with resources(quick, shards=1) as (own, found):
         batcher, ports = await started(own, found, store)
         stop = asyncio.Event()
@@ -75,10 +74,10 @@ async def test_a_split_shard_is_read_to_its_end_before_its_children(
             await asyncio.sleep(1.5)
             await batcher.stop()  # the load goes on: the parent gathers a backlog
             backlog = await put(ports, names, "before", 400)
-            parent = found.kinesis.list_shards(StreamName=own.stream_name)["Shards"][0]
+            parent = found.kinesis.list_shards(StreamName=own.aws.stream_name)["Shards"][0]
             middle = int(parent["HashKeyRange"]["EndingHashKey"]) // 2
             found.kinesis.split_shard(
-                StreamName=own.stream_name,
+                StreamName=own.aws.stream_name,
                 ShardToSplit=parent["ShardId"],
                 NewStartingHashKey=str(middle),
             )
@@ -90,7 +89,7 @@ async def test_a_split_shard_is_read_to_its_end_before_its_children(
             replies = [reply for w in workers for reply in await w]
             replies += await asyncio.gather(*(ports.replies.wait(k, 30) for k in backlog))
             await batcher.stop()
-        shards = found.kinesis.list_shards(StreamName=own.stream_name)["Shards"]
+        shards = found.kinesis.list_shards(StreamName=own.aws.stream_name)["Shards"]
     assert len(shards) == 3
     assert all(r.ok for r in replies), {r.error for r in replies}
     for counter in names:
@@ -102,10 +101,10 @@ async def test_a_split_shard_is_read_to_its_end_before_its_children(
         frames: list[tuple[Any, ...]] = conn.execute(
             "SELECT shard, min(id), max(id), count(*) FROM allocation_frames"
             " WHERE stream LIKE %s GROUP BY shard ORDER BY shard",
-            (own.stream_name + "@%",),
+            (own.aws.stream_name + "@%",),
         ).fetchall()
         ended = conn.execute(
-            "SELECT shard FROM leases WHERE stream LIKE %s AND ended", (own.stream_name + "@%",)
+            "SELECT shard FROM leases WHERE stream LIKE %s AND ended", (own.aws.stream_name + "@%",)
         ).fetchall()
     by_shard = {shard: (first, last, count) for shard, first, last, count in frames}
     assert ended == [(parent["ShardId"],)], "the parent is marked read to its end"

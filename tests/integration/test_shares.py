@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 
 from batcher.worker import Batcher
 from infra.adapters.postgres import PostgresStore
@@ -44,7 +43,7 @@ async def test_a_new_batcher_gets_its_share_and_a_leaving_one_gives_its_shards_b
 ) -> None:
     await store.create(Counter(name))
     ttl = 3.0
-    quick = replace(settings, lease_ttl_s=ttl, read_interval_ms=50.0, partition_spread=8)
+    quick = settings.but(lease_ttl_s=ttl, read_interval_ms=50.0, partition_spread=8)
     with resources(quick, shards=4) as (own, found):
         first, ports = await started(own, found, store)
         second: Batcher | None = None

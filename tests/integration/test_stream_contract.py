@@ -36,7 +36,9 @@ def kinesis(
 ) -> KinesisStream:
     metrics = metrics or Metrics()
     calls = Calls(threads, metrics)
-    return KinesisStream(found.kinesis, calls, settings.stream_name, metrics, read_interval=0.02)
+    return KinesisStream(
+        found.kinesis, calls, settings.aws.stream_name, metrics, read_interval=0.02
+    )
 
 
 def make(kind: str, request: pytest.FixtureRequest) -> Made:
@@ -56,7 +58,10 @@ def make(kind: str, request: pytest.FixtureRequest) -> Made:
 
     async def poison(raw: bytes) -> None:
         await asyncio.to_thread(
-            found.kinesis.put_record, StreamName=settings.stream_name, Data=raw, PartitionKey="p"
+            found.kinesis.put_record,
+            StreamName=settings.aws.stream_name,
+            Data=raw,
+            PartitionKey="p",
         )
 
     # 16 threads: as many puts at once as the busiest edge makes (AWS_THREADS)

@@ -1,32 +1,66 @@
-"""Facts the README states that the code can check: the settings table and the metric list."""
+"""Facts the docs state that the code can check: the settings tables, the metric list, the links
+between pages, and a README short enough to be a front door."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import fields
 from pathlib import Path
 
 from infra.observe.metrics import Metrics
-from infra.settings import Settings
+from infra.settings import GROUPS, VARIABLES, Settings
 
-README = (Path(__file__).parents[2] / "README.md").read_text()
+ROOT = Path(__file__).parents[2]
+README = (ROOT / "README.md").read_text()
+SETTINGS = (ROOT / "docs" / "settings.md").read_text()
+METRICS = (ROOT / "docs" / "metrics.md").read_text()
+ROW = re.compile(r"^\| `([A-Z_]+)` \| ([^|]+) \|", flags=re.MULTILINE)
 
 
-def test_every_setting_is_in_the_readme_table_with_its_default() -> None:
-    table = {
-        row[0]: row[1]
-        for row in re.findall(r"^\| `([A-Z_]+)` \| ([^|]+) \|", README, flags=re.MULTILINE)
-    }
-    for field in fields(Settings):
-        variable = field.name.upper()
-        assert variable in table, f"{variable} is missing from README's settings table"
-        default = getattr(Settings(), field.name)
+def default_of(variable: str) -> object:
+    group, name, _ = VARIABLES[variable]
+    return getattr(getattr(Settings(), group), name) if group else Settings().mode
+
+
+def test_every_setting_is_in_the_settings_page_with_its_default() -> None:
+    table = {variable: default for variable, default in ROW.findall(SETTINGS)}
+    for variable in VARIABLES:
+        assert variable in table, f"{variable} is missing from docs/settings.md"
+        default = default_of(variable)
         if default != "":
             said = f"{default:g}" if isinstance(default, float) else str(default)
-            assert table[variable].strip() == said, f"{variable}: README says {table[variable]}"
-    assert set(table) == {f.name.upper() for f in fields(Settings)}
+            assert table[variable].strip() == said, f"{variable}: the page says {table[variable]}"
+    assert set(table) == set(VARIABLES)
 
 
-def test_every_metric_is_named_in_the_readme() -> None:
+def test_each_settings_table_is_one_group() -> None:
+    """The page's tables follow the groups of infra/settings.py, in order."""
+    sections = re.split(r"^### ", SETTINGS, flags=re.MULTILINE)[1:]
+    found = [{variable for variable, _ in ROW.findall(section)} for section in sections]
+    expected = [{"MODE"}] + [
+        {variable for variable, (group, _, _) in VARIABLES.items() if group == name}
+        for name in GROUPS
+    ]
+    assert found == expected
+
+
+def test_every_metric_is_named_on_the_metrics_page() -> None:
     for item in vars(Metrics()).values():
-        assert f"`{item.name}" in README, f"{item.name} is missing from README's metrics"
+        assert f"`{item.name}" in METRICS, f"{item.name} is missing from docs/metrics.md"
+
+
+def test_the_readme_is_a_front_door() -> None:
+    lines = README.splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines"
+    assert lines[3].endswith("# run the service") and lines[4].endswith("# run the tests")
+
+
+def test_every_relative_link_in_the_docs_leads_to_a_file() -> None:
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if target.startswith(("http://", "https://", "mailto:")):
+                continue
+            if not (page.parent / target).exists():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, "\n".join(broken)

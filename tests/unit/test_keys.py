@@ -70,13 +70,13 @@ def test_what_each_route_needs() -> None:
 
 
 def test_auth_none_is_refused_unless_loopback_or_behind_an_authorizer() -> None:
-    none = Settings(auth="none")
+    none = Settings.of(auth="none")
     assert none.open_to("127.0.0.1") is None and none.open_to("::1") is None
     assert none.open_to("localhost") is None
     assert "AUTHORIZER" in (none.open_to("0.0.0.0") or "")
     assert "AUTHORIZER" in (none.open_to(None) or "")  # Lambda
-    assert Settings(auth="none", authorizer="iam").open_to(None) is None
-    assert Settings().open_to("0.0.0.0") is None  # AUTH=keys
+    assert Settings.of(auth="none", authorizer="iam").open_to(None) is None
+    assert Settings.of().open_to("0.0.0.0") is None  # AUTH=keys
     assert loopback("127.8.9.1") and not loopback("10.0.0.1") and not loopback("example.org")
 
 

@@ -3,21 +3,21 @@ from __future__ import annotations
 import pytest
 
 from infra.errors import SettingsError
-from infra.settings import Settings
+from infra.settings import VARIABLES, Auth, Mode, Policy, Settings
 
 
 def test_defaults() -> None:
     settings = Settings.from_env({})
-    assert settings.back_frame_ms == 10
-    assert settings.reply_timeout_s == 5
+    assert settings.frames.back_frame_ms == 10
+    assert settings.edge.reply_timeout_s == 5
 
 
 def test_reads_variables() -> None:
     settings = Settings.from_env(
         {"BACK_FRAME_MS": "2.5", "POOL_MAX": "8", "DATABASE_URL": "postgresql://x/y"}
     )
-    assert (settings.back_frame_ms, settings.pool_max) == (2.5, 8)
-    assert settings.database_url == "postgresql://x/y"
+    assert (settings.frames.back_frame_ms, settings.database.pool_max) == (2.5, 8)
+    assert settings.database.database_url == "postgresql://x/y"
 
 
 @pytest.mark.parametrize(
@@ -39,7 +39,7 @@ def test_reads_variables() -> None:
 )
 def test_bad_settings_name_the_variable(env: dict[str, str], variable: str | None) -> None:
     if variable is None:  # empty means unset: the default stands
-        assert Settings.from_env(env) == Settings()
+        assert Settings.from_env(env) == Settings.of()
         return
     with pytest.raises(SettingsError, match=variable) as caught:
         Settings.from_env(env)
@@ -47,13 +47,13 @@ def test_bad_settings_name_the_variable(env: dict[str, str], variable: str | Non
 
 
 def test_settings_are_frozen() -> None:
-    settings = Settings()
+    settings = Settings.of()
     with pytest.raises(AttributeError):
-        settings.back_frame_ms = 1  # type: ignore[misc]
+        settings.frames.back_frame_ms = 1  # type: ignore[misc]
 
 
 def test_to_env_round_trips() -> None:
-    settings = Settings(back_frame_ms=3, database_url="postgresql://h/d")
+    settings = Settings.of(back_frame_ms=3, database_url="postgresql://h/d")
     assert Settings.from_env(settings.to_env()) == settings
 
 
@@ -63,8 +63,44 @@ def test_database_url_takes_an_rds_secret_as_ecs_hands_it_over() -> None:
         ' "dbname": "numerator", "engine": "postgres"}'
     )
     settings = Settings.from_env({"DATABASE_URL": secret})
-    assert settings.database_url == "postgresql://app:p%40ss%2Fw%3Ard@db.example:5433/numerator"
+    assert (
+        settings.database.database_url
+        == "postgresql://app:p%40ss%2Fw%3Ard@db.example:5433/numerator"
+    )
     plain = Settings.from_env({"DATABASE_URL": "postgresql://u@h/db"})
-    assert plain.database_url == "postgresql://u@h/db"
+    assert plain.database.database_url == "postgresql://u@h/db"
     with pytest.raises(SettingsError, match="not an RDS secret"):
         Settings.from_env({"DATABASE_URL": '{"user": "x"}'})
+
+
+def test_each_setting_belongs_to_one_group_and_round_trips_by_its_variable() -> None:
+    seen = set(VARIABLES)
+    assert "MODE" in seen and "WORKERS" in seen and len(seen) == 37
+    for variable, (group, name, _) in VARIABLES.items():
+        value = getattr(getattr(Settings.of(), group), name) if group else Settings.of().mode
+        assert Settings.from_env({variable: str(value)}) == Settings.of(), variable
+
+
+def test_closed_sets_are_enums_and_a_typo_is_refused() -> None:
+    settings = Settings.of(mode="aws", frame_policy="fixed", auth="none")
+    assert settings.mode is Mode.AWS
+    assert settings.frames.frame_policy is Policy.FIXED
+    assert settings.edge.auth is Auth.NONE
+    with pytest.raises(SettingsError, match="FRAME_POLICY: must be one of fixed, auto"):
+        Settings.of(frame_policy="fxed")
+    with pytest.raises(TypeError, match="no setting named 'back_frame'"):
+        Settings.of(back_frame=5)
+
+
+def test_but_changes_only_what_it_names_and_checks_the_result() -> None:
+    base = Settings.of(back_frame_ms=3)
+    changed = base.but(reply_timeout_s=1.5)
+    assert (changed.frames.back_frame_ms, changed.edge.reply_timeout_s) == (3, 1.5)
+    assert base.edge.reply_timeout_s == 5
+    with pytest.raises(SettingsError, match="KEYS_REFRESH_S: must be at most 5"):
+        base.but(keys_refresh_s=6)
+
+
+def test_dev_only_knobs_are_apart_from_what_a_deployment_sets() -> None:
+    local = {name for group, name, _ in VARIABLES.values() if group == "local"}
+    assert local == {"workers", "lambda_containers"}

@@ -12,17 +12,16 @@ import re
 import shlex
 import subprocess
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 from samtranslator.yaml_helper import yaml_parse
 
-from infra.settings import Settings
+from infra.settings import VARIABLES, Settings
 
 ROOT = Path(__file__).parents[2]
 TEMPLATE = ROOT / "template.yaml"
-SETTINGS = {f.name.upper() for f in fields(Settings)}
+SETTINGS = set(VARIABLES)
 BOTO3 = {"AWS_ENDPOINT_URL"}  # read by boto3 itself: empty means AWS's own endpoints
 
 
@@ -150,17 +149,18 @@ def test_every_variable_the_template_sets_is_read_and_every_needed_one_is_set() 
 
 def test_the_template_defaults_are_numerator_defaults() -> None:
     parameters = template()["Parameters"]
-    defaults = Settings()
-    for parameter, field in (
-        ("ReplyTimeout", "reply_timeout_s"),
-        ("BackFrameMs", "back_frame_ms"),
-        ("FramePolicy", "frame_policy"),
-        ("ReadIntervalMs", "read_interval_ms"),
-        ("LeaseTtl", "lease_ttl_s"),
-        ("PartitionSpread", "partition_spread"),
-        ("ReplyTtl", "reply_ttl_s"),
+    defaults = Settings.of()
+    for parameter, variable in (
+        ("ReplyTimeout", "REPLY_TIMEOUT_S"),
+        ("BackFrameMs", "BACK_FRAME_MS"),
+        ("FramePolicy", "FRAME_POLICY"),
+        ("ReadIntervalMs", "READ_INTERVAL_MS"),
+        ("LeaseTtl", "LEASE_TTL_S"),
+        ("PartitionSpread", "PARTITION_SPREAD"),
+        ("ReplyTtl", "REPLY_TTL_S"),
     ):
-        default = getattr(defaults, field)
+        group, field, _ = VARIABLES[variable]
+        default = getattr(getattr(defaults, group), field)
         given = parameters[parameter]["Default"]
         assert (given == default) if isinstance(default, str) else float(given) == default, (
             parameter
@@ -222,7 +222,7 @@ def test_localstack_makes_the_table_and_stream_the_template_defines() -> None:
     )
     assert "kinesis create-stream" in calls
     assert "${SHARDS:-1}" in (ROOT / "localstack/ready.d/init.sh").read_text()
-    assert Settings().shards == 1, "the hook's default shard count is numerator's"
+    assert Settings.of().aws.shards == 1, "the hook's default shard count is numerator's"
 
 
 def test_localstack_env_sets_only_what_the_function_declares() -> None:
@@ -264,9 +264,9 @@ def test_the_edge_checks_keys_exactly_when_api_gateway_does_not() -> None:
     assert edge["AUTH"] == {"Fn::If": ["KeysAtEdge", "keys", "none"]}
     assert edge["AUTHORIZER"] == {"Fn::If": ["KeysAtEdge", "", {"Ref": "Authorizer"}]}
     for authorizer in ("IAM", "JWT"):
-        told = Settings(auth="none", authorizer=authorizer)
+        told = Settings.of(auth="none", authorizer=authorizer)
         assert told.open_to(None) is None
-    assert Settings(auth="none").open_to(None) is not None
+    assert Settings.of(auth="none").open_to(None) is not None
 
 
 def dashboard_body() -> dict[str, Any]:

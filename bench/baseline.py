@@ -183,9 +183,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8081)
     parser.add_argument("--workers", type=int, default=1)
     args = parser.parse_args()
-    os.environ["BASELINE_MODE"] = args.mode
-    os.environ["DATABASE_URL"] = args.database_url
-    serve("bench.baseline:app_from_env", args.host, args.port, args.workers)
+    env = {"BASELINE_MODE": args.mode, "DATABASE_URL": args.database_url}
+    serve("bench.baseline:app_from_env", args.host, args.port, args.workers, env=env)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 NumeratorError
 ├── SettingsError          a variable in the environment is missing or malformed
+├── Refused                a command cannot run as asked (its options, a port taken)
 ├── Invalid                a field of what a client sent is malformed (`field`, `problem`)
 │   ├── InvalidCounter     a counter definition (name, template, reset, time zone)
 │   └── InvalidKey         an API key's name or scopes
@@ -29,6 +30,10 @@ class SettingsError(NumeratorError):
     def __init__(self, variable: str, problem: str) -> None:
         super().__init__(f"{variable}: {problem}")
         self.variable = variable
+
+
+class Refused(NumeratorError):
+    pass
 
 
 class Invalid(NumeratorError, ValueError):

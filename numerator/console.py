@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import os
 from dataclasses import replace
-from typing import Any, NoReturn
+from typing import Any
 
-from numerator.client import Call, Calls, Client, T, as_sent
+from numerator.client import DEFAULT_URL, Call, Calls, Client, T, as_sent
 
 CLI_DEADLINE_S = 5.0
 """A person waits this long for a command, retries included (the library's calls wait 60 s)."""
 
 
 def service(args: argparse.Namespace) -> Client:
-    """The client a command talks through: its --url and --key."""
-    return Client(args.url, args.key, deadline=CLI_DEADLINE_S)
+    """The client a command talks through: its --url and --key, else $NUMERATOR_URL and
+    $NUMERATOR_KEY."""
+    url = args.url or os.environ.get("NUMERATOR_URL") or DEFAULT_URL
+    key = args.key or os.environ.get("NUMERATOR_KEY") or None
+    return Client(url, key, deadline=CLI_DEADLINE_S)
 
 
 def raw(call: Call[T]) -> Call[Any]:
@@ -63,32 +66,41 @@ def describe(counter: dict[str, Any]) -> list[str]:
     return lines
 
 
-def create(client: Client, as_json: bool, name: str, **fields: Any) -> None:
-    counter = client.send(raw(Calls.create(name, fields)))
-    show(counter, as_json, ["created " + describe(counter)[0], *describe(counter)[1:]])
+def run_create(args: argparse.Namespace) -> None:
+    fields = {
+        "start": args.start,
+        "template": args.template,
+        "reset": args.reset,
+        "timezone": args.timezone,
+        "retention_days": args.retention_days,
+        "confirm": args.confirm,
+    }
+    counter = service(args).send(raw(Calls.create(args.name, fields)))
+    show(counter, args.json, ["created " + describe(counter)[0], *describe(counter)[1:]])
 
 
-def get(client: Client, name: str, as_json: bool) -> None:
-    counter = client.send(raw(Calls.get(name)))
-    show(counter, as_json, describe(counter))
+def run_get(args: argparse.Namespace) -> None:
+    counter = service(args).send(raw(Calls.get(args.name)))
+    show(counter, args.json, describe(counter))
 
 
-def listing(client: Client, limit: int, after: str | None, as_json: bool) -> None:
-    page = client.send(raw(Calls.page(limit, after)))
+def run_list(args: argparse.Namespace) -> None:
+    page = service(args).send(raw(Calls.page(args.limit, args.after)))
     lines = [f"{c['name']:<32} {c['template']:<28} {c['reset']}" for c in page["counters"]]
     if not lines:
         lines = ["no counters"]
     if page["next"]:
         lines.append(f"(more: --after {page['next']})")
-    show(page, as_json, lines)
+    show(page, args.json, lines)
 
 
-def next_values(client: Client, name: str, count: int, key: str | None, as_json: bool) -> None:
-    """Values of `name`; under an Idempotency-Key (`key`, or one made here) that the client's
-    retries send again, so that a retried call takes no second value."""
-    body = client.send(raw(Calls.next(name, count, key)))
+def run_next(args: argparse.Namespace) -> None:
+    """Values of a counter; under an Idempotency-Key (--idempotency-key, or one made here) that
+    the client's retries send again, so that a retried call takes no second value."""
+    call = Calls.next(args.name, args.count, args.idempotency_key)
+    body = service(args).send(raw(call))
     lines = [v["formatted"] for v in body["values"]] if "values" in body else [body["formatted"]]
-    show(body, as_json, lines)
+    show(body, args.json, lines)
 
 
 def describe_key(key: dict[str, Any]) -> str:
@@ -112,8 +124,3 @@ def show_key(key: dict[str, Any], as_json: bool) -> None:
 
 def show_keys(keys: list[dict[str, Any]], as_json: bool) -> None:
     show({"keys": keys}, as_json, [describe_key(k) for k in keys] or ["no keys"])
-
-
-def fail(message: str) -> NoReturn:
-    print(f"numerator: {message}", file=sys.stderr)
-    raise SystemExit(1)

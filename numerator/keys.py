@@ -7,46 +7,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Callable
-from typing import Any
 
 from infra import keys
 from infra.clock import utc_now
-from infra.errors import InvalidKey, KeyExists, NumeratorError
+from infra.errors import InvalidKey, KeyExists
 from numerator import client, console
 
-SCOPES_HELP = (
-    "admin (everything), read (the GET routes) or next:PATTERN (take values of the counters "
-    "whose name matches the glob, e.g. next:inv-*); repeat for several"
-)
 
-
-def add_keys(commands: Any, talking: Callable[[argparse.ArgumentParser], None]) -> None:
-    parser = commands.add_parser("keys", help="create, list and revoke API keys")
-    actions = parser.add_subparsers(title="actions", metavar="ACTION")
-    create = actions.add_parser("create", help="create a key and print its secret, once")
-    create.add_argument("name")
-    create.add_argument("--scope", action="append", required=True, help=SCOPES_HELP)
-    listing = actions.add_parser("list", help="list keys (never their secrets)")
-    revoke = actions.add_parser("revoke", help="revoke the key of this name")
-    revoke.add_argument("name")
-    for action in (create, listing, revoke):
-        talking(action)
-        action.add_argument(
-            "--database-url",
-            help="work on this Postgres directly instead of over the API (the first key)",
-        )
-    create.set_defaults(run=lambda a: run(a, "create"))
-    listing.set_defaults(run=lambda a: run(a, "list"))
-    revoke.set_defaults(run=lambda a: run(a, "revoke"))
-
-
-def run(args: argparse.Namespace, action: str) -> None:
+def run(args: argparse.Namespace) -> None:
+    action = args.action
     if args.database_url:
-        try:
-            asyncio.run(direct(args, action))
-        except (NumeratorError, client.NumeratorError) as exc:
-            console.fail(str(exc))
+        asyncio.run(direct(args, action))
         return
     talk = console.service(args)
     if action == "create":

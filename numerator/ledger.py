@@ -8,53 +8,9 @@ import csv
 import io
 import json
 import sys
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from numerator import client, console
-
-
-def add_ledger(
-    commands: Any, counters: Any, talking: Callable[[argparse.ArgumentParser], None]
-) -> None:
-    void = commands.add_parser("void", help="take values out of use, for a reason (idempotent)")
-    void.add_argument("name")
-    void.add_argument("values", nargs="+", type=int, metavar="VALUE")
-    void.add_argument("--reason", required=True, help="why, for the audit trail")
-    void.add_argument("--period", help="YYYY, YYYY-MM or YYYY-MM-DD (default: the current one)")
-    talking(void)
-    void.set_defaults(run=run_void)
-
-    confirm = commands.add_parser(
-        "confirm", help="confirm values were used (a counter created with --confirm)"
-    )
-    confirm.add_argument("name")
-    confirm.add_argument("values", nargs="+", type=int, metavar="VALUE")
-    confirm.add_argument("--period", help="YYYY, YYYY-MM or YYYY-MM-DD (default: the current one)")
-    talking(confirm)
-    confirm.set_defaults(run=run_confirm)
-
-    report = counters.add_parser("report", help="the completeness report of a period")
-    report.add_argument("name")
-    report.add_argument("--period", help="YYYY, YYYY-MM or YYYY-MM-DD (default: the current one)")
-    talking(report)
-    report.add_argument("--csv", action="store_true", help="the issued range, voids and gaps")
-    report.set_defaults(run=run_report)
-
-    audit = commands.add_parser("audit", help="verify and export the audit trail")
-    actions = audit.add_subparsers(title="actions", metavar="ACTION")
-    verify = actions.add_parser("verify", help="recompute the hash chains; exit 1 if broken")
-    verify.add_argument("name", nargs="?", help="only the chains holding this counter's rows")
-    talking(verify)
-    verify.set_defaults(run=run_verify)
-    export = actions.add_parser("export", help="what an auditor keeps of a period")
-    export.add_argument("name")
-    export.add_argument("--period", help="YYYY, YYYY-MM or YYYY-MM-DD (default: the current one)")
-    export.add_argument("--csv", action="store_true", help="CSV instead of JSON")
-    export.add_argument("--out", type=Path, help="write it here instead of to stdout")
-    talking(export)
-    export.set_defaults(run=run_export)
 
 
 def run_void(args: argparse.Namespace) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -30,7 +30,7 @@ from botocore.exceptions import (
     NoRegionError,
 )
 
-from infra.backoff import Backoff
+from infra.backoff import Retries
 from infra.errors import AwsRefused, AwsUnavailable, MissingResource, SettingsError
 from infra.observe.metrics import Metrics
 from infra.settings import Settings
@@ -55,9 +55,12 @@ class Clients:
     dynamodb: Any
 
 
-def clients(settings: Settings) -> Clients:
+def clients(settings: Settings, env: Mapping[str, str] | None = None) -> Clients:
     """One Kinesis and one DynamoDB client, from a session of their own (a session is not safe
-    to share between threads that make clients)."""
+    to share between threads that make clients). `env` names the endpoint, region and
+    credentials as boto3's variables do (`numerator up --aws moto`); boto3 reads what it lacks
+    from this process's environment and configuration."""
+    env = env or {}
     config = Config(
         connect_timeout=2,
         read_timeout=10,
@@ -65,10 +68,15 @@ def clients(settings: Settings) -> Clients:
         max_pool_connections=settings.aws.aws_threads,
     )
     try:
-        session = boto3.session.Session()
+        session = boto3.session.Session(
+            aws_access_key_id=env.get("AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
+            region_name=env.get("AWS_DEFAULT_REGION"),
+        )
+        endpoint = env.get("AWS_ENDPOINT_URL")
         return Clients(
-            kinesis=session.client("kinesis", config=config),
-            dynamodb=session.client("dynamodb", config=config),
+            kinesis=session.client("kinesis", config=config, endpoint_url=endpoint),
+            dynamodb=session.client("dynamodb", config=config, endpoint_url=endpoint),
         )
     except NoRegionError:
         raise SettingsError("AWS_DEFAULT_REGION", "no AWS region is set") from None
@@ -88,10 +96,9 @@ class Calls:
         (0: the `attempts` this was made with; 1 for a health check, which must answer now)."""
         loop = asyncio.get_running_loop()
         name = getattr(method, "__name__", "call")
-        backoff: Backoff | None = None
         problem = ""
         tries = tries or self.attempts
-        for _ in range(tries):
+        async for _ in Retries(tries, cap=self.cap):
             self.metrics.aws_calls.inc(name)
             try:
                 return await loop.run_in_executor(self.pool, partial(method, **kwargs))
@@ -113,8 +120,6 @@ class Calls:
             except BotoCoreError as exc:
                 raise AwsRefused(type(exc).__name__, f"{name}: {exc}") from exc
             self.metrics.aws_retries.inc(reason)
-            backoff = backoff or Backoff(base=0.05, cap=self.cap)
-            await asyncio.sleep(backoff.next())
         raise AwsUnavailable(f"{problem} (gave up after {tries} tries)")
 
     def close(self) -> None:

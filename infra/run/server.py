@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import psutil
@@ -40,9 +40,18 @@ RUNTIME_THREADS = 2
 
 
 def serve(
-    factory: str, host: str, port: int, workers: int, settings: Settings | None = None
+    factory: str,
+    host: str,
+    port: int,
+    workers: int,
+    settings: Settings | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> None:
     """Serve the ASGI app that `factory` ('module:function') builds, until SIGINT or SIGTERM.
+
+    The workers are this process's children and build their app from the environment: this is
+    where `settings` (and `env`, the AWS endpoint's variables) go into it, the one place
+    numerator writes its own environment.
 
     Slow clients: a connection that has not sent its whole head within HEADER_TIMEOUT_S is
     closed, and each worker holds up to MAX_CONNECTIONS of them (granian's default, the backlog
@@ -50,6 +59,7 @@ def serve(
     larger than MAX_HEADER_BUFFER is refused by the server itself (431 with no body); the app
     refuses one over MAX_HEADER_BYTES with a problem."""
     settings = settings or Settings()
+    os.environ.update({**settings.to_env(), **(env or {})})
     open_files(settings.edge.max_connections * workers + 1024)
     server = Granian(
         factory,

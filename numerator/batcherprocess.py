@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import sys
 
 from infra.errors import NumeratorError
-from infra.observe.health import OK, healthy
+from infra.observe.health import verdict
 from infra.run import loop
 from infra.settings import Settings
 from numerator.stack import BatcherStack
@@ -85,11 +86,9 @@ async def respond(stack: BatcherStack, path: str) -> tuple[str, bytes, str]:
         metrics = stack.metrics.health(await stack.health.recent())
         return "200 OK", metrics.render().encode(), "text/plain; version=0.0.4"
     if path == "/healthz":
-        report = await stack.health.report()
-        if healthy(report):
-            return "200 OK", b"ok", "text/plain"
-        problems = "; ".join(f"{name}: {answer}" for name, answer in report.items() if answer != OK)
-        return "503 Service Unavailable", problems.encode(), "text/plain"
+        status, body = verdict(await stack.health.report())
+        line = "200 OK" if status == 200 else "503 Service Unavailable"
+        return line, json.dumps(body).encode(), "application/json"
     return "404 Not Found", b"no such path: /healthz or /metrics", "text/plain"
 
 

@@ -1,0 +1,292 @@
+"""The commands and their options, and where each one's code lives.
+
+A command names its code as 'module:function', imported when it runs: `numerator --version`
+and `numerator next` load the HTTP client at most, not Postgres, boto3 or the bench.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from numerator import __version__
+
+DEFAULT_URL = "http://127.0.0.1:8080"  # numerator.client.DEFAULT_URL, without importing httpx
+PERIOD_HELP = "YYYY, YYYY-MM or YYYY-MM-DD (default: the current one)"
+SCOPES_HELP = (
+    "admin (everything), read (the GET routes) or next:PATTERN (take values of the counters "
+    "whose name matches the glob, e.g. next:inv-*); repeat for several"
+)
+Run = Callable[[argparse.Namespace], None]
+
+
+def later(target: str) -> Run:
+    """The function `target` ('module:function'), imported when the command runs."""
+    module, name = target.split(":")
+
+    def run(args: argparse.Namespace) -> None:
+        getattr(importlib.import_module(module), name)(args)
+
+    return run
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from bench.cli import add_bench  # its own imports wait for `numerator bench` to run
+
+    parser = argparse.ArgumentParser(
+        prog="numerator", description="Unique, increasing numbers from named counters."
+    )
+    parser.add_argument("--version", action="version", version=f"numerator {__version__}")
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    add_up(commands)
+    add_serve(commands)
+    add_batcher(commands)
+    add_migrate(commands)
+    add_aws(commands)
+    counters = add_counters(commands)
+    add_next(commands)
+    add_keys(commands)
+    add_ledger(commands, counters)
+    add_bench(commands)
+    return parser
+
+
+def add_up(commands: Any) -> None:
+    up = commands.add_parser("up", help="run the service on this machine (embedded Postgres)")
+    serving(up)
+    up.add_argument(
+        "--data-dir",
+        type=Path,
+        help="where counter state is kept (default $XDG_DATA_HOME/numerator, else "
+        "~/.local/share/numerator)",
+    )
+    up.add_argument(
+        "--ephemeral", action="store_true", help="use a throwaway database, deleted on exit"
+    )
+    up.add_argument(
+        "--aws",
+        metavar="moto|URL",
+        help="run the AWS path: Kinesis and DynamoDB from moto server started here (moto), or "
+        "from the endpoint at URL (LocalStack: http://localhost:4566); a batcher process beside",
+    )
+    up.add_argument(
+        "--edge",
+        choices=["server", "lambda"],
+        default="server",
+        help="with --aws: HTTP workers (server), or each request as an API Gateway event through "
+        "the Lambda handler in process (lambda)",
+    )
+    up.add_argument("--batchers", type=int, default=1, help="with --aws: batcher processes")
+    up.set_defaults(run=later("numerator.serving:run_up"))
+
+
+def add_serve(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve", help="run HTTP workers against an existing Postgres (MODE=aws: the AWS edge)"
+    )
+    serving(serve)
+    serve.add_argument(
+        "--aws",
+        nargs="?",
+        const="aws",
+        metavar="URL",
+        help="the AWS path's edge (MODE=aws, front frames): on AWS itself, or on the endpoint at "
+        "URL (LocalStack, moto server); the batchers run apart (`numerator batcher`)",
+    )
+    serve.set_defaults(run=later("numerator.serving:run_serve"))
+
+
+def add_batcher(commands: Any) -> None:
+    batcher = commands.add_parser(
+        "batcher", help="run the batcher alone: Kinesis in, Postgres, DynamoDB out (MODE=aws)"
+    )
+    batcher.add_argument(
+        "--host", default="127.0.0.1", help="the address of /healthz and /metrics (%(default)s)"
+    )
+    batcher.add_argument(
+        "--port", type=int, default=8081, help="the port of /healthz and /metrics (%(default)s)"
+    )
+    database(batcher)
+    batcher.add_argument(
+        "--owner",
+        default=None,
+        help="the name this batcher holds shard leases under (default: a new random one). "
+        "A batcher started under the name of one that is certainly dead takes its shards at "
+        "once instead of after LEASE_TTL_S: how `up` restarts a batcher it saw die. Never "
+        "give two running batchers one name",
+    )
+    batcher.set_defaults(run=later("numerator.serving:run_batcher"))
+
+
+def add_migrate(commands: Any) -> None:
+    migrating = commands.add_parser(
+        "migrate",
+        help="apply the schema to Postgres and exit (the deployment's one-off task)",
+        description="Apply the migrations not yet applied to the Postgres that --database-url, "
+        "DATABASE_URL (a URL or an RDS secret's JSON) or DATABASE_SECRET_ARN names; safe to "
+        "run again, and beside running batchers.",
+    )
+    database(migrating)
+    migrating.set_defaults(run=later("numerator.serving:run_migrate"))
+
+
+def add_aws(commands: Any) -> None:
+    aws = commands.add_parser("aws", help="AWS resources")
+    actions = aws.add_subparsers(title="actions", metavar="ACTION")
+    init = actions.add_parser(
+        "init", help="create the Kinesis stream and the DynamoDB reply table (idempotent)"
+    )
+    init.add_argument(
+        "--endpoint", help="e.g. http://localhost:4566 (default: $AWS_ENDPOINT_URL, else AWS)"
+    )
+    init.add_argument("--shards", type=int, help="shards of a new stream (default: $SHARDS or 1)")
+    init.set_defaults(run=later("numerator.serving:run_aws_init"))
+
+
+def add_counters(commands: Any) -> Any:
+    counters = commands.add_parser("counters", help="create, read and list counters")
+    actions = counters.add_subparsers(title="actions", metavar="ACTION")
+    create = actions.add_parser("create", help="create a counter")
+    create.add_argument("name")
+    create.add_argument("--start", type=int, help="the first value (default 1)")
+    create.add_argument("--template", help="e.g. 'INV-{yyyy}-{value:06d}' (default '{value}')")
+    create.add_argument(
+        "--reset",
+        choices=["never", "yearly", "monthly", "daily"],
+        help="start again at --start each period (default never)",
+    )
+    create.add_argument("--timezone", help="IANA name, e.g. Europe/Berlin (default UTC)")
+    create.add_argument(
+        "--retention-days",
+        type=int,
+        help="keep the audit trail of a period this long after it ends (default: "
+        "AUDIT_RETENTION_S)",
+    )
+    create.add_argument(
+        "--confirm",
+        action="store_const",
+        const="required",
+        help="each value must be confirmed (numerator confirm) within CONFIRM_TTL_S, else it "
+        "is voided, not-confirmed",
+    )
+    talking(create)
+    create.set_defaults(run=later("numerator.console:run_create"))
+    get = actions.add_parser("get", help="show a counter and its last value")
+    get.add_argument("name")
+    talking(get)
+    get.set_defaults(run=later("numerator.console:run_get"))
+    listing = actions.add_parser("list", help="list counters")
+    listing.add_argument(
+        "--limit", type=int, default=100, help="counters per page (%(default)s, at most 1000)"
+    )
+    listing.add_argument("--after", help="start after this name (the 'more' hint of a page)")
+    talking(listing)
+    listing.set_defaults(run=later("numerator.console:run_list"))
+    return actions
+
+
+def add_next(commands: Any) -> None:
+    nxt = commands.add_parser("next", help="take the next value(s) of a counter")
+    nxt.add_argument("name")
+    nxt.add_argument(
+        "--count", type=int, default=1, help="take this many consecutive values (%(default)s)"
+    )
+    nxt.add_argument(
+        "--idempotency-key",
+        help="a retry with the same key gets the same values (default: one made per call, "
+        "sent again by the CLI's own retries)",
+    )
+    talking(nxt)
+    nxt.set_defaults(run=later("numerator.console:run_next"))
+
+
+def add_keys(commands: Any) -> None:
+    parser = commands.add_parser("keys", help="create, list and revoke API keys")
+    actions = parser.add_subparsers(title="actions", metavar="ACTION")
+    create = actions.add_parser("create", help="create a key and print its secret, once")
+    create.add_argument("name")
+    create.add_argument("--scope", action="append", required=True, help=SCOPES_HELP)
+    listing = actions.add_parser("list", help="list keys (never their secrets)")
+    revoke = actions.add_parser("revoke", help="revoke the key of this name")
+    revoke.add_argument("name")
+    for action, name in ((create, "create"), (listing, "list"), (revoke, "revoke")):
+        talking(action)
+        action.add_argument(
+            "--database-url",
+            help="work on this Postgres directly instead of over the API (the first key)",
+        )
+        action.set_defaults(run=later("numerator.keys:run"), action=name)
+
+
+def add_ledger(commands: Any, counters: Any) -> None:
+    void = commands.add_parser("void", help="take values out of use, for a reason (idempotent)")
+    void.add_argument("name")
+    void.add_argument("values", nargs="+", type=int, metavar="VALUE")
+    void.add_argument("--reason", required=True, help="why, for the audit trail")
+    void.add_argument("--period", help=PERIOD_HELP)
+    talking(void)
+    void.set_defaults(run=later("numerator.ledger:run_void"))
+
+    confirm = commands.add_parser(
+        "confirm", help="confirm values were used (a counter created with --confirm)"
+    )
+    confirm.add_argument("name")
+    confirm.add_argument("values", nargs="+", type=int, metavar="VALUE")
+    confirm.add_argument("--period", help=PERIOD_HELP)
+    talking(confirm)
+    confirm.set_defaults(run=later("numerator.ledger:run_confirm"))
+
+    report = counters.add_parser("report", help="the completeness report of a period")
+    report.add_argument("name")
+    report.add_argument("--period", help=PERIOD_HELP)
+    talking(report)
+    report.add_argument("--csv", action="store_true", help="the issued range, voids and gaps")
+    report.set_defaults(run=later("numerator.ledger:run_report"))
+
+    audit = commands.add_parser("audit", help="verify and export the audit trail")
+    actions = audit.add_subparsers(title="actions", metavar="ACTION")
+    verify = actions.add_parser("verify", help="recompute the hash chains; exit 1 if broken")
+    verify.add_argument("name", nargs="?", help="only the chains holding this counter's rows")
+    talking(verify)
+    verify.set_defaults(run=later("numerator.ledger:run_verify"))
+    export = actions.add_parser("export", help="what an auditor keeps of a period")
+    export.add_argument("name")
+    export.add_argument("--period", help=PERIOD_HELP)
+    export.add_argument("--csv", action="store_true", help="CSV instead of JSON")
+    export.add_argument("--out", type=Path, help="write it here instead of to stdout")
+    talking(export)
+    export.set_defaults(run=later("numerator.ledger:run_export"))
+
+
+def serving(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (%(default)s; another needs an API key or an authorizer)",
+    )
+    parser.add_argument("--port", type=int, default=8080, help="the port (%(default)s)")
+    parser.add_argument("--workers", type=int, default=1, help="HTTP worker processes")
+    database(parser)
+    parser.add_argument(
+        "--wait-for-db",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait at start for Postgres to take connections (default 10)",
+    )
+
+
+def database(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--database-url", help="the Postgres (default: $DATABASE_URL)")
+
+
+def talking(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", help=f"the service (default: $NUMERATOR_URL or {DEFAULT_URL})")
+    parser.add_argument(
+        "--key",
+        help="the API key to send (default: $NUMERATOR_KEY; none: loopback, before any key)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the JSON the service sent")

@@ -12,7 +12,7 @@ from starlette.responses import Response
 from functions import validation
 from functions.edge import Edge
 from functions.fastpath import take
-from functions.problems import Problem, invalid
+from functions.problems import Kind, Problem, invalid
 from infra import keys
 from infra.counters import Counter
 from infra.errors import (
@@ -21,7 +21,7 @@ from infra.errors import (
     InvalidKey,
     KeyExists,
 )
-from infra.observe.health import healthy
+from infra.observe.health import verdict
 
 
 class JSON(Response):
@@ -75,7 +75,7 @@ async def create_counter(request: Request) -> Response:
     try:
         await edge.store.create(counter)
     except CounterExists:
-        raise Problem(409, "counter-exists", f"a counter named {counter.name!r} exists") from None
+        raise Problem(Kind.COUNTER_EXISTS, f"a counter named {counter.name!r} exists") from None
     return JSON(
         counter.to_json(), status_code=201, headers={"Location": f"/counters/{counter.name}"}
     )
@@ -95,7 +95,7 @@ async def get_counter(request: Request) -> Response:
     name = validation.name(request.path_params["name"])
     counter = await edge.store.get(name)
     if counter is None:
-        raise Problem(404, "counter-not-found", f"no counter named {name!r}")
+        raise Problem(Kind.COUNTER_NOT_FOUND, f"no counter named {name!r}")
     period = counter.period(edge.clock())
     allocated = await edge.store.allocated(name, period)
     body = counter.to_json()
@@ -130,7 +130,7 @@ async def create_key(request: Request) -> Response:
     try:
         key = await edge.store.add_key(key)
     except KeyExists:
-        raise Problem(409, "key-exists", f"an unrevoked key named {key.name!r} exists") from None
+        raise Problem(Kind.KEY_EXISTS, f"an unrevoked key named {key.name!r} exists") from None
     if edge.guard is not None:
         edge.guard.changed()
     return JSON(
@@ -150,7 +150,7 @@ async def revoke_key(request: Request) -> Response:
     edge = edge_of(request)
     key = await edge.store.revoke_key(name)
     if key is None:
-        raise Problem(404, "key-not-found", f"no unrevoked key named {name[:64]!r}")
+        raise Problem(Kind.KEY_NOT_FOUND, f"no unrevoked key named {name[:64]!r}")
     if edge.guard is not None:
         edge.guard.changed()
     return JSON(key.to_json())
@@ -161,9 +161,8 @@ async def healthz(request: Request) -> Response:
     naming what does not: a load balancer stops sending within seconds."""
     health = edge_of(request).health
     assert health is not None
-    report = await health.report()
-    ok = healthy(report)
-    return JSON({"status": "ok" if ok else "degraded", **report}, status_code=200 if ok else 503)
+    status, body = verdict(await health.report())
+    return JSON(body, status_code=status)
 
 
 async def metrics(request: Request) -> Response:

@@ -91,6 +91,14 @@ def healthy(report: Mapping[str, str]) -> bool:
     return all(answer == OK for answer in report.values())
 
 
+def verdict(report: Mapping[str, str]) -> tuple[int, dict[str, str]]:
+    """The /healthz answer of every numerator process, the edge's and the batcher's: 200 with
+    status ok when every check answers, else 503 with status degraded; each check's answer
+    beside, so that a red one names what is down."""
+    ok = healthy(report)
+    return (200 if ok else 503), {"status": "ok" if ok else "degraded", **report}
+
+
 def responds(ping: Callable[[], Awaitable[None]]) -> Check:
     """A check that `ping` returns (rather than raises NumeratorError or hangs)."""
 

@@ -71,7 +71,7 @@ def test_the_batcher_serves_health_and_releases_its_lease_on_sigterm(
                     break
             except httpx.HTTPError:
                 time.sleep(0.2)
-        assert httpx.get(url + "/healthz", timeout=5).text == "ok"
+        assert httpx.get(url + "/healthz", timeout=5).json()["status"] == "ok"
         metrics = httpx.get(url + "/metrics", timeout=5).text
         assert 'role="batcher"' in metrics and "numerator_aws_calls_total" in metrics
         assert httpx.get(url + "/nothing", timeout=5).status_code == 404

@@ -42,6 +42,11 @@ class Outcome:
     """Each taking record's reply key and (counter, period, first, last): what a later cancel
     voids."""
 
+    def add(self, handed: Handed) -> None:
+        self.replies.extend(handed.replies)
+        self.taken.extend(handed.taken)
+        self.allocated += handed.allocated
+
 
 def encode_replies(replies: Sequence[Reply]) -> bytes:
     return orjson.dumps([r.to_json() for r in replies])
@@ -106,6 +111,38 @@ class Classified:
                 return
         self.cancels.append(cancel)
 
+    def replay(self, entry: Entry, earlier: Mapping[str, Reply]) -> None:
+        self.replays += 1
+        if entry.key:
+            self.replies.append(_replayed(entry, earlier))
+
+    def unreadable(self, entry: Entry, stream: str) -> None:
+        """A record that does not decode: a dead letter, answered if its reply key was read."""
+        self.letters.append(
+            DeadLetter(stream, entry.shard, entry.sequence, entry.problem, entry.raw)
+        )
+        if entry.key:
+            self.replies.append(error(entry.key, "", ReplyError.BAD_RECORD, entry.problem))
+
+    def expire(self, record: Record | Void) -> None:
+        self.expired += 1
+        detail = "the request's deadline passed before its frame"
+        self.replies.append(error(record.key, record.counter, ReplyError.EXPIRED, detail))
+
+    def unknown(self, entry: Entry, record: Record | Void, stream: str) -> None:
+        """A record of a counter that does not exist: a dead letter, answered."""
+        problem = f"no counter named {record.counter!r}"
+        self.letters.append(DeadLetter(stream, entry.shard, entry.sequence, problem, _raw(entry)))
+        self.replies.append(
+            error(record.key, record.counter, ReplyError.COUNTER_NOT_FOUND, problem)
+        )
+
+    def plain(self) -> bool:
+        """Whether the frame only takes values, without Idempotency-Keys: one statement does."""
+        return bool(self.live) and not (
+            self.keyed() or self.voids or self.confirms or self.cancels or self.letters
+        )
+
     def keyed(self) -> set[tuple[str, str]]:
         """The (counter, Idempotency-Key) pairs the live records carry."""
         return {
@@ -117,11 +154,11 @@ class Classified:
 
 def classify(
     entries: Sequence[Entry],
-    counters: dict[str, Counter],
+    counters: Mapping[str, Counter],
     lease: Lease,
     now: datetime,
     wall: float,
-    earlier: dict[str, Reply],
+    earlier: Mapping[str, Reply],
 ) -> Classified:
     """Sort a frame's entries (pure): entries at or below `lease.applied` are replays,
     answered from `earlier`; a record that does not decode, or names no counter, is a dead
@@ -129,61 +166,57 @@ def classify(
     period they name (or the one `now` puts their counter in); the rest are live, in order,
     each with the period `now` puts it in."""
     out = Classified()
-    periods: dict[str, tuple[str, date]] = {}  # per counter, once per frame, not per record
-    days: dict[str, date] = {}  # per time zone: a frame over many counters has few zones
+    periods = Periods(now)
     for entry in entries:
-        if lease.applied is not None and int(entry.sequence) <= lease.applied:
-            out.replays += 1
-            if entry.key:
-                out.replies.append(_replayed(entry, earlier))
-            continue
         record = entry.record
-        if isinstance(record, Cancel):
+        if lease.applied is not None and int(entry.sequence) <= lease.applied:
+            out.replay(entry, earlier)
+        elif isinstance(record, Cancel):
             out.cancel(record)
-            continue
-        if record is None:
-            out.letters.append(
-                DeadLetter(lease.stream, entry.shard, entry.sequence, entry.problem, entry.raw)
-            )
-            if entry.key:
-                out.replies.append(error(entry.key, "", ReplyError.BAD_RECORD, entry.problem))
-            continue
-        if record.deadline and record.deadline < wall:
-            out.expired += 1
-            detail = "the request's deadline passed before its frame"
-            out.replies.append(error(record.key, record.counter, ReplyError.EXPIRED, detail))
-            continue
-        counter = counters.get(record.counter)
-        if counter is not None and isinstance(record, Void):
-            if record.period is not None:
-                period = record.period
-            elif record.day is not None:
-                period = counter.reset.period(record.day)
-            else:
-                period = counter.period(now)
-            if isinstance(record, Confirm):
-                out.confirms.append((record, counter, period))
-            else:
-                out.voids.append((record, counter, period))
-            continue
-        if counter is None:
-            problem = f"no counter named {record.counter!r}"
-            out.letters.append(
-                DeadLetter(lease.stream, entry.shard, entry.sequence, problem, _raw(entry))
-            )
-            out.replies.append(
-                error(record.key, record.counter, ReplyError.COUNTER_NOT_FOUND, problem)
-            )
-            continue
-        if counter.name not in periods:
-            day = days.get(counter.timezone)
-            if day is None:
-                day = days[counter.timezone] = counter.today(now)
-            periods[counter.name] = (counter.reset.period(day), day)
-        period, day = periods[counter.name]
-        assert isinstance(record, Record)
-        out.live.append(Live(record, counter, period, day))
+        elif record is None:
+            out.unreadable(entry, lease.stream)
+        elif record.deadline and record.deadline < wall:
+            out.expire(record)
+        elif record.counter not in counters:
+            out.unknown(entry, record, lease.stream)
+        elif isinstance(record, Confirm):
+            counter = counters[record.counter]
+            out.confirms.append((record, counter, asked(record, counter, now)))
+        elif isinstance(record, Void):
+            counter = counters[record.counter]
+            out.voids.append((record, counter, asked(record, counter, now)))
+        else:
+            counter = counters[record.counter]
+            out.live.append(Live(record, counter, *periods.of(counter)))
     return out
+
+
+def asked(void: Void, counter: Counter, now: datetime) -> str:
+    """The period a void (or a confirmation) names: its own, its day's, else the current one."""
+    if void.period is not None:
+        return void.period
+    if void.day is not None:
+        return counter.reset.period(void.day)
+    return counter.period(now)
+
+
+class Periods:
+    """The period and day each counter is in at `now`, worked out once per counter in a frame
+    (and the day once per time zone: a frame over many counters has few zones)."""
+
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        self.counters: dict[str, tuple[str, date]] = {}
+        self.days: dict[str, date] = {}
+
+    def of(self, counter: Counter) -> tuple[str, date]:
+        found = self.counters.get(counter.name)
+        if found is None:
+            day = self.days.get(counter.timezone)
+            if day is None:
+                day = self.days[counter.timezone] = counter.today(self.now)
+            found = self.counters[counter.name] = (counter.reset.period(day), day)
+        return found
 
 
 def assign(
@@ -245,7 +278,7 @@ def share(sharers: Sequence[Live], claims: dict[tuple[str, str], Claim]) -> list
 def audits(
     takers: Sequence[Live],
     made: Sequence[VoidAsk],
-    counters: dict[str, Counter],
+    counters: Mapping[str, Counter],
     keep: float,
     confirmed: Sequence[VoidAsk] = (),
 ) -> dict[str, Audit]:
@@ -295,86 +328,111 @@ def _run(group: list[list[Any]], count: int, who: str, idem: str | None, edge: s
         group.append([count, who, idem, edge])
 
 
-async def apply(
-    entries: Sequence[Entry],
-    counters: dict[str, Counter],
-    store: Store,
-    lease: Lease,
-    now: datetime,
-    wall: float,
-    retention: float,
-    hold: bool = False,
-    published: Sequence[int] = (),
-    earlier: dict[str, Reply] | None = None,
-    keep: float = 86_400.0,
-    recent: Mapping[str, tuple[str, str, int, int]] | None = None,
-) -> Outcome:
-    """Apply one frame. `counters` holds the definitions of every counter the frame names that
-    exists; `now` decides periods, `wall` (Unix seconds) decides which records have expired.
+@dataclass(frozen=True, slots=True)
+class Basis:
+    """What a frame is applied against, besides its entries and the store.
 
-    On a durable stream, with `hold`, the frame's replies are kept in the same transaction (for
-    a republish after a crash, and for replays); `published` names earlier held replies that have
-    been published, marked in the same transaction. Entries at or below `lease.applied` are
-    replays: answered from `earlier` (their kept replies, by reply key), never allocated again.
-    `keep`: how long audit rows are kept for counters without a retention of their own;
-    `recent`: the (counter, period, first, last) of records applied lately, by reply key, which
-    a cancel voids."""
-    classified = classify(entries, counters, lease, now, wall, earlier or {})
+    `counters` holds the definitions of every counter the frame names that exists; `now`
+    decides periods, `wall` (Unix seconds) decides which records have expired. On a durable
+    stream, with `hold`, the frame's replies are kept in the same transaction (for a republish
+    after a crash, and for replays); `published` names earlier held replies that have been
+    published, marked in the same transaction. Entries at or below `lease.applied` are replays:
+    answered from `earlier` (their kept replies, by reply key), never allocated again.
+    `retention`: how long an Idempotency-Key's claim is kept (IDEMPOTENCY_RETENTION_S);
+    `keep`: how long audit rows are kept for counters without a retention of their own
+    (AUDIT_RETENTION_S); `recent`: the (counter, period, first, last) of records applied lately,
+    by reply key, which a cancel voids."""
+
+    counters: Mapping[str, Counter]
+    lease: Lease
+    now: datetime
+    wall: float
+    retention: float
+    keep: float = 86_400.0
+    hold: bool = False
+    published: Sequence[int] = ()
+    earlier: Mapping[str, Reply] = field(default_factory=dict)
+    recent: Mapping[str, tuple[str, str, int, int]] = field(default_factory=dict)
+
+
+async def apply(entries: Sequence[Entry], store: Store, basis: Basis) -> Outcome:
+    """Apply one frame: classify its entries, then one transaction that allocates one delta
+    per (counter, period) and records what else the frame asks, then split the ranges."""
+    classified = classify(
+        entries, basis.counters, basis.lease, basis.now, basis.wall, basis.earlier
+    )
     out = Outcome(classified.replies, replays=classified.replays, expired=classified.expired)
     out.cancelled = classified.cancelled
-    keyed = classified.keyed()
-    if (
-        classified.live
-        and not keyed
-        and not classified.voids
-        and not classified.confirms
-        and not classified.cancels
-        and not classified.letters
-        and not hold
-        and not published
-    ):
-        # A plain frame (the embedded path's usual one): ONE statement, its own transaction.
-        # At low load each round trip wakes Postgres and this process in turn; four of them
-        # (BEGIN, allocate, checkpoint, COMMIT) were most of a lone request's time.
-        wanted = demand(classified.live)
-        plain = [
-            (n, p, sum(c), counters[n].start, counters[n].keeping(keep)[0])
-            for (n, p), c in wanted.items()
-        ]
-        rows = audits(classified.live, (), counters, keep)
-        totals = await store.allocate_plain(lease, entries[-1].sequence, plain, list(rows.values()))
-        _hand_out(classified.live, wanted, totals, counters, out)
-        return out
+    if classified.plain() and not basis.hold and not basis.published:
+        await _apply_plain(entries, store, classified.live, basis, out)
+    else:
+        await _apply_frame(entries, store, classified, basis, out)
+        out.dead_letters = len(classified.letters)
+    return out
+
+
+async def _apply_plain(
+    entries: Sequence[Entry], store: Store, live: Sequence[Live], basis: Basis, out: Outcome
+) -> None:
+    """A plain frame (the embedded path's usual one): ONE statement, its own transaction. At
+    low load each round trip wakes Postgres and this process in turn; four of them (BEGIN,
+    allocate, checkpoint, COMMIT) were most of a lone request's time."""
+    counters, keep = basis.counters, basis.keep
+    wanted = demand(live)
+    plain = [
+        (n, p, sum(c), counters[n].start, counters[n].keeping(keep)[0])
+        for (n, p), c in wanted.items()
+    ]
+    rows = audits(live, (), counters, keep)
+    totals = await store.allocate_plain(
+        basis.lease, entries[-1].sequence, plain, list(rows.values())
+    )
+    out.add(hand_out(live, wanted, totals, counters))
+
+
+async def _apply_frame(
+    entries: Sequence[Entry],
+    store: Store,
+    classified: Classified,
+    basis: Basis,
+    out: Outcome,
+) -> None:
+    """Any other frame, in one transaction: claims, allocation, voids, confirmations, audit
+    rows, dead letters, the checkpoint and (durable streams) the held replies."""
+    counters, keep = basis.counters, basis.keep
     async with store.frame() as tx:
+        keyed = classified.keyed()
         found = await tx.claims(list(keyed)) if keyed else {}
         takers, sharers = assign(classified.live, found)
         wanted = demand(takers)
         totals = await tx.allocate({k: sum(v) for k, v in wanted.items()}) if wanted else {}
-        claims, ranges = _hand_out(takers, wanted, totals, counters, out)
-        found.update(((claim.counter, claim.key), claim) for claim in claims)
+        handed = hand_out(takers, wanted, totals, counters)
+        out.add(handed)
+        found.update(((claim.counter, claim.key), claim) for claim in handed.claims)
         out.replies.extend(share(sharers, found))
-        abandoned = abandon(classified.cancels, recent or {}, counters, keep)
-        made = await _void(tx, classified.voids, abandoned, keep, now, out)
-        confirmed = await _confirm(tx, classified.confirms, keep, now, out)
+        abandoned = abandon(classified.cancels, basis.recent, counters, keep)
+        made = await _void(tx, classified.voids, abandoned, keep, basis.now, out)
+        confirmed = await _confirm(tx, classified.confirms, keep, basis.now, out)
         rows = audits(takers, made, counters, keep, confirmed)
-        for name, period, first, last in ranges:
+        for name, period, first, last in handed.ranges:
             rows[counters[name].keeping(keep)[0]].ranges.append((name, period, first, last))
-        await tx.remember(claims, retention)
+        await tx.remember(handed.claims, basis.retention)
         await tx.dead_letter(classified.letters)
-        await tx.checkpoint(lease, entries[-1].sequence, list(rows.values()))
-        await tx.published(published)
-        if hold:
+        await tx.checkpoint(basis.lease, entries[-1].sequence, list(rows.values()))
+        await tx.published(basis.published)
+        if basis.hold:
             out.held = await tx.hold(
-                lease, entries[0].sequence, entries[-1].sequence, encode_replies(out.replies)
+                basis.lease,
+                entries[0].sequence,
+                entries[-1].sequence,
+                encode_replies(out.replies),
             )
-    out.dead_letters = len(classified.letters)
-    return out
 
 
 def abandon(
     cancels: Sequence[Cancel],
     recent: Mapping[str, tuple[str, str, int, int]],
-    counters: dict[str, Counter],
+    counters: Mapping[str, Counter],
     keep: float,
 ) -> list[VoidAsk]:
     """The voids, reason `abandoned`, of the records whose cancel came after they were applied
@@ -482,21 +540,32 @@ async def _confirm(
     return made
 
 
-def _hand_out(
+@dataclass
+class Handed:
+    """What splitting a frame's allocated ranges among its takers gives (`hand_out`)."""
+
+    replies: list[Reply] = field(default_factory=list)
+    taken: list[tuple[str, tuple[str, str, int, int]]] = field(default_factory=list)
+    claims: list[Claim] = field(default_factory=list)
+    """The keyed takers' claims, to remember under their Idempotency-Keys."""
+    ranges: list[tuple[str, str, int, int]] = field(default_factory=list)
+    """Each (counter, period)'s whole range this frame: the audit rows'."""
+    allocated: int = 0
+
+
+def hand_out(
     takers: Sequence[Live],
-    wanted: dict[tuple[str, str], list[int]],
-    totals: dict[tuple[str, str], int],
-    counters: dict[str, Counter],
-    out: Outcome,
-) -> tuple[list[Claim], list[tuple[str, str, int, int]]]:
-    """Split each counter's allocated range among its takers in arrival order, into `out`'s
-    replies; the claims of the keyed takers, and the frame's audit ranges."""
+    wanted: Mapping[tuple[str, str], list[int]],
+    totals: Mapping[tuple[str, str], int],
+    counters: Mapping[str, Counter],
+) -> Handed:
+    """Split each (counter, period)'s allocated range among its takers in arrival order (pure):
+    `totals` are the values each has allocated in all, after this frame's delta."""
     ranges: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for (name, period), counts in wanted.items():
         ranges[(name, period)] = split(counters[name].start, totals[(name, period)], counts)
-    audit = [(n, p, r[0][0], r[-1][1]) for (n, p), r in ranges.items()]
+    out = Handed(ranges=[(n, p, r[0][0], r[-1][1]) for (n, p), r in ranges.items()])
     cursors = {k: iter(r) for k, r in ranges.items()}
-    claims: list[Claim] = []
     for one in takers:
         record, counter = one.record, one.counter
         first, last = next(cursors[(counter.name, one.period)])
@@ -506,13 +575,13 @@ def _hand_out(
         )
         out.taken.append((record.key, (counter.name, one.period, first, last)))
         if record.idempotency_key:
-            claims.append(
+            out.claims.append(
                 Claim(counter.name, record.idempotency_key, record.count, first, last, one.day)
             )
-    return claims, audit
+    return out
 
 
-def _replayed(entry: Entry, earlier: dict[str, Reply]) -> Reply:
+def _replayed(entry: Entry, earlier: Mapping[str, Reply]) -> Reply:
     assert entry.key is not None
     kept = earlier.get(entry.key)
     if kept is not None:

@@ -24,16 +24,16 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from batcher.allocation import Outcome, apply, decode_replies
+from batcher.allocation import Basis, Outcome, apply, decode_replies
 from batcher.frame import Frame, State, collect_for
-from infra.backoff import Backoff
+from infra.backoff import Backoff, Retries
 from infra.clock import utc_now
 from infra.counters import Counter
 from infra.errors import LeaseLost, NumeratorError, ShardEnded, StoreError, Unavailable
 from infra.ledger import NOT_CONFIRMED
 from infra.observe.health import ALIVE_EVERY_S
 from infra.observe.metrics import Metrics
-from infra.ports import Lease, Replies, Store, Stream
+from infra.ports import Entry, Lease, Replies, Store, Stream
 from infra.settings import Settings
 from infra.wire import MAX_VOID, Cancel, Reply, ReplyError, Void, reply_key
 
@@ -267,36 +267,16 @@ class Batcher:
         """Read and apply the shard until stopping, or its share goes to another batcher: the
         lease to release then; None when there is none (the shard ended, or was taken over)."""
         renewed = time.monotonic()
-        frame_s = self.settings.frames.back_frame_ms / 1000
         limit = self.settings.frames.frame_max_records
-        policy, gap = (
-            self.settings.frames.frame_policy,
-            self.settings.frames.frame_min_ms / 1000,
-        )
-        spacing = (
-            1 / self.settings.frames.max_frames_per_s
-            if self.settings.frames.max_frames_per_s
-            else 0.0
-        )
+        failed = Backoff(base=0.05, cap=1.0)  # the pause after a failed read grows while they do
         began = ended = 0.0  # monotonic times the last frame's transaction began and ended
         while lease is not None:
             if self._surplus(shard):
                 break
             stopping = self._stopping.is_set()
-            try:
-                entries = await self.stream.read(
-                    shard, lease.sequence, limit, 0 if stopping else 0.1
-                )
-            except ShardEnded:
-                await self._end(lease)
+            entries = await self._records(lease, limit, stopping, failed)
+            if entries is None:
                 return None
-            except Unavailable as exc:
-                log.warning("cannot read shard %s: %s", shard, exc)
-                self._trouble.add(f"read {shard}")
-                await asyncio.sleep(Backoff(cap=1.0).next() + 0.1)
-                entries = []
-            else:
-                self._trouble.discard(f"read {shard}")
             if time.monotonic() - renewed > self.settings.frames.lease_ttl_s / 3:
                 renewed = time.monotonic()
                 if (lease := await self._renew(lease)) is None:
@@ -309,31 +289,57 @@ class Batcher:
                 continue
             frame = Frame(entries)
             if len(frame) < limit and not stopping:
-                # The frame opened when its oldest record was put, not when it was read: records
-                # that waited out the previous commit do not wait a whole frame more.
-                now = time.monotonic()
-                delay = collect_for(
-                    policy,
-                    frame_s,
-                    time.time() - frame.opened(default=time.time()),
-                    now - ended,
-                    gap,
-                    spacing,
-                    now - began,
-                )
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                    with contextlib.suppress(ShardEnded, Unavailable):  # the next read says so
-                        more = await self.stream.read(
-                            shard, frame.last_sequence, limit - len(frame), 0
-                        )
-                        frame.add(more)
+                await self._collect(shard, frame, limit, began, ended)
             began = time.monotonic()
             lease = await self._apply(frame, lease)
             ended = time.monotonic()
             if shard in self._restarts and frame.state is not State.OPEN:
                 self._alive(shard, committed=True)
         return lease
+
+    async def _records(
+        self, lease: Lease, limit: int, stopping: bool, failed: Backoff
+    ) -> list[Entry] | None:
+        """The shard's next records: none when it cannot be read now (after a pause that grows
+        while it cannot); None when it is read to its end."""
+        shard = lease.shard
+        try:
+            entries = await self.stream.read(shard, lease.sequence, limit, 0 if stopping else 0.1)
+        except ShardEnded:
+            await self._end(lease)
+            return None
+        except Unavailable as exc:
+            log.warning("cannot read shard %s: %s", shard, exc)
+            self._trouble.add(f"read {shard}")
+            await asyncio.sleep(failed.next() + 0.1)
+            return []
+        self._trouble.discard(f"read {shard}")
+        failed.reset()
+        return list(entries)
+
+    async def _collect(
+        self, shard: str, frame: Frame, limit: int, began: float, ended: float
+    ) -> None:
+        """Hold the frame open as long as the frame policy says (`collect_for`), then read in
+        what came meanwhile. The frame opened when its oldest record was put, not when it was
+        read: records that waited out the previous commit do not wait a whole frame more."""
+        frames = self.settings.frames
+        spacing = 1 / frames.max_frames_per_s if frames.max_frames_per_s else 0.0
+        now = time.monotonic()
+        delay = collect_for(
+            frames.frame_policy,
+            frames.back_frame_ms / 1000,
+            time.time() - frame.opened(default=time.time()),
+            now - ended,
+            frames.frame_min_ms / 1000,
+            spacing,
+            now - began,
+        )
+        if delay > 0:
+            await asyncio.sleep(delay)
+            with contextlib.suppress(ShardEnded, Unavailable):  # the next read says so
+                more = await self.stream.read(shard, frame.last_sequence, limit - len(frame), 0)
+                frame.add(more)
 
     async def _end(self, lease: Lease) -> None:
         """The shard is closed and read to its end: say so, so that its children are read."""
@@ -509,20 +515,19 @@ class Batcher:
             }
             if unknown:
                 recent = {**self._recent, **await self._taken_before(lease, unknown)}
-        return await apply(
-            frame.entries,
+        basis = Basis(
             self.counters,
-            self.store,
             lease,
             self.clock(),
             time.time(),
             self.settings.retention.idempotency_retention_s,
+            keep=self.settings.retention.audit_retention_s,
             hold=durable,
             published=self._published.get(lease.shard, ()),
             earlier=earlier,
-            keep=self.settings.retention.audit_retention_s,
             recent=recent,
         )
+        return await apply(frame.entries, self.store, basis)
 
     async def _taken_before(
         self, lease: Lease, keys: set[str]
@@ -554,15 +559,12 @@ class Batcher:
     async def _publish(self, frame: Frame) -> bool:
         """Publish the frame's replies; False if they could not be (a durable stream's next
         owner of the shard publishes them again from what was held)."""
-        backoff: Backoff | None = None  # made on the first failure: it seeds a Random
-        for _ in range(5):
+        async for _ in Retries(5):
             try:
                 await self.replies.publish(frame.replies)
                 break
             except Unavailable as exc:
                 log.warning("replies not published (%s); retrying", exc)
-                backoff = backoff or Backoff()
-                await asyncio.sleep(backoff.next())
         else:
             log.error("dropped %d replies after 5 tries", len(frame.replies))
             return False

@@ -3,16 +3,26 @@ the pure steps around apply's one transaction."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from itertools import pairwise
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from batcher.allocation import Live, assign, classify, demand, share, split
+from batcher.allocation import (
+    Live,
+    abandon,
+    assign,
+    audits,
+    classify,
+    demand,
+    hand_out,
+    share,
+    split,
+)
 from infra.counters import Counter, Reset
 from infra.ports import Claim, Entry, Lease
-from infra.wire import Record, Reply, ReplyError
+from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void
 
 counts = st.lists(st.integers(min_value=1, max_value=1000), min_size=1, max_size=200)
 
@@ -106,3 +116,67 @@ def test_share_answers_a_repeated_key_with_its_claim_or_refuses_another_count() 
     same, other = share([live("x", 2, "k"), live("y", 3, "k")], claims)
     assert (same.first, same.last, same.error) == (3, 4, None)
     assert other.error is ReplyError.IDEMPOTENCY_KEY_REUSED and other.first == 0
+
+
+def test_classify_sets_voids_confirms_and_cancels_apart_with_their_periods() -> None:
+    entries = [
+        entry(11, Record("r11", "inv")),
+        entry(12, Cancel("r11", "inv")),  # its record is in this frame: it takes nothing
+        entry(13, Cancel("r-old", "inv")),  # applied in an earlier frame: voided, abandoned
+        entry(14, Void("v1", "inv", 3, 4, "typo")),  # no period named: the current one
+        entry(15, Void("v2", "inv", 1, 1, "typo", period="2025")),
+        entry(16, Confirm("c1", "ber", 1, 2, "", day=date(2027, 1, 1))),
+        entry(17, Void("v3", "nope", 1, 1, "typo")),  # no such counter: a dead letter
+    ]
+    sorted_ = classify(entries, COUNTERS, LEASE, NOW, 0.0, {})
+    assert sorted_.live == [] and sorted_.cancelled == 1
+    assert [c.key for c in sorted_.cancels] == ["r-old"]
+    assert [(v.key, period) for v, _, period in sorted_.voids] == [("v1", "2026"), ("v2", "2025")]
+    assert [(c.key, period) for c, _, period in sorted_.confirms] == [("c1", "2027")]
+    assert [r.error for r in sorted_.replies] == [ReplyError.COUNTER_NOT_FOUND]
+    assert not sorted_.plain()  # a frame with voids is not one statement's work
+
+
+def test_a_frame_of_takers_without_keys_is_plain() -> None:
+    takers = classify(
+        [entry(11, Record("a", "inv")), entry(12, Record("b", "ber"))],
+        COUNTERS,
+        LEASE,
+        NOW,
+        0.0,
+        {},
+    )
+    assert takers.plain()
+    keyed = classify([entry(11, Record("a", "inv", 1, "k"))], COUNTERS, LEASE, NOW, 0.0, {})
+    assert not keyed.plain()
+    poisoned = classify(
+        [entry(11, Record("a", "inv")), entry(12, None, "bad")], COUNTERS, LEASE, NOW, 0.0, {}
+    )
+    assert not poisoned.plain()
+
+
+def test_hand_out_splits_each_delta_in_arrival_order_and_claims_the_keyed() -> None:
+    takers = [live("a", 2), live("b", 1, "k"), live("c", 3)]
+    wanted = demand(takers)
+    handed = hand_out(takers, wanted, {("inv", "2026"): 16}, COUNTERS)  # 10 before this frame
+    assert [(r.key, r.first, r.last) for r in handed.replies] == [
+        ("a", 11, 12),
+        ("b", 13, 13),
+        ("c", 14, 16),
+    ]
+    assert handed.ranges == [("inv", "2026", 11, 16)] and handed.allocated == 6
+    assert handed.claims == [Claim("inv", "k", 1, 13, 13, NOW.date())]
+    assert dict(handed.taken)["c"] == ("inv", "2026", 14, 16)
+
+
+def test_abandon_voids_what_a_late_cancel_names_and_nothing_else() -> None:
+    recent = {"r1": ("inv", "2026", 5, 6)}
+    asks = abandon([Cancel("r1", "inv"), Cancel("r2", "inv")], recent, COUNTERS, 60.0)
+    assert [(a.counter, a.first, a.last, a.reason) for a in asks] == [("inv", 5, 6, "abandoned")]
+
+
+def test_audits_merge_a_requesters_keyless_run_and_keep_keys_apart() -> None:
+    records = [live("e1:a"), live("e1:b", 2), live("e1:c", 1, "k"), live("e2:d")]
+    rows = audits(records, (), COUNTERS, 60.0)
+    ((_, _, runs),) = next(iter(rows.values())).detail["r"]
+    assert [run[0] for run in runs] == [3, 1, 1]  # a and b merge; the keyed one and e2 apart

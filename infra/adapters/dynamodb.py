@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.adapters.aws import Calls
-from infra.backoff import Backoff
+from infra.backoff import Retries
 from infra.errors import AwsUnavailable, NumeratorError, ReplyTimeout
 from infra.observe.metrics import Metrics
 from infra.wire import BadReply, Reply, decode_reply, encode
@@ -90,8 +90,7 @@ class DynamoReplies:
                 raise result
 
     async def _write(self, requests: list[dict[str, Any]]) -> None:
-        backoff: Backoff | None = None
-        for _ in range(WRITE_ATTEMPTS):
+        async for _ in Retries(WRITE_ATTEMPTS, cap=1.0):
             out = await self.calls(
                 self.client.batch_write_item, RequestItems={self.table: requests}
             )
@@ -99,8 +98,6 @@ class DynamoReplies:
             if not requests:
                 return
             self.metrics.aws_retries.inc("unprocessed", len(requests))
-            backoff = backoff or Backoff(base=0.05, cap=1.0)
-            await asyncio.sleep(backoff.next())
         raise AwsUnavailable(f"DynamoDB left {len(requests)} replies unwritten")
 
     async def wait(self, key: str, timeout: float) -> Reply:

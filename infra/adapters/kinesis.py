@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.adapters.aws import Calls
-from infra.backoff import Backoff
+from infra.backoff import Retries
 from infra.errors import AwsRefused, NumeratorError, ShardEnded, StreamFull
 from infra.observe.metrics import Metrics
 from infra.ports import Entry
@@ -99,9 +99,8 @@ class KinesisStream:
     async def _put_batch(self, batch: list[Waiter]) -> None:
         rows = [row for rows, _ in batch for row in rows]
         todo = list(range(len(rows)))
-        backoff: Backoff | None = None
         try:
-            for _ in range(PUT_ATTEMPTS):
+            async for _ in Retries(PUT_ATTEMPTS, cap=1.0):
                 if len(todo) == 1:
                     data, key = rows[todo[0]]
                     await self.calls(
@@ -126,8 +125,6 @@ class KinesisStream:
                         todo = []
                 if not todo:
                     break
-                backoff = backoff or Backoff(base=0.05, cap=1.0)
-                await asyncio.sleep(backoff.next())
         except BaseException as exc:  # every waiter hears of it; the flush goes on with the next
             for _, done in batch:
                 if not done.done():

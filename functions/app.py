@@ -15,7 +15,7 @@ from starlette.routing import Route
 from functions import ledger, routes
 from functions.edge import Edge
 from functions.fastpath import FastPath
-from functions.problems import Problem, handle_problem, unavailable
+from functions.problems import Kind, Problem, handle_problem, unavailable
 from infra.errors import StoreError, Unavailable
 
 log = logging.getLogger("numerator.edge")
@@ -26,12 +26,12 @@ Lifespan = Callable[[Starlette], AbstractAsyncContextManager[None]]
 async def handle_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 404:
-        return Problem(404, "not-found", f"no route for {request.url.path}").response()
+        return Problem(Kind.NOT_FOUND, f"no route for {request.url.path}").response()
     if exc.status_code == 405:
-        problem = Problem(405, "method-not-allowed", f"{request.method} is not allowed here")
+        problem = Problem(Kind.METHOD_NOT_ALLOWED, f"{request.method} is not allowed here")
         problem.headers.update(exc.headers or {})
         return problem.response()
-    return Problem(exc.status_code, "invalid-request", str(exc.detail)).response()
+    return Problem(Kind.INVALID_REQUEST, str(exc.detail), status=exc.status_code).response()
 
 
 async def handle_unavailable(request: Request, exc: Exception) -> Response:
@@ -42,7 +42,7 @@ async def handle_unavailable(request: Request, exc: Exception) -> Response:
 
 
 async def handle_crash(request: Request, exc: Exception) -> Response:
-    return Problem(500, "internal", "an unexpected error; it has been logged").response()
+    return Problem(Kind.INTERNAL, "an unexpected error; it has been logged").response()
 
 
 def create_app(edge: Edge | None = None, lifespan: Lifespan | None = None) -> FastPath:

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from starlette.types import Scope
 
 from functions.limits import KeyRate
-from functions.problems import Problem
+from functions.problems import Kind, Problem
 from infra.backoff import Backoff
 from infra.errors import StoreError, Unavailable
 from infra.keys import Key, Need, identify
@@ -139,8 +139,7 @@ def pages_refused(scope: Scope) -> Problem | None:
 
 def cross_site(reason: str) -> Problem:
     return Problem(
-        403,
-        "cross-site",
+        Kind.CROSS_SITE,
         f"this numerator trusts clients on its own machine without a key, but not web pages "
         f"acting for them, and this request looks like one: {reason}. Send an API key "
         "(Authorization: Bearer nmr_…), or call it as http://127.0.0.1:PORT (or localhost) "
@@ -149,7 +148,7 @@ def cross_site(reason: str) -> Problem:
 
 
 def unauthorized(detail: str, invalid: bool = True) -> Problem:
-    problem = Problem(401, "unauthorized", detail)
+    problem = Problem(Kind.UNAUTHORIZED, detail)
     challenge = CHALLENGE + (', error="invalid_token"' if invalid else "")
     problem.headers["WWW-Authenticate"] = challenge
     return problem
@@ -217,9 +216,7 @@ class Guard:
             allowed = key.allows(kind, counter)
         if not allowed:
             what = f"take values of counter {counter!r}" if kind is Need.NEXT else kind.value
-            raise self.refuse(
-                Problem(403, "forbidden", f"key {key.id} ({key.name}) may not {what}")
-            )
+            raise self.refuse(Problem(Kind.FORBIDDEN, f"key {key.id} ({key.name}) may not {what}"))
         self.used[key.id] = time.time()
         return "key:" + key.id
 
@@ -285,7 +282,7 @@ class Guard:
         if self.reload is not None:
             await asyncio.shield(self.reload)
         if not self.ready:
-            raise Problem(503, "unavailable", "cannot read the API keys from Postgres")
+            raise Problem(Kind.UNAVAILABLE, "cannot read the API keys from Postgres")
 
     async def _reload(self) -> None:
         used, self.used = self.used, {}

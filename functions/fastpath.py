@@ -21,7 +21,14 @@ from starlette.types import Receive, Scope, Send
 from functions import validation
 from functions.auth import address, next_counter, pages_refused
 from functions.edge import Edge
-from functions.problems import REPLY_PROBLEMS, Problem, bad_reply, invalid, unavailable
+from functions.problems import (
+    REPLY_PROBLEMS,
+    Kind,
+    Problem,
+    bad_reply,
+    invalid,
+    unavailable,
+)
 from infra.counters import template
 from infra.errors import ReplyTimeout, StreamFull, Unavailable
 from infra.settings import loopback
@@ -64,8 +71,7 @@ async def _take(
         if wait:
             edge.metrics.refused.inc("429")
             problem = Problem(
-                429,
-                "too-many-idempotency-keys",
+                Kind.TOO_MANY_IDEMPOTENCY_KEYS,
                 f"at most {settings.edge.idempotency_keys_per_s:g} Idempotency-Keys per second "
                 "from one client (IDEMPOTENCY_KEYS_PER_S)",
             )
@@ -94,7 +100,7 @@ async def replied(work: Awaitable[Reply], retry_after: int) -> Reply:
     except Unavailable as exc:
         raise unavailable(str(exc), retry_after) from None
     except ReplyTimeout as exc:
-        raise Problem(504, "reply-timeout", str(exc)) from None
+        raise Problem(Kind.REPLY_TIMEOUT, str(exc)) from None
     except BadReply as exc:
         raise bad_reply(str(exc)) from None
 
@@ -228,13 +234,12 @@ def parameters(raw: bytes) -> dict[str, str]:
 def answer_problem(reply: Reply, retry_after: int) -> Problem:
     """The problem an error reply stands for."""
     assert reply.error is not None
-    known = REPLY_PROBLEMS.get(reply.error)
-    if known is None:
+    kind = REPLY_PROBLEMS.get(reply.error)
+    if kind is None:
         return bad_reply(f"the batcher answered an error this edge does not know: {reply.error}")
-    status, kind = known
-    if status == 503:
+    if kind is Kind.UNAVAILABLE:
         return unavailable(reply.detail or reply.error.value, retry_after)
-    return Problem(status, kind, reply.detail)
+    return Problem(kind, reply.detail)
 
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -284,7 +289,7 @@ class FastPath:
         count = query.get("count")
         try:
             if length > settings.edge.max_body_bytes:
-                raise Problem(413, "body-too-large", "/next takes no body")
+                raise Problem(Kind.BODY_TOO_LARGE, "/next takes no body")
             timeout = edge.timeout(scope.get("aws.context"))
             work = take(edge, counter, count, key, timeout, who)
             body = await until_gone(work, receive, self.watch)
@@ -296,9 +301,9 @@ class FastPath:
             return
         except Exception:
             log.exception("unexpected error in /next")
-            await Problem(500, "internal", "an unexpected error; it has been logged").response(
-                path
-            )(scope, receive, send)
+            await Problem(Kind.INTERNAL, "an unexpected error; it has been logged").response(path)(
+                scope, receive, send
+            )
             return
         await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
         await send({"type": "http.response.body", "body": orjson.dumps(body)})
@@ -311,7 +316,7 @@ class FastPath:
         if size > limit:
             edge.metrics.refused.inc("431")
             raise Problem(
-                431, "headers-too-large", f"the request headers may be at most {limit} bytes"
+                Kind.HEADERS_TOO_LARGE, f"the request headers may be at most {limit} bytes"
             )
         if edge.guard is not None:
             return await edge.guard.admit(scope, counter)

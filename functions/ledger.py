@@ -20,7 +20,7 @@ from starlette.responses import Response
 from functions import validation
 from functions.edge import Edge
 from functions.fastpath import answer_problem, put_and_wait, replied
-from functions.problems import Problem, invalid
+from functions.problems import Kind, Problem, invalid
 from functions.routes import JSON, edge_of
 from infra import ledger
 from infra.counters import Counter, check_retention
@@ -37,7 +37,7 @@ async def counter_of(edge: Edge, raw: str) -> Counter:
     name = validation.name(raw)
     counter = await edge.store.get(name)
     if counter is None:
-        raise Problem(404, "counter-not-found", f"no counter named {name!r}")
+        raise Problem(Kind.COUNTER_NOT_FOUND, f"no counter named {name!r}")
     return counter
 
 
@@ -200,5 +200,5 @@ async def update(request: Request) -> Response:
         raise invalid(exc.field, exc.problem) from None
     counter = await edge.store.set_retention(name, days)
     if counter is None:
-        raise Problem(404, "counter-not-found", f"no counter named {name!r}")
+        raise Problem(Kind.COUNTER_NOT_FOUND, f"no counter named {name!r}")
     return JSON(counter.to_json())

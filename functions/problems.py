@@ -5,6 +5,7 @@ The types are listed, with their status codes, in docs/problems.md.
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 import orjson
@@ -15,43 +16,74 @@ from infra.wire import ReplyError
 
 PREFIX = "urn:numerator:problem:"
 
-TITLES = {
-    "not-found": "No such resource",
-    "counter-not-found": "No such counter",
-    "counter-exists": "A counter with this name exists",
-    "method-not-allowed": "Method not allowed",
-    "invalid-request": "The request is malformed",
-    "idempotency-key-reused": "The Idempotency-Key was used for a different request",
-    "body-too-large": "The request body is too large",
-    "unavailable": "The service cannot take this request now",
-    "reply-timeout": "No reply in time",
-    "bad-reply": "The batcher's reply could not be read",
-    "internal": "Internal error",
-    "unauthorized": "No valid API key",
-    "forbidden": "The API key does not allow this",
-    "cross-site": "A web page may not act for this machine's user",
-    "key-exists": "An API key with this name exists",
-    "key-not-found": "No such API key",
-    "too-many-idempotency-keys": "Too many Idempotency-Keys from this client",
-    "headers-too-large": "The request headers are too large",
-    "body-timeout": "The request body did not arrive in time",
-    "unsupported-media-type": "The request body is not JSON",
-    "value-not-issued": "The values have not been handed out",
-    "value-already-void": "The values are void already",
-    "confirm-not-required": "The counter does not take confirmations",
-}
+
+class Kind(Enum):
+    """Every problem numerator answers, with its status and title: the one table (docs/problems.md
+    lists it, and tests/unit/test_docs.py holds the two together). Its value is the `type`'s
+    last part, `urn:numerator:problem:<value>`."""
+
+    INVALID_REQUEST = "invalid-request", 422, "The request is malformed"
+    BODY_TOO_LARGE = "body-too-large", 413, "The request body is too large"
+    COUNTER_NOT_FOUND = "counter-not-found", 404, "No such counter"
+    NOT_FOUND = "not-found", 404, "No such resource"
+    METHOD_NOT_ALLOWED = "method-not-allowed", 405, "Method not allowed"
+    COUNTER_EXISTS = "counter-exists", 409, "A counter with this name exists"
+    IDEMPOTENCY_KEY_REUSED = (
+        "idempotency-key-reused",
+        422,
+        "The Idempotency-Key was used for a different request",
+    )
+    UNAVAILABLE = "unavailable", 503, "The service cannot take this request now"
+    REPLY_TIMEOUT = "reply-timeout", 504, "No reply in time"
+    BAD_REPLY = "bad-reply", 502, "The batcher's reply could not be read"
+    UNAUTHORIZED = "unauthorized", 401, "No valid API key"
+    FORBIDDEN = "forbidden", 403, "The API key does not allow this"
+    CROSS_SITE = "cross-site", 403, "A web page may not act for this machine's user"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported-media-type", 415, "The request body is not JSON"
+    VALUE_NOT_ISSUED = "value-not-issued", 409, "The values have not been handed out"
+    VALUE_ALREADY_VOID = "value-already-void", 409, "The values are void already"
+    CONFIRM_NOT_REQUIRED = "confirm-not-required", 409, "The counter does not take confirmations"
+    KEY_EXISTS = "key-exists", 409, "An API key with this name exists"
+    KEY_NOT_FOUND = "key-not-found", 404, "No such API key"
+    TOO_MANY_IDEMPOTENCY_KEYS = (
+        "too-many-idempotency-keys",
+        429,
+        "Too many Idempotency-Keys from this client",
+    )
+    HEADERS_TOO_LARGE = "headers-too-large", 431, "The request headers are too large"
+    BODY_TIMEOUT = "body-timeout", 408, "The request body did not arrive in time"
+    INTERNAL = "internal", 500, "Internal error"
+
+    def __new__(cls, name: str, status: int, title: str) -> Kind:
+        kind = object.__new__(cls)
+        kind._value_ = name
+        kind.status, kind.title = status, title
+        return kind
+
+    status: int
+    title: str
+
+    @property
+    def type(self) -> str:
+        return PREFIX + str(self.value)
 
 
 class Problem(Exception):
-    def __init__(self, status: int, kind: str, detail: str = "", **extra: Any) -> None:
+    """A problem answer: its kind (status and title from the table), what went wrong, and any
+    members beside (`field`); `status` only where the HTTP layer chose it (Starlette's own)."""
+
+    def __init__(
+        self, kind: Kind, detail: str = "", status: int | None = None, **extra: Any
+    ) -> None:
         super().__init__(detail)
-        self.status, self.kind, self.detail, self.extra = status, kind, detail, extra
+        self.kind, self.detail, self.extra = kind, detail, extra
+        self.status = status or kind.status
         self.headers: dict[str, str] = {}
 
     def response(self, instance: str = "") -> Response:
         body: dict[str, Any] = {
-            "type": PREFIX + self.kind,
-            "title": TITLES.get(self.kind, self.kind),
+            "type": self.kind.type,
+            "title": self.kind.title,
             "status": self.status,
         }
         if self.detail:
@@ -67,31 +99,31 @@ class Problem(Exception):
         )
 
 
-REPLY_PROBLEMS: dict[ReplyError, tuple[int, str]] = {
-    ReplyError.COUNTER_NOT_FOUND: (404, "counter-not-found"),
-    ReplyError.IDEMPOTENCY_KEY_REUSED: (422, "idempotency-key-reused"),
-    ReplyError.BAD_RECORD: (422, "invalid-request"),
-    ReplyError.EXPIRED: (503, "unavailable"),
-    ReplyError.UNAVAILABLE: (503, "unavailable"),
-    ReplyError.NOT_ISSUED: (409, "value-not-issued"),
-    ReplyError.ALREADY_VOID: (409, "value-already-void"),
-    ReplyError.NOT_CONFIRMABLE: (409, "confirm-not-required"),
+REPLY_PROBLEMS: dict[ReplyError, Kind] = {
+    ReplyError.COUNTER_NOT_FOUND: Kind.COUNTER_NOT_FOUND,
+    ReplyError.IDEMPOTENCY_KEY_REUSED: Kind.IDEMPOTENCY_KEY_REUSED,
+    ReplyError.BAD_RECORD: Kind.INVALID_REQUEST,
+    ReplyError.EXPIRED: Kind.UNAVAILABLE,
+    ReplyError.UNAVAILABLE: Kind.UNAVAILABLE,
+    ReplyError.NOT_ISSUED: Kind.VALUE_NOT_ISSUED,
+    ReplyError.ALREADY_VOID: Kind.VALUE_ALREADY_VOID,
+    ReplyError.NOT_CONFIRMABLE: Kind.CONFIRM_NOT_REQUIRED,
 }
-"""Each reply error's HTTP status and problem type: the one table the edge answers from."""
+"""Each reply error's problem: the one table the edge answers from."""
 
 
 def bad_reply(detail: str) -> Problem:
-    return Problem(502, "bad-reply", detail)
+    return Problem(Kind.BAD_REPLY, detail)
 
 
 def unavailable(detail: str, retry_after: int) -> Problem:
-    problem = Problem(503, "unavailable", detail)
+    problem = Problem(Kind.UNAVAILABLE, detail)
     problem.headers["Retry-After"] = str(retry_after)
     return problem
 
 
 def invalid(field: str, detail: str) -> Problem:
-    return Problem(422, "invalid-request", detail, field=field)
+    return Problem(Kind.INVALID_REQUEST, detail, field=field)
 
 
 async def handle_problem(request: Request, exc: Exception) -> Response:

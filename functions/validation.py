@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 
-from functions.problems import Problem, invalid
+from functions.problems import Kind, Problem, invalid
 from infra.counters import check_name
 from infra.errors import InvalidCounter
 from infra.settings import Settings
@@ -27,8 +27,7 @@ async def json_body(request: Request, settings: Settings) -> Any:
     media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media != "application/json":
         raise Problem(
-            415,
-            "unsupported-media-type",
+            Kind.UNSUPPORTED_MEDIA_TYPE,
             f"the body must be sent as Content-Type: application/json, not {media[:80]!r}"
             if media
             else "the body must be sent as Content-Type: application/json (none was given)",
@@ -38,8 +37,7 @@ async def json_body(request: Request, settings: Settings) -> Any:
             return await _json_body(request, settings.edge.max_body_bytes)
     except TimeoutError:
         raise Problem(
-            408,
-            "body-timeout",
+            Kind.BODY_TIMEOUT,
             f"the body did not arrive within {settings.edge.body_timeout_s:g} s",
         ) from None
 
@@ -50,12 +48,12 @@ async def _json_body(request: Request, limit: int) -> Any:
         if not (length.isascii() and length.isdigit()):
             raise invalid("Content-Length", "must be a number of bytes")
         if int(length) > limit:
-            raise Problem(413, "body-too-large", f"the body may be at most {limit} bytes")
+            raise Problem(Kind.BODY_TOO_LARGE, f"the body may be at most {limit} bytes")
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise Problem(413, "body-too-large", f"the body may be at most {limit} bytes")
+            raise Problem(Kind.BODY_TOO_LARGE, f"the body may be at most {limit} bytes")
     if not body:
         raise invalid("body", "a JSON object is required")
     try:

@@ -17,9 +17,9 @@ from infra.ports import (
     Claim,
     DeadLetter,
     Entry,
+    Frames,
     FrameTransaction,
     Lease,
-    Store,
     VoidAsk,
 )
 from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void, edge_of, encode
@@ -355,7 +355,7 @@ class Basis:
     recent: Mapping[str, tuple[str, str, int, int]] = field(default_factory=dict)
 
 
-async def apply(entries: Sequence[Entry], store: Store, basis: Basis) -> Outcome:
+async def apply(entries: Sequence[Entry], store: Frames, basis: Basis) -> Outcome:
     """Apply one frame: classify its entries, then one transaction that allocates one delta
     per (counter, period) and records what else the frame asks, then split the ranges."""
     classified = classify(
@@ -372,7 +372,7 @@ async def apply(entries: Sequence[Entry], store: Store, basis: Basis) -> Outcome
 
 
 async def _apply_plain(
-    entries: Sequence[Entry], store: Store, live: Sequence[Live], basis: Basis, out: Outcome
+    entries: Sequence[Entry], store: Frames, live: Sequence[Live], basis: Basis, out: Outcome
 ) -> None:
     """A plain frame (the embedded path's usual one): ONE statement, its own transaction. At
     low load each round trip wakes Postgres and this process in turn; four of them (BEGIN,
@@ -392,7 +392,7 @@ async def _apply_plain(
 
 async def _apply_frame(
     entries: Sequence[Entry],
-    store: Store,
+    store: Frames,
     classified: Classified,
     basis: Basis,
     out: Outcome,

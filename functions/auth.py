@@ -33,7 +33,7 @@ from infra.backoff import Backoff
 from infra.errors import StoreError, Unavailable
 from infra.keys import Key, Need, identify
 from infra.observe.metrics import Metrics
-from infra.ports import Store
+from infra.ports import Keys
 from infra.settings import loopback
 
 log = logging.getLogger("numerator.auth")
@@ -165,7 +165,7 @@ def bearer(scope: Scope) -> str | None:
 class Guard:
     def __init__(
         self,
-        store: Store,
+        store: Keys,
         every: float,
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,

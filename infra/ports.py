@@ -182,8 +182,8 @@ class FrameTransaction(Protocol):
         """Mark held replies as published."""
 
 
-class Store(Protocol):
-    """Counter definitions and state (Postgres)."""
+class Counters(Protocol):
+    """Counter definitions, and how many values each has handed out (the edge's routes)."""
 
     async def create(self, counter: Counter) -> None:
         """Raise CounterExists when the name is taken."""
@@ -196,6 +196,16 @@ class Store(Protocol):
 
     async def allocated(self, name: str, period: str) -> int:
         """How many values the counter has handed out in `period`."""
+
+    async def set_retention(self, name: str, days: int | None) -> Counter | None:
+        """Change a counter's retention (None: the service's default); None if no counter."""
+
+    async def ping(self) -> None: ...
+
+
+class Leases(Protocol):
+    """Who reads which shard (fenced leases, batchers' and edges' liveness), and shards read to
+    their end."""
 
     async def acquire(self, stream: str, shard: str, owner: str, ttl: float) -> Lease | None:
         """Take the shard's lease if it is free or expired (or ours); None when another holds it."""
@@ -223,6 +233,15 @@ class Store(Protocol):
 
     async def release(self, lease: Lease, forget: bool) -> None: ...
 
+    async def end(self, lease: Lease) -> None:
+        """Mark the lease's shard as read to its end (a closed shard, after a reshard)."""
+
+    async def ended(self, stream: str, shard: str) -> bool: ...
+
+
+class Frames(Protocol):
+    """A frame's one transaction, and the replies durable streams hold until published."""
+
     def frame(self) -> AbstractAsyncContextManager[FrameTransaction]: ...
 
     async def allocate_plain(
@@ -249,17 +268,13 @@ class Store(Protocol):
     async def held_since(self, stream: str, shard: str, seconds: float) -> list[bytes]:
         """Held replies of the shard's frames committed in the last `seconds`, newest first."""
 
-    async def end(self, lease: Lease) -> None:
-        """Mark the lease's shard as read to its end (a closed shard, after a reshard)."""
-
-    async def ended(self, stream: str, shard: str) -> bool: ...
-
     async def prune(self, now: datetime, audit_retention: float, reply_retention: float) -> int:
         """Drop idempotency keys past their expiry, allocation rows and dead letters older than
         `audit_retention` seconds, and held replies older than `reply_retention`; how many went."""
 
-    async def set_retention(self, name: str, days: int | None) -> Counter | None:
-        """Change a counter's retention (None: the service's default); None if no counter."""
+
+class Ledger(Protocol):
+    """The audit trail: voids, confirmations and the hash chains."""
 
     async def trail(self, name: str) -> tuple[list[Link], dict[str, int]]:
         """Every kept audit row naming the counter, in commit order; and per period, the
@@ -284,6 +299,10 @@ class Store(Protocol):
     async def verify(self, name: str | None) -> dict[str, Any]:
         """Recompute the hash chains holding the counter's rows (every chain, for None)."""
 
+
+class Keys(Protocol):
+    """API keys, as stored (hashes), and news of their changes."""
+
     async def add_key(self, key: Key) -> Key:
         """Store a new key (KeyExists if an unrevoked key has its name); as stored."""
 
@@ -303,4 +322,7 @@ class Store(Protocol):
     async def touch_keys(self, used: Mapping[str, datetime]) -> None:
         """Record when keys (by id) were last used."""
 
-    async def ping(self) -> None: ...
+
+class Store(Counters, Leases, Frames, Ledger, Keys, Protocol):
+    """Everything numerator keeps in Postgres: one adapter holds every role, and each component
+    is typed with the roles it uses."""

@@ -5,21 +5,17 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import IO
 
 import httpx
 
 from bench.errors import BenchError
 from infra.run.embedded import Postgres, ephemeral
+from infra.run.process import started
 from infra.run.server import free_port
 from infra.settings import Settings
 
@@ -50,26 +46,6 @@ def database(url: str | None = None) -> Iterator[Postgres]:
 
 
 @contextmanager
-def running(
-    command: list[str], environment: dict[str, str], url: str, patience: float
-) -> Iterator[tuple[subprocess.Popen[bytes], IO[str]]]:
-    """`command` started with its output in a temporary file, yielded (with that file) once
-    `url`/healthz answers; stopped with SIGINT, and killed after `patience` seconds."""
-    with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(command, env=environment, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            _wait_healthy(url, process, log)
-            yield process, log
-        finally:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-                try:
-                    process.wait(patience)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-
-
-@contextmanager
 def serve(target: str, db: Postgres, workers: int, env: dict[str, str]) -> Iterator[Target]:
     """Start `target` on `db` and yield it once /healthz answers; stop it with SIGINT."""
     port = free_port()
@@ -81,7 +57,7 @@ def serve(target: str, db: Postgres, workers: int, env: dict[str, str]) -> Itera
         command = [sys.executable, "-m", "bench.baseline", mode, "--database-url", db.url]
     command += ["--port", str(port), "--workers", str(workers)]
     url = f"http://127.0.0.1:{port}"
-    with running(command, environment, url, 30) as (process, _):
+    with started(command, environment, url + "/healthz", target) as (process, _):
         settings: dict[str, object] = {
             "workers": workers,
             "back_frame_ms": Settings.from_env(environment).frames.back_frame_ms,
@@ -111,7 +87,10 @@ def serve_aws(
     command += ["--database-url", db.url, "--port", str(port), "--workers", str(workers)]
     command += ["--batchers", str(batchers)]
     url = f"http://127.0.0.1:{port}"
-    with running(command, environment, url, 60) as (process, log):
+    with started(command, environment, url + "/healthz", "the stack", patience=60) as (
+        process,
+        log,
+    ):
         log.seek(0)
         found = re.search(r"batcher\(s\) \(([^)]*)\)", log.read())
         others = found.group(1).split(", ") if found else []
@@ -126,21 +105,6 @@ def serve_aws(
             "environment": dict(env),
         }
         yield Target(f"numerator-aws-{edge}", url, [process.pid], settings, others)
-
-
-def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: IO[str]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            log.seek(0)
-            raise BenchError(f"the stack exited: {log.read()[-2000:]}")
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise BenchError(f"{url} did not become healthy in 60 s")
 
 
 def create_counters(url: str, names: list[str], headers: dict[str, str] | None = None) -> None:

@@ -16,10 +16,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import IO
 
-import httpx
-
 from infra.backoff import Backoff
 from infra.errors import NumeratorError
+from infra.run import process as processes
 from infra.run.server import die_with_parent, free_port
 
 MOTO_MISSING = (
@@ -78,10 +77,13 @@ class Child:
         )
 
     def wait(self) -> None:
-        _wait(self.url + self.ready, self.process, self.log, self.what)
+        # Started is enough: a batcher answers 503 while its stream is not there yet.
+        processes.wait_ready(
+            self.process, self.url + self.ready, self.what, self.log, lambda s: s < 500
+        )
 
     def stop(self, patience: float) -> None:
-        _stop(self.process, signal.SIGTERM, patience)
+        processes.stop(self.process, signal.SIGTERM, patience)
 
 
 @contextmanager
@@ -197,31 +199,3 @@ class Supervisor:
 
 def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def _wait(url: str, process: subprocess.Popen[str], log: IO[str] | None, what: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            said = ""
-            if log is not None:
-                log.seek(0)
-                said = ": " + log.read()[-2000:]
-            raise NumeratorError(f"{what} exited with status {process.returncode}{said}")
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise NumeratorError(f"{what} did not answer at {url} within 60 s")
-
-
-def _stop(process: subprocess.Popen[str], signum: int, patience: float) -> None:
-    if process.poll() is None:
-        process.send_signal(signum)
-    try:
-        process.wait(patience)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()

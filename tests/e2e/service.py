@@ -15,7 +15,9 @@ from pathlib import Path
 import httpx
 import psutil
 
+from infra.errors import NumeratorError
 from infra.run.embedded import pid_in
+from infra.run.process import wait_ready
 from infra.run.server import free_port
 
 
@@ -40,18 +42,11 @@ class Service:
         self._wait_ready()
 
     def _wait_ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise AssertionError(f"numerator up exited:\n{self.process.stdout.read()}")  # type: ignore[union-attr]
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        self.stop()
-        raise AssertionError(f"numerator up did not become healthy:\n{self.output}")
+        try:
+            wait_ready(self.process, self.url + "/healthz", "numerator up", patience=timeout)
+        except NumeratorError as exc:
+            self.stop()
+            raise AssertionError(f"{exc}:\n{self.output}") from None
 
     def said(self) -> str:
         """What the service has printed so far, without waiting for it to end."""

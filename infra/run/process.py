@@ -1,0 +1,76 @@
+"""Child processes: start one, wait until it answers, stop it. The one runner behind `up --aws`
+(moto server, batchers), the bench's targets and the end-to-end tests' service."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import IO, Any
+
+import httpx
+
+from infra.errors import NumeratorError
+
+Process = subprocess.Popen[Any]
+
+
+def wait_ready(
+    process: Process,
+    url: str,
+    what: str,
+    log: IO[str] | None = None,
+    ready: Callable[[int], bool] = lambda status: status == 200,
+    patience: float = 60.0,
+) -> None:
+    """Return once `url` answers with a status `ready` accepts; raise NumeratorError, with the
+    end of `log`, if the process exits first or `patience` seconds pass."""
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            said = ""
+            if log is not None:
+                log.seek(0)
+                said = ": " + log.read()[-2000:]
+            raise NumeratorError(f"{what} exited with status {process.returncode}{said}")
+        try:
+            if ready(httpx.get(url, timeout=1).status_code):
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise NumeratorError(f"{what} did not answer at {url} within {patience:g} s")
+
+
+def stop(process: Process, signum: int = signal.SIGTERM, patience: float = 10.0) -> None:
+    """Send `signum` (a clean stop), then SIGKILL after `patience` seconds."""
+    if process.poll() is None:
+        process.send_signal(signum)
+    try:
+        process.wait(patience)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@contextmanager
+def started(
+    command: list[str],
+    env: dict[str, str],
+    url: str,
+    what: str,
+    signum: int = signal.SIGINT,
+    patience: float = 30.0,
+) -> Iterator[tuple[Process, IO[str]]]:
+    """`command` started with its output in a temporary file, yielded (with that file) once
+    `url` answers 200; stopped with `signum`, and killed after `patience` seconds."""
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_ready(process, url, what, log)
+            yield process, log
+        finally:
+            stop(process, signum, patience)

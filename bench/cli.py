@@ -60,12 +60,13 @@ def add_bench(commands: Any) -> None:
         "--aws",
         metavar="moto|URL",
         help="start numerator on the AWS path (`numerator up --aws`): moto server, or the "
-        "endpoint at URL (LocalStack); --mode server or lambda says which edge",
+        "endpoint at URL (LocalStack); --edge server or lambda says which edge",
     )
     parser.add_argument(
-        "--mode",
+        "--edge",
         choices=["embedded", "server", "lambda"],
-        help="how the stack runs: embedded (--local), or with --aws its edge: server (HTTP "
+        help="the edge: embedded (--local: stream and batcher in each worker), or with --aws: "
+        "server (HTTP "
         "workers, front frames) or lambda (each request through the Lambda handler)",
     )
     parser.add_argument("--batchers", type=int, default=1, help="--aws: batcher processes")
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> None:
         if args.url:
             fail("--aws starts numerator on the AWS path: not with --url")
         args.local = True
-        args.mode = args.mode or "server"
+        args.edge = args.edge or "server"
     if not args.url and not args.local:
         fail("say where: --url URL (a running numerator), --local or --aws moto (start one)")
     if args.compare and not args.local:
@@ -157,7 +158,7 @@ def run(args: argparse.Namespace) -> None:
             "timeout_s",
             "workers",
             "back_frame_ms",
-            "mode",
+            "edge",
         )
         scenario = scenario.override({f: getattr(args, f) for f in fields})
     except ScenarioError as exc:

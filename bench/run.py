@@ -118,7 +118,7 @@ def execute(
 ) -> list[dict[str, Any]]:
     """Run the scenario; return the run records: numerator once per configuration (`variants`,
     `--settings`), then any baselines. With `aws` (moto, or an endpoint URL) numerator runs on
-    the AWS path with the scenario's mode as its edge (server or lambda), and `compare` runs the
+    the AWS path with the scenario's edge (server or lambda), and `compare` runs the
     embedded path beside it instead of the baselines. `key`: the API key for a service at
     `url` (scopes admin, or read and next:… for counters that exist). `floor`: last, the same
     schedule against the trivial route (POST /ping) of numerator as configured by the first
@@ -133,12 +133,12 @@ def execute(
     # The generator is one address standing for many clients: the per-client limit on
     # Idempotency-Keys (100/s by default) would refuse a scenario's share of them as one client's.
     base = {"BACK_FRAME_MS": f"{scenario.back_frame_ms:g}", "IDEMPOTENCY_KEYS_PER_S": "1000000"}
-    if aws and scenario.mode == "embedded":
-        raise BenchError("--aws runs the AWS path: --mode server (front frames) or lambda")
-    if not aws and scenario.mode != "embedded":
-        raise BenchError(f"--mode {scenario.mode} is the AWS path's: add --aws moto (or a URL)")
+    if aws and scenario.edge == "embedded":
+        raise BenchError("--aws runs the AWS path: --edge server (front frames) or lambda")
+    if not aws and scenario.edge != "embedded":
+        raise BenchError(f"--edge {scenario.edge} is the AWS path's: add --aws moto (or a URL)")
     if aws:
-        tag = f"numerator-aws-{scenario.mode}"
+        tag = f"numerator-aws-{scenario.edge}"
         targets = [
             (v.name.replace("numerator", tag, 1), "aws", {**base, **v.env}) for v in variants
         ]
@@ -167,9 +167,9 @@ def execute(
                 elif kind == "aws":
                     assert db is not None and aws is not None
                     target = serving.enter_context(
-                        local.serve_aws(db, aws, scenario.mode, scenario.workers, batchers, env)
+                        local.serve_aws(db, aws, scenario.edge, scenario.workers, batchers, env)
                     )
-                    target.name, mode = name, f"aws-{scenario.mode}"
+                    target.name, mode = name, f"aws-{scenario.edge}"
                 else:
                     assert db is not None
                     target = serving.enter_context(local.serve(kind, db, scenario.workers, env))

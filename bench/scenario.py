@@ -31,7 +31,7 @@ class Scenario:
     timeout_s: float = 10.0
     workers: int = 1
     back_frame_ms: float = 10.0
-    mode: str = "embedded"
+    edge: str = "embedded"
 
     @classmethod
     def load(cls, path: Path) -> Scenario:

@@ -15,7 +15,11 @@ from infra.errors import SettingsError
 from infra.settings import VARIABLES, Settings
 
 # Set by the bench itself: where the database is, and the scenario's own fields.
-NOT_HERE = {"DATABASE_URL": "the bench's Postgres", "WORKERS": "--workers", "MODE": "--mode"}
+NOT_HERE = {
+    "DATABASE_URL": "the bench's Postgres",
+    "WORKERS": "--workers",
+    "MODE": "--edge (with --aws)",
+}
 SETTINGS = frozenset(VARIABLES)  # every service setting
 
 

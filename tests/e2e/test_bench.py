@@ -173,7 +173,7 @@ def test_aws_modes_report_the_calls_per_request_beside_the_embedded_path(tmp_pat
     done = bench(
         "--aws",
         "moto",
-        "--mode",
+        "--edge",
         "server",
         "--compare",
         "--quiet",
@@ -206,7 +206,7 @@ def test_aws_modes_report_the_calls_per_request_beside_the_embedded_path(tmp_pat
     bench(
         "--aws",
         "moto",
-        "--mode",
+        "--edge",
         "lambda",
         "--quiet",
         "--schedule",
@@ -222,9 +222,9 @@ def test_aws_modes_report_the_calls_per_request_beside_the_embedded_path(tmp_pat
 def test_bad_options_are_refused_clearly() -> None:
     assert "const() takes 2 arguments" in refused("--local", "--schedule", "const(10)")
     assert "--url" in refused("--schedule", "const(1,1s)")
-    assert "--mode server (front frames) or lambda" in refused(
-        "--aws", "moto", "--mode", "embedded"
+    assert "--edge server (front frames) or lambda" in refused(
+        "--aws", "moto", "--edge", "embedded"
     )
-    assert "add --aws moto" in refused("--local", "--mode", "lambda")
+    assert "add --aws moto" in refused("--local", "--edge", "lambda")
     said = refused("--local", "--settings", "FRAME_POLICY=x")
     assert "FRAME_POLICY: must be one of fixed, auto" in said

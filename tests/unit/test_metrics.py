@@ -72,3 +72,14 @@ def test_a_state_from_another_version_loads_what_this_one_knows() -> None:
     loaded = Metrics.from_state(state)
     assert loaded.next_requests.value == 7
     assert loaded.frame_seconds.count == 0
+
+
+def test_label_values_are_escaped_as_the_text_format_asks() -> None:
+    metrics = Metrics()
+    metrics.info.labels = {"authorizer": 'a "quoted"\\path\nnext'}
+    metrics.aws_calls.inc('put"records\n')
+    text = metrics.render()
+    assert 'authorizer="a \\"quoted\\"\\\\path\\nnext"' in text
+    assert 'numerator_aws_calls_total{call="put\\"records\\n"} 1' in text
+    for line in text.splitlines():  # no value ends its line early
+        assert line.startswith(("#", "numerator_")), line

@@ -82,4 +82,4 @@ def test_label_values_are_escaped_as_the_text_format_asks() -> None:
     assert 'authorizer="a \\"quoted\\"\\\\path\\nnext"' in text
     assert 'numerator_aws_calls_total{call="put\\"records\\n"} 1' in text
     for line in text.splitlines():  # no value ends its line early
-        assert line.startswith(("#", "numerator_")), line
+        assert line.startswith(("#", "numerator_", "process_")), line

@@ -1,6 +1,7 @@
 """The stacks a numerator process runs, wired from settings:
 
-- `Stack`: embedded mode — in-process stream and replies, the batcher in this process, Postgres;
+- `EmbeddedStack`: embedded mode — in-process stream and replies, the batcher in this process,
+  Postgres;
 - `EdgeStack`: the AWS path's edge — HTTP workers that put records on Kinesis and await replies in
   DynamoDB (Postgres only for counter CRUD);
 - `BatcherStack`: the AWS path's batcher — reads Kinesis, applies frames to Postgres, writes
@@ -110,7 +111,7 @@ class BatcherStack:
             self.aws.close()
 
 
-class Stack(BatcherStack):
+class EmbeddedStack(BatcherStack):
     """Everything one process needs to serve /next in embedded mode: the batcher above on an
     in-process stream and replies, and the edge. Several processes may each run one against the
     same Postgres: every batcher's UPDATE is atomic, so values stay unique."""
@@ -201,7 +202,7 @@ def app_from_env() -> FastPath:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         worker_signals()
-        stack = EdgeStack(settings) if settings.mode is Mode.AWS else Stack(settings)
+        stack = EdgeStack(settings) if settings.mode is Mode.AWS else EmbeddedStack(settings)
         async with stack as running, AsyncExitStack() as shared:
             app.state.edge = edge = running.edge
             if settings.database.database_url:  # stops last: after the requests it held

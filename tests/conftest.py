@@ -20,7 +20,7 @@ import pytest
 
 from infra.adapters.postgres import PostgresStore, migrate
 from infra.settings import Settings
-from numerator.stack import Stack
+from numerator.stack import EmbeddedStack
 
 
 class Clock:
@@ -95,13 +95,13 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-async def stack(settings: Settings, clock: Clock) -> AsyncIterator[Stack]:
-    async with Stack(settings, clock) as running:
+async def stack(settings: Settings, clock: Clock) -> AsyncIterator[EmbeddedStack]:
+    async with EmbeddedStack(settings, clock) as running:
         yield running
 
 
 @pytest.fixture
-async def client(stack: Stack) -> AsyncIterator[httpx.AsyncClient]:
+async def client(stack: EmbeddedStack) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=stack.app())
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
         yield http

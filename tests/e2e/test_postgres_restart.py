@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from infra.settings import Settings
-from numerator.stack import BatcherStack, EdgeStack, Stack
+from numerator.stack import BatcherStack, EdgeStack, EmbeddedStack
 from tests.conftest import temporary_pgserver
 
 pytestmark = pytest.mark.slow
@@ -40,7 +40,7 @@ async def test_postgres_restart_mid_load(own_postgres: Any) -> None:
     settings = Settings.of().but(
         database_url=own_postgres.get_uri(), back_frame_ms=5, reply_timeout_s=2.0
     )
-    async with Stack(settings) as stack:
+    async with EmbeddedStack(settings) as stack:
         await outage(stack.app(), own_postgres)
 
 

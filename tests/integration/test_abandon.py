@@ -13,7 +13,7 @@ import httpx
 
 from infra.settings import Settings
 from infra.wire import Record, reply_key
-from numerator.stack import BatcherStack, EdgeStack, Stack
+from numerator.stack import BatcherStack, EdgeStack, EmbeddedStack
 from tests.checks import until
 
 
@@ -63,7 +63,7 @@ async def test_a_client_gone_before_its_frame_costs_no_number(
     """Embedded, fixed frames of 300 ms: the client hangs up 50 ms in, before its frame closes;
     the cancel reaches the same frame, and the record allocates nothing."""
     slow = settings.but(frame_policy="fixed", back_frame_ms=300.0)
-    async with Stack(slow) as stack:
+    async with EmbeddedStack(slow) as stack:
         app = stack.app()
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
@@ -81,7 +81,7 @@ async def test_a_client_gone_before_its_frame_costs_no_number(
 async def test_a_record_applied_before_its_cancel_is_void_abandoned(
     settings: Settings, name: str
 ) -> None:
-    async with Stack(settings) as stack:
+    async with EmbeddedStack(settings) as stack:
         transport = httpx.ASGITransport(app=stack.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             await client.post("/counters", json={"name": name})
@@ -152,7 +152,7 @@ async def test_a_lambda_request_that_times_out_is_cancelled(
     quick = settings.but(reply_timeout_s=1.0)
     lam = Container(environment(quick))
     try:
-        async with Stack(quick) as local:  # for creating the counter and reading the report
+        async with EmbeddedStack(quick) as local:  # for creating the counter and reading the report
             transport = httpx.ASGITransport(app=local.app())
             async with httpx.AsyncClient(
                 transport=transport, base_url="http://127.0.0.1"

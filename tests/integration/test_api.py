@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from infra.settings import Settings
-from numerator.stack import Stack
+from numerator.stack import EmbeddedStack
 from tests.checks import problem
 from tests.conftest import Clock
 
@@ -360,7 +360,7 @@ async def test_metrics_count_requests_values_and_frames(
 async def test_a_body_that_does_not_arrive_in_time_is_408(settings: Settings) -> None:
     """A client that announces a body and never sends it holds the request BODY_TIMEOUT_S at
     most, then gets a problem."""
-    async with Stack(settings.but(body_timeout_s=0.2)) as stack:
+    async with EmbeddedStack(settings.but(body_timeout_s=0.2)) as stack:
         app = stack.app()
         sent: list[dict[str, Any]] = []
 

@@ -13,12 +13,12 @@ from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.adapters.postgres import PostgresStore
 from infra.observe.metrics import Metrics
 from infra.settings import Settings
-from numerator.stack import Stack
+from numerator.stack import EmbeddedStack
 
 
 async def test_saturated_stream_answers_503_with_retry_after(settings: Settings, name: str) -> None:
     tight = settings.but(stream_capacity=5, back_frame_ms=50, retry_after_s=3)
-    async with Stack(tight) as stack:
+    async with EmbeddedStack(tight) as stack:
         transport = httpx.ASGITransport(app=stack.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             await client.post("/counters", json={"name": name})

@@ -9,7 +9,7 @@ import time
 import httpx
 
 from infra.settings import Settings
-from numerator.stack import Stack
+from numerator.stack import EmbeddedStack
 from tests.checks import Answer, assert_guarantees, assert_ordered
 
 
@@ -56,7 +56,7 @@ async def test_many_counters(client: httpx.AsyncClient, name: str) -> None:
     assert_ordered(answers)
 
 
-def client_of(stack: Stack) -> httpx.AsyncClient:
+def client_of(stack: EmbeddedStack) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         transport=httpx.ASGITransport(app=stack.app()), base_url="http://127.0.0.1"
     )
@@ -64,7 +64,10 @@ def client_of(stack: Stack) -> httpx.AsyncClient:
 
 async def test_two_batchers_share_one_hot_counter(settings: Settings, name: str) -> None:
     """Two stacks (as two server workers would run) on one Postgres, each with its batcher."""
-    one, two = Stack(settings.but(back_frame_ms=3)), Stack(settings.but(back_frame_ms=5))
+    one, two = (
+        EmbeddedStack(settings.but(back_frame_ms=3)),
+        EmbeddedStack(settings.but(back_frame_ms=5)),
+    )
     async with one, two:
         clients = [client_of(one), client_of(two)]
         await clients[0].post("/counters", json={"name": name})
@@ -87,7 +90,7 @@ async def test_one_idempotency_key_on_two_batchers_is_allocated_once(
     """The same request, key and all, sent to two stacks at once (two server workers, each with
     its own stream and batcher, on one Postgres): both answers are the one value, never two."""
     many = settings.but(back_frame_ms=2, idempotency_keys_per_s=10_000)  # 300 keys at once
-    one, two = Stack(many), Stack(many)
+    one, two = EmbeddedStack(many), EmbeddedStack(many)
     async with one, two:
         clients = [client_of(one), client_of(two)]
         await clients[0].post("/counters", json={"name": name})

@@ -9,15 +9,15 @@ import time
 import httpx
 
 from infra.settings import Settings
-from numerator.stack import Stack
+from numerator.stack import EmbeddedStack
 from tests.checks import Answer, assert_guarantees, assert_ordered
 
 
 async def hammer(
     settings: Settings, name: str, seconds: float
-) -> tuple[list[Answer], Stack, float]:
+) -> tuple[list[Answer], EmbeddedStack, float]:
     """16 clients taking values of counter `name` for `seconds`."""
-    async with Stack(settings) as stack:
+    async with EmbeddedStack(settings) as stack:
         transport = httpx.ASGITransport(app=stack.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             assert (await client.post("/counters", json={"name": name})).status_code == 201

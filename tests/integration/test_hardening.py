@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from infra.counters import NAME
 from infra.keys import NAME as KEY_NAME
 from infra.settings import Settings
-from numerator.stack import Stack
+from numerator.stack import EmbeddedStack
 from tests.checks import problem, until
 
 LOOPBACK = ("127.0.0.1", 5000)
@@ -36,7 +36,7 @@ Clients = Callable[..., httpx.AsyncClient]
 async def clients(settings: Settings, fresh_database: str) -> AsyncIterator[Clients]:
     """HTTP clients of one stack with no key yet, from loopback, addressed by `host`."""
     made: list[httpx.AsyncClient] = []
-    async with Stack(settings.but(database_url=fresh_database)) as stack:
+    async with EmbeddedStack(settings.but(database_url=fresh_database)) as stack:
         app = stack.app()
 
         def client(host: str = "127.0.0.1:8190", **headers: str) -> httpx.AsyncClient:
@@ -158,7 +158,7 @@ async def test_a_malformed_scope_is_refused(clients: Clients, scope: str) -> Non
 @pytest.fixture
 async def admin(settings: Settings, fresh_database: str) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a stack with an admin key, sending it."""
-    async with Stack(settings.but(database_url=fresh_database)) as stack:
+    async with EmbeddedStack(settings.but(database_url=fresh_database)) as stack:
         transport = httpx.ASGITransport(app=stack.app(), client=LOOPBACK)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             first = await http.post("/keys", json={"name": "root", "scopes": ["admin"]})
@@ -201,7 +201,11 @@ async def test_a_key_made_or_revoked_through_one_edge_is_known_to_another_at_onc
     only every 5 s: a new key works on the other at once (an unknown key reloads the copy),
     and a revoked one stops there at once (it follows Postgres's NOTIFY)."""
     slow = settings.but(database_url=fresh_database, keys_refresh_s=5.0)
-    async with Stack(slow) as one, Stack(slow) as other, other.edge.following_keys():
+    async with (
+        EmbeddedStack(slow) as one,
+        EmbeddedStack(slow) as other,
+        other.edge.following_keys(),
+    ):
         first = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=one.app(), client=LOOPBACK),
             base_url="http://127.0.0.1",

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from infra.settings import Settings
-from numerator.stack import Stack
+from numerator.stack import EmbeddedStack
 from tests.checks import problem, until
 
 REMOTE = ("203.0.113.9", 40000)  # a documentation address: anything but loopback
@@ -29,7 +29,7 @@ def keyed(settings: Settings, fresh_database: str) -> Settings:
 async def clients(keyed: Settings) -> AsyncIterator[Clients]:
     """Make HTTP clients of one running stack: from loopback or REMOTE, with a key or none."""
     made: list[httpx.AsyncClient] = []
-    async with Stack(keyed) as stack:
+    async with EmbeddedStack(keyed) as stack:
         app = stack.app()
 
         def client(key: str | None = None, address: tuple[str, int] = REMOTE) -> httpx.AsyncClient:
@@ -139,7 +139,7 @@ async def test_a_revoked_key_stops_within_the_stated_bound(
     """With the default KEYS_REFRESH_S (2 s), revocation takes effect within 5 s."""
     default = settings.but(database_url=fresh_database)
     assert default.edge.keys_refresh_s == Settings.of().edge.keys_refresh_s <= 5
-    async with Stack(default) as stack:
+    async with EmbeddedStack(default) as stack:
         transport = httpx.ASGITransport(app=stack.app(), client=REMOTE)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
             local = httpx.ASGITransport(app=stack.app(), client=("127.0.0.1", 1))
@@ -210,7 +210,7 @@ async def test_key_names_and_scopes_are_checked(clients: Clients) -> None:
 
 async def test_too_many_idempotency_keys_get_429(settings: Settings) -> None:
     limited = settings.but(idempotency_keys_per_s=5, auth="none")
-    async with Stack(limited) as stack:
+    async with EmbeddedStack(limited) as stack:
         app = stack.app()
         flood = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 1)),

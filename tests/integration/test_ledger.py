@@ -21,7 +21,7 @@ from infra.adapters.postgres import PostgresStore
 from infra.ledger import SKEW_S
 from infra.observe.health import EDGE_DEAD_S
 from infra.settings import Settings
-from numerator.stack import Stack
+from numerator.stack import EmbeddedStack
 from tests.checks import problem, until
 
 
@@ -148,7 +148,7 @@ async def test_a_pruned_span_is_named_not_counted_as_a_gap(
     settings: Settings, database_url: str, name: str
 ) -> None:
     quick = settings.but(audit_retention_s=1.0)
-    async with Stack(quick) as stack:
+    async with EmbeddedStack(quick) as stack:
         transport = httpx.ASGITransport(app=stack.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             await client.post("/counters", json={"name": name})
@@ -218,7 +218,7 @@ async def test_confirmation_and_its_expiry(settings: Settings, name: str) -> Non
     """A counter that needs confirmation: confirmed values are final; one void is refused a
     confirmation; one neither confirmed nor void within CONFIRM_TTL_S is voided not-confirmed."""
     quick = settings.but(confirm_ttl_s=1.0)
-    async with Stack(quick) as stack:
+    async with EmbeddedStack(quick) as stack:
         transport = httpx.ASGITransport(app=stack.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             made = await client.post("/counters", json={"name": name, "confirm": "required"})
@@ -258,7 +258,7 @@ async def test_confirmation_and_its_expiry(settings: Settings, name: str) -> Non
 
 
 async def test_values_of_an_edge_that_died_are_listed_as_unsure(
-    client: httpx.AsyncClient, stack: Stack, name: str, database_url: str, monkeypatch: Any
+    client: httpx.AsyncClient, stack: EmbeddedStack, name: str, database_url: str, monkeypatch: Any
 ) -> None:
     """Values issued to requests of an edge that died (no clean stop, silent for EDGE_DEAD_S)
     after it last said all its requests were answered may not have reached their clients: the
@@ -298,7 +298,7 @@ async def test_values_of_an_edge_that_died_are_listed_as_unsure(
 
 
 async def test_an_edge_that_stops_cleanly_leaves_nothing_unsure(
-    stack: Stack, database_url: str, monkeypatch: Any
+    stack: EmbeddedStack, database_url: str, monkeypatch: Any
 ) -> None:
     me = f"clean{uuid.uuid4().hex[:11]}"
     monkeypatch.setattr(edge_module, "EDGE", me)

@@ -3,8 +3,9 @@ BACK_FRAME_MS, or until the previous transaction is done: FRAME_POLICY), applies
 transaction, then publishes its replies.
 
 Several batchers share a durable stream's shards: each says it is alive every LEASE_TTL_S / 3 and
-holds its share of the open shards (the live batchers sorted by name, the first ones taking one
-more when the shards do not divide evenly). One that holds more gives the surplus up between two
+holds its share of the open shards (the live batchers in the order they joined, the first ones
+taking one more when the shards do not divide evenly: a batcher that joins knows before it claims
+that the shards already held are not its own). One that holds more gives the surplus up between two
 frames; one that holds fewer takes free or expired leases. A dead batcher's leases expire after
 LEASE_TTL_S and the others' shares grow to take them.
 

@@ -212,7 +212,8 @@ class Leases(Protocol):
 
     async def members(self, stream: str, owner: str, ttl: float) -> list[str]:
         """Say that batcher `owner` is alive, and return the live batchers of `stream` (seen
-        within `ttl` seconds), `owner` among them, sorted: the shards are shared among these."""
+        within `ttl` seconds), `owner` among them, in the order they joined: the shards are
+        shared among these, the ones left over going to the earliest."""
 
     async def alive(self, stream: str, owner: str) -> None:
         """Say that batcher `owner` is alive (every ALIVE_EVERY_S, for /healthz)."""

@@ -485,16 +485,19 @@ class PostgresStore:
         )
 
     async def members(self, stream: str, owner: str, ttl: float) -> list[str]:
-        others = await self._fetch(
+        rows = await self._fetch(
             "WITH seen AS (INSERT INTO batchers (stream, owner) VALUES (%(stream)s, %(owner)s)"
-            "  ON CONFLICT (stream, owner) DO UPDATE SET seen_at = now()),"
+            "  ON CONFLICT (stream, owner) DO UPDATE SET seen_at = now()"
+            "  RETURNING owner, joined_at),"
             " gone AS (DELETE FROM batchers WHERE stream = %(stream)s"
             "  AND seen_at < now() - make_interval(secs => %(ttl)s * 10))"
-            " SELECT owner FROM batchers WHERE stream = %(stream)s AND owner <> %(owner)s"
-            "  AND seen_at >= now() - make_interval(secs => %(ttl)s)",
+            " SELECT owner, joined_at FROM seen UNION ALL"
+            " SELECT owner, joined_at FROM batchers WHERE stream = %(stream)s"
+            "  AND owner <> %(owner)s AND seen_at >= now() - make_interval(secs => %(ttl)s)"
+            " ORDER BY joined_at, owner",
             {"stream": stream, "owner": owner, "ttl": ttl},
         )
-        return sorted([owner, *(str(row[0]) for row in others)])
+        return [str(row[0]) for row in rows]
 
     async def alive(self, stream: str, owner: str) -> None:
         await self._fetch(

@@ -9,8 +9,9 @@ import time
 
 from batcher.worker import Batcher
 from infra.adapters.postgres import PostgresStore
-from infra.adapters.serverless import AwsPorts
+from infra.adapters.serverless import AwsPorts, aws_ports
 from infra.counters import Counter
+from infra.observe.metrics import Metrics
 from infra.settings import Settings
 from infra.wire import Record
 from tests.aws import resources
@@ -64,3 +65,31 @@ async def test_a_new_batcher_gets_its_share_and_a_leaving_one_gives_its_shards_b
     assert second.metrics.takeovers.value == 2  # the two shards the first gave up
     assert first.metrics.takeovers.value == 2  # and took back when the second stopped
     assert sorted(values) == list(range(1, 121))
+
+
+async def test_a_joining_batcher_knows_its_share_before_it_claims(
+    aws_endpoint: str, settings: Settings, store: PostgresStore, name: str
+) -> None:
+    """One shard, a second batcher joins: it takes nothing, and the first hands nothing over,
+    even when the joiner's name sorts first (the share order is the order they joined)."""
+    ttl = 3.0
+    quick = settings.but(lease_ttl_s=ttl, read_interval_ms=50.0)
+    with resources(quick, shards=1) as (own, found):
+        metrics = Metrics()
+        ports = aws_ports(own, metrics, found)
+        first = Batcher(ports.stream, ports.replies, store, own, metrics, owner="zz-first")
+        await first.start()
+        second: Batcher | None = None
+        try:
+            await settle([first], [1], ttl)
+            more = aws_ports(own, Metrics(), found)
+            second = Batcher(more.stream, more.replies, store, own, Metrics(), owner="aa-joiner")
+            await second.start()
+            assert second._share == 0, "known at start, before any claim"
+            await asyncio.sleep(2 * ttl)  # several balances of each
+            assert [first.metrics.leases.value, second.metrics.leases.value] == [1, 0]
+            assert second.metrics.takeovers.value == 0 and first.metrics.takeovers.value == 0
+        finally:
+            await first.stop()
+            if second is not None:
+                await second.stop()

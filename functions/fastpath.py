@@ -258,9 +258,23 @@ class FastPath:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path: str = scope["path"]
         edge: Edge = self.edge or self.app.state.edge
-        settings = edge.settings
+        try:
+            who, counter, key, length, query = await self.read(edge, scope)
+        except Problem as problem:
+            await problem.response(scope["path"])(scope, receive, send)
+            return
+        if counter is None:
+            scope["numerator.who"] = who  # for the audit trail of a void
+            await self.app(scope, receive, send)
+            return
+        await self.next(edge, scope, receive, send, (who, counter, key, length, query))
+
+    async def read(
+        self, edge: Edge, scope: Scope
+    ) -> tuple[str, str | None, str | None, int, dict[str, str]]:
+        """Who sent the request, the counter of a /next (None: another route), its
+        Idempotency-Key, Content-Length and query; a Problem if it may not go on."""
         key = None
         length = size = 0
         for header, value in scope["headers"]:
@@ -269,29 +283,27 @@ class FastPath:
                 key = value.decode("latin-1")
             elif header == b"content-length" and value.isdigit():
                 length = int(value)
-        counter = next_counter(scope["method"], path)
+        counter = next_counter(scope["method"], scope["path"])
+        who = await self.admit(edge, scope, size, counter)
+        query = parameters(scope["query_string"]) if scope["query_string"] else {}
+        return who, counter, key, length, query
+
+    async def next(
+        self,
+        edge: Edge,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        request: tuple[str, str, str | None, int, dict[str, str]],
+    ) -> None:
+        """Answer POST /counters/{name}/next: its values, or its problem."""
+        who, counter, key, length, query = request
+        path = scope["path"]
         try:
-            who = await self.admit(edge, scope, size, counter)
-        except Problem as problem:
-            await problem.response(path)(scope, receive, send)
-            return
-        query: dict[str, str] = {}
-        if scope["query_string"]:
-            try:
-                query = parameters(scope["query_string"])
-            except Problem as problem:
-                await problem.response(path)(scope, receive, send)
-                return
-        if counter is None:
-            scope["numerator.who"] = who  # for the audit trail of a void
-            await self.app(scope, receive, send)
-            return
-        count = query.get("count")
-        try:
-            if length > settings.edge.max_body_bytes:
+            if length > edge.settings.edge.max_body_bytes:
                 raise Problem(Kind.BODY_TOO_LARGE, "/next takes no body")
             timeout = edge.timeout(scope.get("aws.context"))
-            work = take(edge, counter, count, key, timeout, who)
+            work = take(edge, counter, query.get("count"), key, timeout, who)
             body = await until_gone(work, receive, self.watch)
             if body is None:  # the client went away: its record is cancelled
                 edge.metrics.gone.inc()
@@ -301,9 +313,8 @@ class FastPath:
             return
         except Exception:
             log.exception("unexpected error in /next")
-            await Problem(Kind.INTERNAL, "an unexpected error; it has been logged").response(path)(
-                scope, receive, send
-            )
+            internal = Problem(Kind.INTERNAL, "an unexpected error; it has been logged")
+            await internal.response(path)(scope, receive, send)
             return
         await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
         await send({"type": "http.response.body", "body": orjson.dumps(body)})

@@ -37,7 +37,9 @@ CREATE TABLE IF NOT EXISTS baseline_counters (name text PRIMARY KEY, value bigin
 """
 
 
-class Counters:
+class Tally:
+    """What a baseline counts for /metrics: requests, and transactions that took values."""
+
     def __init__(self) -> None:
         self.requests = 0
         self.transactions = 0
@@ -64,29 +66,46 @@ def sequence_name(name: str) -> str:
     return "baseline_seq_" + re.sub(r"[^a-z0-9_]", "_", name.lower())[:40] + f"_{len(name)}"
 
 
-def create_app(mode: str, url: str, pool_max: int) -> Starlette:
-    if mode not in MODES:
-        raise ValueError(f"baseline mode must be one of {MODES}")
-    pool = psycopg_pool.AsyncConnectionPool(
-        url, min_size=2, max_size=pool_max, open=False, kwargs={"autocommit": True}
+def answer(name: str, values: list[int]) -> Response:
+    """numerator's answer shape: one value, or a range with each value."""
+    if len(values) == 1:
+        return json({"counter": name, "value": values[0], "formatted": str(values[0])})
+    return json(
+        {
+            "counter": name,
+            "first": values[0],
+            "last": values[-1],
+            "values": [{"value": v, "formatted": str(v)} for v in values],
+        }
     )
-    counters = Counters()
+
+
+class Baseline:
+    """One baseline's routes on its pool: create and next as numerator's, metrics and health."""
+
+    def __init__(self, mode: str, url: str, pool_max: int) -> None:
+        if mode not in MODES:
+            raise ValueError(f"baseline mode must be one of {MODES}")
+        self.mode, self.tally = mode, Tally()
+        self.pool = psycopg_pool.AsyncConnectionPool(
+            url, min_size=2, max_size=pool_max, open=False, kwargs={"autocommit": True}
+        )
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        await pool.open()
-        async with pool.connection() as conn:
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        await self.pool.open()
+        async with self.pool.connection() as conn:
             await conn.execute(SCHEMA)
         yield
-        await pool.close()
+        await self.pool.close()
 
-    async def create(request: Request) -> Response:
+    async def create(self, request: Request) -> Response:
         body = orjson.loads(await request.body())
         name = body.get("name", "") if isinstance(body, dict) else ""
         if not isinstance(name, str) or not NAME.fullmatch(name):
             return problem(422, "bad name")
         start = int(body.get("start", 1))
-        async with pool.connection() as conn:
+        async with self.pool.connection() as conn:
             cur = await conn.execute(
                 "INSERT INTO baseline_counters VALUES (%s, %s) ON CONFLICT DO NOTHING RETURNING 1",
                 (name, start - 1),
@@ -98,64 +117,61 @@ def create_app(mode: str, url: str, pool_max: int) -> Starlette:
             )
         return json({"name": name, "start": start}, 201)
 
-    async def take(request: Request) -> Response:
+    async def take(self, request: Request) -> Response:
         name = request.path_params["name"]
         count = int(request.query_params.get("count", "1"))
         if not NAME.fullmatch(name) or not 1 <= count <= 1000:
             return problem(422, "bad name or count")
-        counters.requests += 1
+        self.tally.requests += 1
         try:
-            async with pool.connection() as conn:
-                if mode == "rowlock":
-                    cur = await conn.execute(
-                        "UPDATE baseline_counters SET value = value + %s WHERE name = %s"
-                        " RETURNING value",
-                        (count, name),
-                    )
-                    row = await cur.fetchone()
-                    values = list(range(row[0] - count + 1, row[0] + 1)) if row else []
-                else:
-                    cur = await conn.execute(
-                        f"SELECT nextval('{sequence_name(name)}') FROM generate_series(1, %s)",
-                        (count,),
-                    )
-                    values = [r[0] for r in await cur.fetchall()]
+            async with self.pool.connection() as conn:
+                values = await self.allocate(conn, name, count)
         except psycopg.errors.UndefinedTable:
             values = []
         except psycopg.Error as exc:
             return problem(503, str(exc))
-        counters.transactions += 1
+        self.tally.transactions += 1
         if not values:
             return problem(404, f"no counter named {name!r}")
-        if count == 1:
-            return json({"counter": name, "value": values[0], "formatted": str(values[0])})
-        return json(
-            {
-                "counter": name,
-                "first": values[0],
-                "last": values[-1],
-                "values": [{"value": v, "formatted": str(v)} for v in values],
-            }
+        return answer(name, values)
+
+    async def allocate(
+        self, conn: psycopg.AsyncConnection[Any], name: str, count: int
+    ) -> list[int]:
+        """`count` values of `name` in one round trip, the baseline's way; none if no counter."""
+        if self.mode == "rowlock":
+            cur = await conn.execute(
+                "UPDATE baseline_counters SET value = value + %s WHERE name = %s RETURNING value",
+                (count, name),
+            )
+            row = await cur.fetchone()
+            return list(range(row[0] - count + 1, row[0] + 1)) if row else []
+        cur = await conn.execute(
+            f"SELECT nextval('{sequence_name(name)}') FROM generate_series(1, %s)", (count,)
         )
+        return [r[0] for r in await cur.fetchall()]
 
-    async def metrics(request: Request) -> Response:
-        return Response(counters.render(), media_type="text/plain")
+    async def metrics(self, request: Request) -> Response:
+        return Response(self.tally.render(), media_type="text/plain")
 
-    async def healthz(request: Request) -> Response:
-        return json({"status": "ok", "baseline": mode})
+    async def healthz(self, request: Request) -> Response:
+        return json({"status": "ok", "baseline": self.mode})
 
-    async def ping(request: Request) -> Response:
+    async def ping(self, request: Request) -> Response:
         return json({"ok": True})
 
+
+def create_app(mode: str, url: str, pool_max: int) -> Starlette:
+    baseline = Baseline(mode, url, pool_max)
     return Starlette(
         routes=[
-            Route("/counters", create, methods=["POST"]),
-            Route("/counters/{name}/next", take, methods=["POST"]),
-            Route("/metrics", metrics),
-            Route("/healthz", healthz),
-            Route("/ping", ping, methods=["GET", "POST"]),
+            Route("/counters", baseline.create, methods=["POST"]),
+            Route("/counters/{name}/next", baseline.take, methods=["POST"]),
+            Route("/metrics", baseline.metrics),
+            Route("/healthz", baseline.healthz),
+            Route("/ping", baseline.ping, methods=["GET", "POST"]),
         ],
-        lifespan=lifespan,
+        lifespan=baseline.lifespan,
     )
 
 

@@ -10,7 +10,7 @@ import random
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +75,7 @@ class Second:
 
 
 @dataclass
-class Outcome:
+class Result:
     """The client side of one run."""
 
     seconds: float = 0.0
@@ -103,6 +103,34 @@ class Outcome:
     def bad(self) -> int:
         return sum(n for status, n in self.statuses.items() if not 200 <= status < 300)
 
+    def offer(self, times: Iterable[float]) -> None:
+        """The schedule's sends, by the second each is due in."""
+        for offset in times:
+            self.second(offset).offered += 1
+            self.offered += 1
+
+    def release(self, at: float, late: bool) -> None:
+        """A send released `at` seconds into the run, `late` past the pacer's tolerance."""
+        second = self.second(at)
+        second.sent += 1
+        second.missed += late
+        self.sent += 1
+
+    def answered(self, at: float, status: int, error: HttpError | None, latency: float) -> None:
+        """An answer (or a failure) that arrived `at` seconds into the run."""
+        second = self.second(at)
+        if error is not None:
+            self.errors[error.kind] += 1
+            second.errors += 1
+            return
+        self.statuses[status] += 1
+        if 200 <= status < 300:
+            self.ok += 1
+            second.ok += 1
+            histogram.record(second.latency, latency)
+        else:
+            second.bad += 1
+
 
 @dataclass(frozen=True)
 class Load:
@@ -118,79 +146,85 @@ class Load:
     path: str | None = None  # send every request here instead (selfcheck's trivial route)
 
 
-Progress = Callable[[float, Outcome], None]
+Progress = Callable[[float, Result], None]
 
 
-async def drive(client: Client, load: Load, progress: Progress | None = None) -> Outcome:
+class Requests:
+    """The requests a load sends, built once: one per counter, and a keyed one for each send
+    that carries an Idempotency-Key (`idempotency_share` of them)."""
+
+    def __init__(self, client: Client, load: Load, rng: random.Random) -> None:
+        self.client, self.load, self.rng = client, load, rng
+        self.pick = load.mix.picker(rng)
+        self.query = f"?count={load.count}" if load.count != 1 else ""
+        self.plain = {
+            name: client.build("POST", load.path or f"/counters/{name}/next{self.query}")
+            for name in load.mix.names()
+        }
+        self.run = uuid.uuid4().hex[:8]
+
+    def next(self, n: int) -> bytes:
+        name = self.pick()
+        share = self.load.idempotency_share
+        if share and not self.load.path and self.rng.random() < share:
+            key = {"Idempotency-Key": f"bench-{self.run}-{n}"}
+            return self.client.build("POST", f"/counters/{name}/next{self.query}", key)
+        return self.plain[name]
+
+
+class Open:
+    """The requests in flight, and a wait until none is."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop, self.count = loop, 0
+        self.none: asyncio.Future[None] | None = None  # made once every request is released
+
+    def closed(self) -> None:
+        self.count -= 1
+        if self.count == 0 and self.none is not None and not self.none.done():
+            self.none.set_result(None)
+
+    async def drained(self) -> None:
+        if self.count:
+            self.none = self.loop.create_future()
+            await self.none
+
+
+async def drive(client: Client, load: Load, progress: Progress | None = None) -> Result:
     """Send `load` through `client`; return what came back."""
     loop = asyncio.get_running_loop()
-    rng = random.Random(load.seed)
-    pick = load.mix.picker(rng)
-    query = f"?count={load.count}" if load.count != 1 else ""
-    plain = {
-        name: client.build("POST", load.path or f"/counters/{name}/next{query}")
-        for name in load.mix.names()
-    }
-    run = uuid.uuid4().hex[:8]
-    out = Outcome()
+    requests = Requests(client, load, random.Random(load.seed))
+    out = Result()
+    out.offer(load.schedule.times())
     pacer = Pacer(load.schedule.times(), loop.time, asyncio.sleep)
     start = loop.time() + 0.05
     cpu_start = time.process_time()
-    open_requests = 0
-    drained: asyncio.Future[None] | None = None  # made once every request is released
+    flying = Open(loop)
 
     def done(due: float, status: int, _: bytes, error: HttpError | None) -> None:
-        nonlocal open_requests
-        open_requests -= 1
         now = loop.time()
-        second = out.second(now - start)
-        if error is not None:
-            out.errors[error.kind] += 1
-            second.errors += 1
-        else:
-            out.statuses[status] += 1
-            if 200 <= status < 300:
-                out.ok += 1
-                second.ok += 1
-                histogram.record(second.latency, now - due)
-            else:
-                second.bad += 1
-        if open_requests == 0 and drained is not None and not drained.done():
-            drained.set_result(None)
+        out.answered(now - start, status, error, now - due)
+        flying.closed()
 
-    async def report() -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            if progress is not None:
-                progress(loop.time() - start, out)
-
-    reporter = asyncio.create_task(report())
-    for offset in load.schedule.times():
-        out.second(offset).offered += 1
-        out.offered += 1
+    reporter = asyncio.create_task(report(progress, loop, start, out))
     async for release in pacer.releases(start):
-        second = out.second(release.due - start)
-        second.sent += 1
-        if release.late > pacer.tolerance:
-            second.missed += 1
-        out.sent += 1
-        name = pick()
-        if load.idempotency_share and not load.path and rng.random() < load.idempotency_share:
-            raw = client.build(
-                "POST",
-                f"/counters/{name}/next{query}",
-                {"Idempotency-Key": f"bench-{run}-{release.n}"},
-            )
-        else:
-            raw = plain[name]
-        open_requests += 1
-        client.submit(raw, load.timeout, release.due, done)
-    if open_requests:
-        drained = loop.create_future()
-        await drained
+        out.release(release.due - start, release.late > pacer.tolerance)
+        flying.count += 1
+        client.submit(requests.next(release.n), load.timeout, release.due, done)
+    await flying.drained()
     reporter.cancel()
     out.seconds = loop.time() - start
     out.missed = pacer.missed
     out.worst_late_ms = pacer.worst * 1000
     out.cpu_pct = 100 * (time.process_time() - cpu_start) / max(out.seconds, 1e-9)
     return out
+
+
+async def report(
+    progress: Progress | None, loop: asyncio.AbstractEventLoop, start: float, out: Result
+) -> None:
+    """Show the run so far every second, until cancelled."""
+    while True:
+        await asyncio.sleep(1.0)
+        if progress is not None:
+            progress(loop.time() - start, out)

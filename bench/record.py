@@ -16,7 +16,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from bench import histogram
-from bench.load import Outcome
+from bench.load import Result
 from bench.schedule import Schedule
 from bench.steps import steps
 
@@ -84,7 +84,7 @@ def build(
     mode: str,
     scenario: dict[str, Any],
     settings: dict[str, Any],
-    outcome: Outcome,
+    outcome: Result,
     service: dict[str, Any],
     service_seconds: list[dict[str, Any]],
     version: str,
@@ -92,7 +92,6 @@ def build(
     """The whole run as one JSON-able dict; `summary` holds the plain columns."""
     latency = outcome.latency
     lat = histogram.summary(latency)
-    seconds = max(outcome.seconds, 1e-9)
     host = machine()
     summary = {
         "run_id": run_id,
@@ -100,33 +99,8 @@ def build(
         "description": description,
         "target": target,
         "mode": mode,
-        "schedule": scenario["schedule"],
-        "duration_s": round(outcome.seconds, 3),
-        "offered_rps": round(outcome.offered / Schedule.parse(scenario["schedule"]).seconds, 2),
-        "rps_mean": round(outcome.ok / seconds, 2),
-        "requests": outcome.sent,
-        "ok": outcome.ok,
-        "bad_responses": outcome.bad,
-        "errors": sum(outcome.errors.values()),
-        "missed_sends": outcome.missed,
-        "latency_p50_ms": lat["p50"],
-        "latency_p90_ms": lat["p90"],
-        "latency_p95_ms": lat["p95"],
-        "latency_p99_ms": lat["p99"],
-        "latency_p999_ms": lat["p999"],
-        "latency_max_ms": lat["max"],
-        "latency_mean_ms": round(lat["mean"], 3),
-        "cpu_pct": _round(service.get("cpu_pct")),
-        "rss_mb": _round(service.get("rss_mb")),
-        "generator_cpu_pct": round(outcome.cpu_pct, 1),
-        "records_in": int(service.get("records_in", 0)),
-        "records_out": int(service.get("records_out", 0)),
-        "transactions": int(service.get("transactions", 0)),
-        "requests_per_txn": _round(service.get("requests_per_txn")),
-        "frame_size_mean": _round(service.get("frame_size_mean")),
-        "dead_letters": int(service.get("dead_letters", 0)),
-        "lag_max_s": _round(service.get("lag_max_s")),
-        "aws_calls_per_request": _round(service.get("aws_calls_per_request")),
+        **client_columns(outcome, scenario, lat),
+        **service_columns(service),
         "back_frame_ms": settings.get("back_frame_ms"),
         "workers": settings.get("workers"),
         "connections": scenario["connections"],
@@ -154,6 +128,48 @@ def build(
         },
         "service": {"totals": service, "per_second": service_seconds},
         "steps": steps(Schedule.parse(scenario["schedule"]), outcome, service_seconds),
+    }
+
+
+def client_columns(
+    outcome: Result, scenario: dict[str, Any], lat: dict[str, float]
+) -> dict[str, Any]:
+    """The summary's columns that the generator measured."""
+    seconds = max(outcome.seconds, 1e-9)
+    return {
+        "schedule": scenario["schedule"],
+        "duration_s": round(outcome.seconds, 3),
+        "offered_rps": round(outcome.offered / Schedule.parse(scenario["schedule"]).seconds, 2),
+        "rps_mean": round(outcome.ok / seconds, 2),
+        "requests": outcome.sent,
+        "ok": outcome.ok,
+        "bad_responses": outcome.bad,
+        "errors": sum(outcome.errors.values()),
+        "missed_sends": outcome.missed,
+        "latency_p50_ms": lat["p50"],
+        "latency_p90_ms": lat["p90"],
+        "latency_p95_ms": lat["p95"],
+        "latency_p99_ms": lat["p99"],
+        "latency_p999_ms": lat["p999"],
+        "latency_max_ms": lat["max"],
+        "latency_mean_ms": round(lat["mean"], 3),
+        "generator_cpu_pct": round(outcome.cpu_pct, 1),
+    }
+
+
+def service_columns(service: dict[str, Any]) -> dict[str, Any]:
+    """The summary's columns that the service's processes and metrics gave."""
+    return {
+        "cpu_pct": _round(service.get("cpu_pct")),
+        "rss_mb": _round(service.get("rss_mb")),
+        "records_in": int(service.get("records_in", 0)),
+        "records_out": int(service.get("records_out", 0)),
+        "transactions": int(service.get("transactions", 0)),
+        "requests_per_txn": _round(service.get("requests_per_txn")),
+        "frame_size_mean": _round(service.get("frame_size_mean")),
+        "dead_letters": int(service.get("dead_letters", 0)),
+        "lag_max_s": _round(service.get("lag_max_s")),
+        "aws_calls_per_request": _round(service.get("aws_calls_per_request")),
     }
 
 

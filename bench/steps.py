@@ -9,14 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from bench import histogram
-from bench.load import Outcome
+from bench.load import Result
 from bench.schedule import Schedule
 
 SETTLE_S = 1
 
 
 def steps(
-    schedule: Schedule, outcome: Outcome, service: list[dict[str, Any]]
+    schedule: Schedule, outcome: Result, service: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """One row per constant-rate segment of at least two seconds: offered and achieved rps,
     latency percentiles (ms), non-2xx and errors, and Postgres transactions per second (the

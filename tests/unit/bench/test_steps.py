@@ -1,12 +1,12 @@
 from bench import histogram
-from bench.load import Outcome
+from bench.load import Result
 from bench.schedule import Schedule
 from bench.steps import steps
 
 
-def outcome(seconds: dict[int, tuple[int, float]]) -> Outcome:
+def outcome(seconds: dict[int, tuple[int, float]]) -> Result:
     """`seconds`: second → (answers, latency in ms of each)."""
-    out = Outcome()
+    out = Result()
     for at, (answers, ms) in seconds.items():
         second = out.second(at)
         second.ok = answers

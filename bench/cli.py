@@ -19,6 +19,27 @@ def add_bench(commands: Any) -> None:
         "`numerator bench --local --schedule 'const(200,10s)' --json run.json --csv runs.csv "
         "--html report.html` (add --compare for the baselines).",
     )
+    where(parser)
+    shape(parser)
+    stack(parser)
+    outputs(parser)
+    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    parser.set_defaults(run=run)
+    actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action")
+
+    check = actions.add_parser("selfcheck", help="measure the generator's own ceiling")
+    check.add_argument("--max-rps", type=float, default=20000)
+    check.add_argument("--seconds", type=float, default=10)
+    check.add_argument("--connections", type=int, default=256, dest="check_connections")
+    check.set_defaults(run=selfcheck)
+
+    rebuild = actions.add_parser("report", help="rebuild the HTML report from stored runs")
+    outputs(rebuild)
+    rebuild.set_defaults(run=rebuild_report)
+
+
+def where(parser: argparse.ArgumentParser) -> None:
+    """Which service: a running one, or one the bench starts."""
     target = parser.add_mutually_exclusive_group()
     target.add_argument("--url", help="a running numerator")
     parser.add_argument(
@@ -32,6 +53,10 @@ def add_bench(commands: Any) -> None:
         action="store_true",
         help="start a stack (and the baselines with --compare) for the run",
     )
+
+
+def shape(parser: argparse.ArgumentParser) -> None:
+    """The load: a scenario, and its fields one by one."""
     parser.add_argument(
         "--scenario",
         type=Path,
@@ -52,6 +77,10 @@ def add_bench(commands: Any) -> None:
     )
     parser.add_argument("--connections", type=int, help="connection limit")
     parser.add_argument("--timeout", type=float, dest="timeout_s", help="per request, seconds")
+
+
+def stack(parser: argparse.ArgumentParser) -> None:
+    """How the stack the bench starts runs, and what runs beside it."""
     parser.add_argument("--workers", type=int, help="--local: HTTP workers")
     parser.add_argument(
         "--back-frame-ms", type=float, dest="back_frame_ms", help="--local: BACK_FRAME_MS"
@@ -66,8 +95,8 @@ def add_bench(commands: Any) -> None:
         "--edge",
         choices=["embedded", "server", "lambda"],
         help="the edge: embedded (--local: stream and batcher in each worker), or with --aws: "
-        "server (HTTP "
-        "workers, front frames) or lambda (each request through the Lambda handler)",
+        "server (HTTP workers, front frames) or lambda (each request through the Lambda "
+        "handler)",
     )
     parser.add_argument("--batchers", type=int, default=1, help="--aws: batcher processes")
     parser.add_argument(
@@ -91,20 +120,6 @@ def add_bench(commands: Any) -> None:
         help="also run the same schedule against numerator's trivial route (POST /ping): the "
         "latency this machine and generator give when no number is taken",
     )
-    outputs(parser)
-    parser.add_argument("--quiet", action="store_true", help="no progress line")
-    parser.set_defaults(run=run)
-    actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action")
-
-    check = actions.add_parser("selfcheck", help="measure the generator's own ceiling")
-    check.add_argument("--max-rps", type=float, default=20000)
-    check.add_argument("--seconds", type=float, default=10)
-    check.add_argument("--connections", type=int, default=256, dest="check_connections")
-    check.set_defaults(run=selfcheck)
-
-    rebuild = actions.add_parser("report", help="rebuild the HTML report from stored runs")
-    outputs(rebuild)
-    rebuild.set_defaults(run=rebuild_report)
 
 
 def outputs(parser: argparse.ArgumentParser) -> None:

@@ -7,7 +7,8 @@ import asyncio
 import sys
 import time
 import uuid
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,12 +18,13 @@ from bench import local, record, report
 from bench.collect import Collector, Processes, aws_calls
 from bench.errors import BenchError
 from bench.http import Client
-from bench.load import Load, Outcome, drive
+from bench.load import Load, Result, drive
 from bench.scenario import Scenario
 from bench.schedule import Schedule
 from bench.variants import Variant
 from infra import __version__
 from infra.run import loop
+from infra.run.embedded import Postgres
 
 FLOOR = "floor (/ping)"  # the trivial route: no number taken, the same server and generator
 
@@ -45,7 +47,7 @@ class Progress:
         self.last_t = 0.0
         self.tty = sys.stderr.isatty()
 
-    def __call__(self, elapsed: float, out: Outcome) -> None:
+    def __call__(self, elapsed: float, out: Result) -> None:
         if self.quiet:
             return
         span = max(elapsed - self.last_t, 1e-9)
@@ -82,7 +84,7 @@ async def measure(
     progress: Progress,
     others: list[str] | None = None,
     headers: dict[str, str] | None = None,
-) -> tuple[Outcome, Collector]:
+) -> tuple[Result, Collector]:
     client = Client(url, load.connections, headers)
     collector = Collector(url, Processes(pids) if pids else None, others or [], headers or {})
     stop = asyncio.Event()
@@ -126,56 +128,19 @@ def execute(
     run_id = uuid.uuid4().hex[:12]
     started = datetime.now(UTC).isoformat(timespec="seconds")
     load = scenario.load_plan()
-    names = load.mix.names()
     variants = variants or [Variant({})]
     if url and variants[0].env:
         raise BenchError("--settings configures a service the bench starts: use it with --local")
-    # The generator is one address standing for many clients: the per-client limit on
-    # Idempotency-Keys (100/s by default) would refuse a scenario's share of them as one client's.
-    base = {"BACK_FRAME_MS": f"{scenario.back_frame_ms:g}", "IDEMPOTENCY_KEYS_PER_S": "1000000"}
-    if aws and scenario.edge == "embedded":
-        raise BenchError("--aws runs the AWS path: --edge server (front frames) or lambda")
-    if not aws and scenario.edge != "embedded":
-        raise BenchError(f"--edge {scenario.edge} is the AWS path's: add --aws moto (or a URL)")
-    if aws:
-        tag = f"numerator-aws-{scenario.edge}"
-        targets = [
-            (v.name.replace("numerator", tag, 1), "aws", {**base, **v.env}) for v in variants
-        ]
-        if compare:
-            targets.append(("numerator-embedded", "numerator", base))
-    else:
-        targets = [(v.name, "numerator", {**base, **v.env}) for v in variants]
-        if compare:
-            targets += [(name, name, base) for name in ("baseline-rowlock", "baseline-sequence")]
-    if floor:
-        kind = "aws" if aws else "numerator"
-        targets.append((FLOOR, kind, {**base, **variants[0].env}))
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     runs = []
     with ExitStack() as stack:
         db = None if url else stack.enter_context(local.database(database_url))
-        for name, kind, env in targets:
+        for name, kind, env in targets(scenario, variants, aws, compare, floor):
             with ExitStack() as serving:
-                if url:
-                    settings: dict[str, object] = {
-                        "workers": None,
-                        "back_frame_ms": None,
-                        "shards": None,
-                    }
-                    target, mode = local.Target(name, url, [], settings), "remote"
-                elif kind == "aws":
-                    assert db is not None and aws is not None
-                    target = serving.enter_context(
-                        local.serve_aws(db, aws, scenario.edge, scenario.workers, batchers, env)
-                    )
-                    target.name, mode = name, f"aws-{scenario.edge}"
-                else:
-                    assert db is not None
-                    target = serving.enter_context(local.serve(kind, db, scenario.workers, env))
-                    target.name = name
-                    mode = "embedded"
-                local.create_counters(target.url, names, headers)
+                target, mode = serving.enter_context(
+                    started_target(scenario, name, kind, env, url, db, aws, batchers)
+                )
+                local.create_counters(target.url, load.mix.names(), headers)
                 progress = Progress(name, load.schedule, quiet)
                 pids = target.pids + (db.pids if db else [])
                 sent = replace(load, path="/ping") if name == FLOOR else load
@@ -201,6 +166,61 @@ def execute(
             )
     save(runs, outputs)
     return runs
+
+
+def targets(
+    scenario: Scenario, variants: list[Variant], aws: str | None, compare: bool, floor: bool
+) -> list[tuple[str, str, dict[str, str]]]:
+    """What the run measures, in order, as (name, kind, environment): numerator once per
+    variant, then the baselines (or with `aws`, the embedded path), then the floor."""
+    # The generator is one address standing for many clients: the per-client limit on
+    # Idempotency-Keys (100/s by default) would refuse a scenario's share of them as one client's.
+    base = {"BACK_FRAME_MS": f"{scenario.back_frame_ms:g}", "IDEMPOTENCY_KEYS_PER_S": "1000000"}
+    if aws and scenario.edge == "embedded":
+        raise BenchError("--aws runs the AWS path: --edge server (front frames) or lambda")
+    if not aws and scenario.edge != "embedded":
+        raise BenchError(f"--edge {scenario.edge} is the AWS path's: add --aws moto (or a URL)")
+    if aws:
+        tag = f"numerator-aws-{scenario.edge}"
+        found = [(v.name.replace("numerator", tag, 1), "aws", {**base, **v.env}) for v in variants]
+        if compare:
+            found.append(("numerator-embedded", "numerator", base))
+    else:
+        found = [(v.name, "numerator", {**base, **v.env}) for v in variants]
+        if compare:
+            found += [(name, name, base) for name in ("baseline-rowlock", "baseline-sequence")]
+    if floor:
+        found.append((FLOOR, "aws" if aws else "numerator", {**base, **variants[0].env}))
+    return found
+
+
+@contextmanager
+def started_target(
+    scenario: Scenario,
+    name: str,
+    kind: str,
+    env: dict[str, str],
+    url: str | None,
+    db: Postgres | None,
+    aws: str | None,
+    batchers: int,
+) -> Iterator[tuple[local.Target, str]]:
+    """The target to measure, started here unless it runs at `url`; and its mode, as the
+    record says it."""
+    if url:
+        settings: dict[str, object] = {"workers": None, "back_frame_ms": None, "shards": None}
+        yield local.Target(name, url, [], settings), "remote"
+        return
+    assert db is not None
+    if kind == "aws":
+        assert aws is not None
+        with local.serve_aws(db, aws, scenario.edge, scenario.workers, batchers, env) as target:
+            target.name = name
+            yield target, f"aws-{scenario.edge}"
+        return
+    with local.serve(kind, db, scenario.workers, env) as target:
+        target.name = name
+        yield target, "embedded"
 
 
 def settings_of(target: local.Target, info: dict[str, str]) -> dict[str, Any]:

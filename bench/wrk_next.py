@@ -25,12 +25,15 @@ from bench.scrape import scrape
 from bench.variants import NOT_HERE, SETTINGS
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """The options of `python -m bench.wrk_next`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--connections", default="64,256,1024")
-    parser.add_argument("--duration", type=float, default=10)
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--connections", default="64,256,1024", help="open connections, one table line each"
+    )
+    parser.add_argument("--duration", type=float, default=10, help="seconds per measurement")
+    parser.add_argument("--threads", type=int, default=1, help="wrk threads")
+    parser.add_argument("--workers", type=int, default=1, help="service worker processes")
     parser.add_argument("--counters", type=int, default=1000, help="the many-counters case")
     parser.add_argument(
         "--keys",
@@ -40,7 +43,11 @@ def main() -> None:
         help="instead: /next with API keys off (AUTH=none) and on (AUTH=keys, a next:* key "
         "sent with each request), alternating for ROUNDS rounds",
     )
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> None:
+    args = parser().parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed: apt-get install wrk")
     if args.keys:
@@ -64,32 +71,38 @@ def main() -> None:
             f"{shown} workers={args.workers} "
             f"wrk -t{args.threads}, {args.duration:g}s each, POST, loopback"
         )
-        print(
-            f"{'conns':>6} {'trivial rps':>12} {'hot rps':>9} {'ratio':>6} {'req/txn':>8}"
-            + (f" {'many rps':>9} {'ratio':>6} {'req/txn':>8} {'many/hot':>8}" if many else "")
-        )
-
-        def measured(connections: int, counters: list[str] | None) -> tuple[float, float]:
-            before = totals(scrape(base))
-            path = base if counters else base + "/counters/hot/next"
-            rate = wrk.run(path, connections, args.duration, args.threads, counters)
-            after = totals(scrape(base))
-            frames = after["transactions"] - before["transactions"]
-            per_txn = (after["requests"] - before["requests"]) / frames if frames else float("nan")
-            return rate, per_txn
-
-        for connections in (int(c) for c in args.connections.split(",")):
-            trivial = wrk.run(base + "/ping", connections, args.duration, args.threads)
-            hot, hot_per_txn = measured(connections, None)
-            line = f"{connections:>6} {trivial:>12,.0f} {hot:>9,.0f} {hot / trivial:>6.2f} "
-            line += f"{hot_per_txn:>8.1f}"
-            if many:
-                spread, spread_per_txn = measured(connections, many)
-                line += f" {spread:>9,.0f} {spread / trivial:>6.2f} {spread_per_txn:>8.1f}"
-                line += f" {spread / hot:>8.2f}"
-            print(line, flush=True)
+        table(base, args, many)
         if args.workers > 1:
             print("(req/txn is read from whichever worker answered /metrics)")
+
+
+def table(base: str, args: argparse.Namespace, many: list[str]) -> None:
+    """One line per connection count: the trivial route, then /next on the hot counter and on
+    the many counters, each as a rate, a ratio to the trivial route and requests per frame."""
+    print(
+        f"{'conns':>6} {'trivial rps':>12} {'hot rps':>9} {'ratio':>6} {'req/txn':>8}"
+        + (f" {'many rps':>9} {'ratio':>6} {'req/txn':>8} {'many/hot':>8}" if many else "")
+    )
+
+    def measured(connections: int, counters: list[str] | None) -> tuple[float, float]:
+        before = totals(scrape(base))
+        path = base if counters else base + "/counters/hot/next"
+        rate = wrk.run(path, connections, args.duration, args.threads, counters)
+        after = totals(scrape(base))
+        frames = after["transactions"] - before["transactions"]
+        per_txn = (after["requests"] - before["requests"]) / frames if frames else float("nan")
+        return rate, per_txn
+
+    for connections in (int(c) for c in args.connections.split(",")):
+        trivial = wrk.run(base + "/ping", connections, args.duration, args.threads)
+        hot, hot_per_txn = measured(connections, None)
+        line = f"{connections:>6} {trivial:>12,.0f} {hot:>9,.0f} {hot / trivial:>6.2f} "
+        line += f"{hot_per_txn:>8.1f}"
+        if many:
+            spread, spread_per_txn = measured(connections, many)
+            line += f" {spread:>9,.0f} {spread / trivial:>6.2f} {spread_per_txn:>8.1f}"
+            line += f" {spread / hot:>8.2f}"
+        print(line, flush=True)
 
 
 def keys_cost(args: argparse.Namespace) -> None:

@@ -201,11 +201,7 @@ def report(
     last = start + allocated - 1
     covered = ranges(links, counter.name, period)
     holes, twice = gaps(covered, start, last)
-    pruned: list[int] | None = None
-    if holes and pruned_upto is not None and holes[0][0] == start and pruned_upto >= start:
-        pruned = [start, min(holes[0][1], pruned_upto)]
-        rest = [pruned[1] + 1, holes[0][1]]
-        holes = ([rest] if rest[0] <= rest[1] else []) + holes[1:]
+    pruned, holes = _pruned(holes, start, pruned_upto)
     falls = [
         {"row": row, "first": first, "after": before}
         for (_, before, _), (first, _, row) in pairwise(covered)
@@ -231,19 +227,7 @@ def report(
         "voided": dict(sorted(by_reason.items())),
         "voids": [void.to_json() for void in voids],
         "unsure": unsure_count,
-        "unsure_runs": [
-            {
-                "first": a,
-                "last": b,
-                "at": one.link.at.isoformat(),
-                "who": one.who or "",
-                "idempotency_key": one.idempotency_key or "",
-                "edge": one.edge,
-                "edge_last_seen": (dead or {})[one.edge or ""].seen_at.isoformat(),
-            }
-            for one, spans in doubt
-            for a, b in spans
-        ],
+        "unsure_runs": _unsure_runs(doubt, dead or {}),
         "trail": {
             "rows": len({row for _, _, row in covered}),
             "pruned": pruned,
@@ -256,6 +240,37 @@ def report(
         "rising": not falls,
         "falls": falls[:10],
     }
+
+
+def _pruned(
+    holes: list[list[int]], start: int, pruned_upto: int | None
+) -> tuple[list[int] | None, list[list[int]]]:
+    """The span at the start of the period whose trail retention pruned, and the holes left
+    once it is set apart from them."""
+    if not holes or pruned_upto is None or holes[0][0] != start or pruned_upto < start:
+        return None, holes
+    pruned = [start, min(holes[0][1], pruned_upto)]
+    rest = [pruned[1] + 1, holes[0][1]]
+    return pruned, ([rest] if rest[0] <= rest[1] else []) + holes[1:]
+
+
+def _unsure_runs(
+    doubt: Sequence[tuple[Taken, list[tuple[int, int]]]], dead: Mapping[str, EdgeEnd]
+) -> list[dict[str, Any]]:
+    """Each run of values whose delivery is unknown, with who asked and the edge that died."""
+    return [
+        {
+            "first": a,
+            "last": b,
+            "at": one.link.at.isoformat(),
+            "who": one.who or "",
+            "idempotency_key": one.idempotency_key or "",
+            "edge": one.edge,
+            "edge_last_seen": dead[one.edge or ""].seen_at.isoformat(),
+        }
+        for one, spans in doubt
+        for a, b in spans
+    ]
 
 
 def _confirmation(

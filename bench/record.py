@@ -84,22 +84,22 @@ def build(
     mode: str,
     scenario: dict[str, Any],
     settings: dict[str, Any],
-    outcome: Result,
+    result: Result,
     service: dict[str, Any],
     service_seconds: list[dict[str, Any]],
     version: str,
 ) -> dict[str, Any]:
     """The whole run as one JSON-able dict; `summary` holds the plain columns."""
-    latency = outcome.latency
+    latency = result.latency
     lat = histogram.summary(latency)
     host = machine()
-    summary = {
+    columns = {
         "run_id": run_id,
         "started_at": started_at,
         "description": description,
         "target": target,
         "mode": mode,
-        **client_columns(outcome, scenario, lat),
+        **client_columns(result, scenario, lat),
         **service_columns(service),
         "back_frame_ms": settings.get("back_frame_ms"),
         "workers": settings.get("workers"),
@@ -110,42 +110,43 @@ def build(
         "version": version,
         "host": host["host"],
     }
+    summary = {name: columns[name] for name in COLUMNS}  # in the table's order
     return {
         "summary": summary,
         "scenario": scenario,
         "settings": settings,
         "machine": host,
         "client": {
-            "statuses": {str(k): v for k, v in sorted(outcome.statuses.items())},
-            "errors": dict(outcome.errors),
-            "missed_sends": outcome.missed,
-            "worst_late_ms": round(outcome.worst_late_ms, 3),
-            "cpu_pct": round(outcome.cpu_pct, 1),
+            "statuses": {str(k): v for k, v in sorted(result.statuses.items())},
+            "errors": dict(result.errors),
+            "missed_sends": result.missed,
+            "worst_late_ms": round(result.worst_late_ms, 3),
+            "cpu_pct": round(result.cpu_pct, 1),
             "latency_ms": lat,
             "distribution": histogram.distribution(latency),
             "histogram": histogram.encode(latency),
-            "per_second": [s.to_json(at) for at, s in sorted(outcome.per_second.items())],
+            "per_second": [s.to_json(at) for at, s in sorted(result.per_second.items())],
         },
         "service": {"totals": service, "per_second": service_seconds},
-        "steps": steps(Schedule.parse(scenario["schedule"]), outcome, service_seconds),
+        "steps": steps(Schedule.parse(scenario["schedule"]), result, service_seconds),
     }
 
 
 def client_columns(
-    outcome: Result, scenario: dict[str, Any], lat: dict[str, float]
+    result: Result, scenario: dict[str, Any], lat: dict[str, float]
 ) -> dict[str, Any]:
     """The summary's columns that the generator measured."""
-    seconds = max(outcome.seconds, 1e-9)
+    seconds = max(result.seconds, 1e-9)
     return {
         "schedule": scenario["schedule"],
-        "duration_s": round(outcome.seconds, 3),
-        "offered_rps": round(outcome.offered / Schedule.parse(scenario["schedule"]).seconds, 2),
-        "rps_mean": round(outcome.ok / seconds, 2),
-        "requests": outcome.sent,
-        "ok": outcome.ok,
-        "bad_responses": outcome.bad,
-        "errors": sum(outcome.errors.values()),
-        "missed_sends": outcome.missed,
+        "duration_s": round(result.seconds, 3),
+        "offered_rps": round(result.offered / Schedule.parse(scenario["schedule"]).seconds, 2),
+        "rps_mean": round(result.ok / seconds, 2),
+        "requests": result.sent,
+        "ok": result.ok,
+        "bad_responses": result.bad,
+        "errors": sum(result.errors.values()),
+        "missed_sends": result.missed,
         "latency_p50_ms": lat["p50"],
         "latency_p90_ms": lat["p90"],
         "latency_p95_ms": lat["p95"],
@@ -153,7 +154,7 @@ def client_columns(
         "latency_p999_ms": lat["p999"],
         "latency_max_ms": lat["max"],
         "latency_mean_ms": round(lat["mean"], 3),
-        "generator_cpu_pct": round(outcome.cpu_pct, 1),
+        "generator_cpu_pct": round(result.cpu_pct, 1),
     }
 
 

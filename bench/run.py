@@ -92,7 +92,7 @@ async def measure(
     await asyncio.sleep(0.2)  # the collector's first scrape: the totals before the load
     began = time.monotonic()
     try:
-        outcome = await drive(client, load, progress)
+        result = await drive(client, load, progress)
     finally:
         client.close()
         stop.set()
@@ -101,7 +101,7 @@ async def measure(
         sample["t"] = round(sample["t"] - sample["span_s"] / 2 - began, 3)
     if progress.tty and not progress.quiet:
         print(file=sys.stderr)
-    return outcome, collector
+    return result, collector
 
 
 def execute(
@@ -144,7 +144,7 @@ def execute(
                 progress = Progress(name, load.schedule, quiet)
                 pids = target.pids + (db.pids if db else [])
                 sent = replace(load, path="/ping") if name == FLOOR else load
-                outcome, collector = loop.run(
+                result, collector = loop.run(
                     lambda t=target, p=pids, g=progress, s=sent: measure(  # type: ignore[misc]
                         t.url, s, p, g, t.others, headers
                     )
@@ -158,7 +158,7 @@ def execute(
                     mode=mode,
                     scenario=scenario.to_json(),
                     settings=settings_of(target, collector.info),
-                    outcome=outcome,
+                    result=result,
                     service=collector.summary(),
                     service_seconds=collector.samples,
                     version=__version__,

@@ -16,7 +16,7 @@ SETTLE_S = 1
 
 
 def steps(
-    schedule: Schedule, outcome: Result, service: list[dict[str, Any]]
+    schedule: Schedule, result: Result, service: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """One row per constant-rate segment of at least two seconds: offered and achieved rps,
     latency percentiles (ms), non-2xx and errors, and Postgres transactions per second (the
@@ -29,7 +29,7 @@ def steps(
         if segment.start != segment.end or segment.seconds < SETTLE_S + 1:
             continue
         first, last = int(start) + SETTLE_S, int(end)  # whole seconds [first, last)
-        seconds = [s for at, s in outcome.per_second.items() if first <= at < last]
+        seconds = [s for at, s in result.per_second.items() if first <= at < last]
         span = max(last - first, 1)
         latency = histogram.summary(histogram.merge(s.latency for s in seconds))
         inside = [s for s in service if first <= s["t"] < last]

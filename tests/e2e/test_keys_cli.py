@@ -14,6 +14,8 @@ import pytest
 
 from tests.e2e.service import Service
 
+pytestmark = pytest.mark.slow
+
 
 def numerator(*args: str, key: str | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "NUMERATOR_KEY"}

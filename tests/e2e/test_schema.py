@@ -11,8 +11,11 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.e2e.service import Service
+
+pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).parents[1]
 

@@ -11,8 +11,11 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.e2e.service import Service
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).parents[2]
 

@@ -10,11 +10,11 @@ import psycopg
 import pytest
 
 from bench import histogram, record, report
-from bench.load import Outcome, Second
+from bench.load import Result, Second
 
 
 def fake_run(run_id: str, target: str = "numerator", rps: int = 100) -> dict[str, Any]:
-    outcome = Outcome(
+    result = Result(
         seconds=2.0,
         offered=2 * rps,
         sent=2 * rps,
@@ -25,7 +25,7 @@ def fake_run(run_id: str, target: str = "numerator", rps: int = 100) -> dict[str
         second = Second(offered=rps, sent=rps, ok=rps - at)
         for i in range(rps):
             histogram.record(second.latency, 0.001 * (i % 20 + 1))
-        outcome.per_second[at] = second
+        result.per_second[at] = second
     service = {
         "requests": 2 * rps,
         "transactions": 20,
@@ -66,7 +66,7 @@ def fake_run(run_id: str, target: str = "numerator", rps: int = 100) -> dict[str
         mode="embedded",
         scenario=scenario,
         settings={"workers": 1, "back_frame_ms": 10.0},
-        outcome=outcome,
+        result=result,
         service=service,
         service_seconds=samples,
         version="test",

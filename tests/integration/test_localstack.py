@@ -8,9 +8,12 @@ import asyncio
 from typing import Any
 
 import httpx
+import pytest
 
 from infra.settings import Settings
 from numerator.stack import BatcherStack, EdgeStack
+
+pytestmark = pytest.mark.slow
 
 
 async def test_values_go_through_kinesis_on_localstack(

@@ -14,6 +14,8 @@ import yaml
 
 from tests.tools import debian_tool
 
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "monitoring" / "rules.yml"
 TESTS = sorted((ROOT / "monitoring" / "tests").glob("*.yml"))

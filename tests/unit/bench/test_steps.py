@@ -4,7 +4,7 @@ from bench.schedule import Schedule
 from bench.steps import steps
 
 
-def outcome(seconds: dict[int, tuple[int, float]]) -> Result:
+def result(seconds: dict[int, tuple[int, float]]) -> Result:
     """`seconds`: second → (answers, latency in ms of each)."""
     out = Result()
     for at, (answers, ms) in seconds.items():
@@ -18,9 +18,7 @@ def outcome(seconds: dict[int, tuple[int, float]]) -> Result:
 def test_each_constant_step_is_summarised_without_its_first_second() -> None:
     schedule = Schedule.parse("const(100, 3s) const(1000, 3s)")
     # second 0 and 3 are the settling seconds: their slow answers must not count
-    run = outcome(
-        {0: (100, 50), 1: (100, 2), 2: (100, 2), 3: (1000, 80), 4: (1000, 5), 5: (800, 5)}
-    )
+    run = result({0: (100, 50), 1: (100, 2), 2: (100, 2), 3: (1000, 80), 4: (1000, 5), 5: (800, 5)})
     service = [
         {"t": 1.5, "transactions": 90.0},
         {"t": 4.5, "transactions": 40.0},
@@ -34,5 +32,5 @@ def test_each_constant_step_is_summarised_without_its_first_second() -> None:
 
 
 def test_a_schedule_without_two_steps_has_no_sweep() -> None:
-    assert steps(Schedule.parse("const(100, 5s)"), outcome({1: (100, 1)}), []) == []
-    assert steps(Schedule.parse("line(1, 100, 5s) line(100, 1, 5s)"), outcome({}), []) == []
+    assert steps(Schedule.parse("const(100, 5s)"), result({1: (100, 1)}), []) == []
+    assert steps(Schedule.parse("line(1, 100, 5s) line(100, 1, 5s)"), result({}), []) == []

@@ -68,12 +68,16 @@ def make(kind: str, request: pytest.FixtureRequest) -> Made:
     return Made(kinesis(settings, found, threads=16), lambda: kinesis(settings, found), poison)
 
 
-@pytest.fixture(params=["memory", "list", "kinesis", "localstack"])
+# LocalStack (its own venv, about two minutes to fill on a bare machine) is slow, not the others.
+LOCALSTACK = pytest.param("localstack", marks=pytest.mark.slow)
+
+
+@pytest.fixture(params=["memory", "list", "kinesis", LOCALSTACK])
 def made(request: pytest.FixtureRequest) -> Made:
     return make(request.param, request)
 
 
-@pytest.fixture(params=["list", "kinesis", "localstack"])
+@pytest.fixture(params=["list", "kinesis", LOCALSTACK])
 def durable(request: pytest.FixtureRequest) -> Made:
     """The adapters whose `durable` is True, for what only they promise."""
     return make(request.param, request)

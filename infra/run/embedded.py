@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -33,7 +34,11 @@ def default_data_dir() -> Path:
 def embedded(data_dir: Path) -> Iterator[Postgres]:
     """Start (or join) the embedded Postgres keeping its files under `data_dir`. The server stops
     when the block ends."""
-    import pgserver
+    with warnings.catch_warnings():
+        # pgserver's lock file goes under /tmp/runtime-UID where XDG_RUNTIME_DIR is unset (root,
+        # containers, CI): platformdirs warns of it at import, which is no concern of the user's.
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        import pgserver
 
     pgdata = data_dir / "pgdata"
     pgdata.parent.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@ problems. (Against a live service: tests/e2e/test_client.py.)"""
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
@@ -162,3 +163,26 @@ def test_create_returns_a_counter_that_exists_with_the_same_settings_and_refuses
         assert numerator.create("c", template="C-{value}").template == "C-{value}"
         with pytest.raises(Conflict):
             numerator.create("c", template="OTHER-{value}")
+
+
+@pytest.mark.parametrize(
+    ("url", "proxy", "tls"),
+    [
+        ("https://numbers.example", None, True),
+        ("http://127.0.0.1:8080", None, False),
+        ("http://127.0.0.1:8080", "https://proxy.example:3128", True),
+        ("http://127.0.0.1:8080", "http://proxy.example:3128", False),
+    ],
+)
+def test_a_tls_context_is_built_only_when_tls_may_be_spoken(
+    url: str, proxy: str | None, tls: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("https_proxy", raising=False)
+    if proxy:
+        monkeypatch.setenv("ALL_PROXY", proxy)
+    assert client._tls(url) is tls
+    with Client(url) as made:  # and an https URL's client verifies what it connects to
+        context = made.http._transport._pool._ssl_context  # type: ignore[attr-defined]
+        assert (context.verify_mode == ssl.CERT_REQUIRED) is tls

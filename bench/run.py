@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -145,9 +146,7 @@ def execute(
                 pids = target.pids + (db.pids if db else [])
                 sent = replace(load, path="/ping") if name == FLOOR else load
                 result, collector = loop.run(
-                    lambda t=target, p=pids, g=progress, s=sent: measure(  # type: ignore[misc]
-                        t.url, s, p, g, t.others, headers
-                    )
+                    partial(measure, target.url, sent, pids, progress, target.others, headers)
                 )
             runs.append(
                 record.build(

@@ -137,7 +137,7 @@ def tier(process: psutil.Process) -> str:
         line = " ".join(process.cmdline())
     except psutil.Error:
         return "edge"
-    if "moto.server" in line:
+    if "moto.server" in line or "numerator.motoserver" in line:
         return "stream"
     if "numerator batcher" in line:
         return "batcher"

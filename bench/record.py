@@ -19,6 +19,7 @@ from bench import histogram
 from bench.load import Result
 from bench.schedule import Schedule
 from bench.steps import steps
+from bench.verdict import verdict
 
 # The summary row, in order: what a spreadsheet or SELECT sees.
 COLUMNS: dict[str, str] = {
@@ -111,7 +112,7 @@ def build(
         "host": host["host"],
     }
     summary = {name: columns[name] for name in COLUMNS}  # in the table's order
-    return {
+    run = {
         "summary": summary,
         "scenario": scenario,
         "settings": settings,
@@ -130,6 +131,8 @@ def build(
         "service": {"totals": service, "per_second": service_seconds},
         "steps": steps(Schedule.parse(scenario["schedule"]), result, service_seconds),
     }
+    run["verdict"] = verdict(run).to_json()
+    return run
 
 
 def client_columns(

@@ -9,6 +9,7 @@ from typing import Any
 
 from bench.charts import Series, line_chart
 from bench.collect import aws_calls
+from bench.verdict import verdict
 
 HEADLINE = [
     ("target", "target"),
@@ -47,6 +48,8 @@ table { border-collapse: collapse; margin: 8px 0 20px; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 th { background: #f3f3f3; } td:first-child, th:first-child { text-align: left; }
 tr.current td { background: #fff8dc; }
+.verdict { border-left: 4px solid #b35c00; padding: 2px 10px; margin: 8px 0; }
+.verdict ul { margin: 2px 0; }
 .meta { color: #555; } h2 { margin-top: 28px; } svg { display: block; margin: 6px 0 14px; }
 """
 
@@ -248,6 +251,19 @@ def distribution(runs: list[dict[str, Any]]) -> str:
     )
 
 
+def verdicts(runs: list[dict[str, Any]]) -> str:
+    """Each run's verdict (bench/verdict.py): the tier that limited it, and the evidence."""
+    lines = []
+    for run in runs:
+        said = verdict(run)
+        evidence = "".join(f"<li>{escape(one)}</li>" for one in said.evidence)
+        lines.append(
+            f"<div class='verdict'><b>{escape(run['summary']['target'])}: "
+            f"{escape(said.head())}</b><ul>{evidence}</ul></div>"
+        )
+    return "".join(lines)
+
+
 def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:
     """The report for one invocation's runs, with earlier runs (`history`) compared below."""
     first = runs[0]
@@ -263,6 +279,7 @@ def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:
         f"{scenario['connections']} connections · mode {escape(summary['mode'])} · "
         f"BACK_FRAME_MS {cell(summary['back_frame_ms'])} · workers {summary['workers']}</p>",
         "<h2>This run</h2>",
+        verdicts(runs),
         table([r["summary"] for r in runs], HEADLINE),
         ratios(runs),
         sweep(runs),

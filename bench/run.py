@@ -23,6 +23,7 @@ from bench.load import Load, Result, drive
 from bench.scenario import Scenario
 from bench.schedule import Schedule
 from bench.variants import Variant
+from bench.verdict import verdict
 from infra import __version__
 from infra.run import loop
 from infra.run.embedded import Postgres
@@ -247,8 +248,13 @@ def headline(runs: list[dict[str, Any]]) -> str:
                 f"{s['generator_cpu_pct']:.0f}%): latencies count from the scheduled time, but "
                 "the offered rate was not fully met; see `numerator bench selfcheck`"
             )
+    said = "".join(f"\n[{run['summary']['target']}] {verdict(run).line()}" for run in runs)
     return (
-        table(runs) + calls(runs) + sweep(runs) + ("\n" + "\n".join(warnings) if warnings else "")
+        table(runs)
+        + calls(runs)
+        + sweep(runs)
+        + said
+        + ("\n" + "\n".join(warnings) if warnings else "")
     )
 
 

@@ -131,6 +131,8 @@ def test_report_is_self_contained_with_charts_ratios_and_history() -> None:
     assert html.count("<svg") >= 1 + 4 * len(runs)
     assert "Ratios, measured side by side" in html
     assert "Compared with earlier runs" in html and "before" in html
+    assert html.count("class='verdict'") == len(runs)  # each run's verdict, with its evidence
+    assert "<b>baseline-rowlock: no tier saturated</b><ul><li>the offered rate was below " in html
     assert 'class="current"' in html
     assert "<script" not in html and "http://" not in html.replace(
         'xmlns="http://www.w3.org/2000/svg"', ""

@@ -163,7 +163,6 @@ async def soak(args: argparse.Namespace, folder: Path) -> Tally:
     try:
         with moto_server() as moto:
             env = aws_environment(moto.url)
-            os.environ.update(env)  # this program's own boto3 clients find moto there
             settings = Settings.from_env().but(
                 database_url=str(postgres.get_uri()),
                 stream_name="soak",
@@ -172,13 +171,13 @@ async def soak(args: argparse.Namespace, folder: Path) -> Tally:
                 lease_ttl_s=args.lease_ttl,
                 reply_timeout_s=10.0,
             )
-            create(clients(settings), settings)
+            create(clients(settings, env), settings)
             await migrate(settings.database.database_url)
             batchers = Batchers({**settings.to_env(), **env}, folder)
             for _ in range(args.batchers):
                 batchers.start()
             try:
-                async with EdgeStack(settings) as edge:
+                async with EdgeStack(settings, found=clients(settings, env)) as edge:
                     transport = httpx.ASGITransport(app=edge.app())
                     async with httpx.AsyncClient(
                         transport=transport, base_url="http://127.0.0.1", timeout=60

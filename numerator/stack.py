@@ -24,7 +24,7 @@ from functions.edge import Edge
 from functions.fastpath import FastPath
 from functions.front import Front
 from infra import __version__
-from infra.adapters.aws import check
+from infra.adapters.aws import Clients, check
 from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.adapters.postgres import PostgresStore, migrate
 from infra.adapters.serverless import AwsPorts, aws_ports
@@ -144,11 +144,18 @@ class EmbeddedStack(BatcherStack):
 class EdgeStack:
     """The AWS path's edge in a long-running process: no batcher here."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], datetime] = utc_now,
+        found: Clients | None = None,
+    ) -> None:
+        """`found`: the AWS clients to use (`infra.adapters.aws.clients`), when not those this
+        process's environment configures."""
         self.settings = settings
         self.metrics = Metrics()
         describe(self.metrics, settings, "edge")
-        self.aws: AwsPorts = aws_ports(settings, self.metrics)
+        self.aws: AwsPorts = aws_ports(settings, self.metrics, found)
         self.store = PostgresStore(settings.database.database_url, settings.database.pool_max)
         self.edge = Edge(
             stream=self.aws.stream,

@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_batcher(commands)
     add_migrate(commands)
     add_aws(commands)
+    add_invoke(commands)
     counters = add_counters(commands)
     add_next(commands)
     add_keys(commands)
@@ -144,6 +145,37 @@ def add_aws(commands: Any) -> None:
     )
     init.add_argument("--shards", type=int, help="shards of a new stream (default: $SHARDS or 1)")
     init.set_defaults(run=later("numerator.serving:run_aws_init"))
+
+
+def add_invoke(commands: Any) -> None:
+    invoke = commands.add_parser(
+        "invoke",
+        help="API Gateway events through the Lambda handler, without Docker",
+        description="Send each EVENT (an API Gateway event file, e.g. events/http-api-next.json) "
+        "in order to functions.handler.handler in one container, in a child Python, and print "
+        "each answer as a line of JSON. The function's environment is this one's (MODE=aws, "
+        "DATABASE_URL, STREAM_NAME, REPLY_TABLE, AWS_ENDPOINT_URL, …).",
+    )
+    invoke.add_argument("events", nargs="+", metavar="EVENT", help="an API Gateway event file")
+    invoke.add_argument(
+        "--build",
+        type=Path,
+        metavar="DIR",
+        help="the function folder `sam build` made (.aws-sam/build/EdgeFunction): run its "
+        "handler from there alone, by the runtime's Python (default: this project's handler)",
+    )
+    invoke.add_argument(
+        "--python",
+        metavar="PATH",
+        help="the Python to run it (default: python3.12 on PATH with --build, else this one)",
+    )
+    invoke.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        help="seconds each invocation may take, as the function's Timeout (default 30)",
+    )
+    invoke.set_defaults(run=later("numerator.invoke:run_invoke"))
 
 
 def add_counters(commands: Any) -> Any:

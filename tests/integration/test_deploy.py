@@ -94,44 +94,27 @@ def test_sam_build_makes_the_deployed_arm64_function(tmp_path: Path) -> None:
     assert machine == 183, f"{library.name}: ELF machine {machine}, not AArch64 (183)"
 
 
-RUNNER = """
-import json, sys
-sys.path.insert(0, ".")  # the build folder, and nothing of the project or its venv
-import functions.handler as entry
-
-class Context:
-    aws_request_id = "r-1"
-    function_name = "numerator-edge"
-    memory_limit_in_mb = 512
-    invoked_function_arn = "arn:aws:lambda:us-east-1:000000000000:function:numerator-edge"
-    def get_remaining_time_in_millis(self):
-        return 20000
-
-for line in sys.stdin:
-    print("ANSWER " + json.dumps(entry.handler(json.loads(line), Context())), flush=True)
-"""
-
-
 @needs_312
 def test_the_built_function_answers_events_from_its_build_folder_alone(
     built: Path,
     batcher: Settings,  # noqa: F811
     name: str,
+    tmp_path: Path,
 ) -> None:
     assert PY312 is not None
-    requests = [event("http-api-create.json", name), event("http-api-next.json", name)]
-    done = subprocess.run(
-        [str(PY312), "-E", "-s", "-c", RUNNER],
-        input="".join(json.dumps(r) + "\n" for r in requests),
-        cwd=built,
+    files = []
+    for file in ("http-api-create.json", "http-api-next.json"):
+        files.append(tmp_path / file)
+        files[-1].write_text(json.dumps(event(file, name)))
+    invoke = [sys.executable, "-m", "numerator", "invoke", "--build", str(built)]
+    done = subprocess.run(  # the documented command: numerator invoke --build
+        [*invoke, "--python", str(PY312), *map(str, files)],
         env={**os.environ, **environment(batcher)},
         capture_output=True,
         text=True,
         timeout=120,
     )
-    answers = [
-        json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("ANSWER ")
-    ]
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
     assert len(answers) == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert [a["statusCode"] for a in answers] == [201, 200], answers
     assert "granian" not in os.listdir(built) and "pgserver" not in os.listdir(built)

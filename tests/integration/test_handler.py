@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -345,3 +347,44 @@ def test_the_lambda_edge_refuses_a_web_page_acting_for_a_loopback_caller(
     assert form["statusCode"] == 403 and "Origin" in body(form)["detail"], form
     own = lam(local(host="127.0.0.1:3000", origin="http://127.0.0.1:3000"))
     assert own["statusCode"] == 201, own
+
+
+def test_numerator_invoke_sends_event_files_through_the_handler_in_one_container(
+    batcher: Settings, name: str, tmp_path: Path
+) -> None:
+    """The documented command (`numerator invoke EVENT…`), as a user runs it: a child process,
+    the function's environment its own, one answer per event, in order."""
+    files = []
+    for file in ("http-api-create.json", "http-api-next.json", "http-api-next-count.json"):
+        files.append(tmp_path / file)
+        files[-1].write_text(json.dumps(event(file, name)))
+    done = subprocess.run(
+        [sys.executable, "-m", "numerator", "invoke", *map(str, files)],
+        env={**os.environ, **environment(batcher)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["statusCode"] for a in answers] == [201, 200, 200], answers
+    assert [v["value"] for v in body(answers[2])["values"]] == [2, 3, 4]
+
+
+def test_numerator_invoke_says_what_is_wrong_with_its_input(tmp_path: Path) -> None:
+    (tmp_path / "not.json").write_text("{")
+    (tmp_path / "other.json").write_text('{"Records": []}')
+    for args, said in [
+        (["missing.json"], "cannot read the event missing.json"),
+        ([str(tmp_path / "not.json")], "is not JSON"),
+        ([str(tmp_path / "other.json")], "is not an API Gateway event"),
+        (["--build", str(tmp_path), str(EVENTS / "http-api-next.json")], "no functions/handler.py"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "numerator", "invoke", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1 and said in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr

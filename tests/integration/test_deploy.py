@@ -118,6 +118,9 @@ def test_the_built_function_answers_events_from_its_build_folder_alone(
     assert len(answers) == 2, done.stdout[-2000:] + done.stderr[-2000:]
     assert [a["statusCode"] for a in answers] == [201, 200], answers
     assert "granian" not in os.listdir(built) and "pgserver" not in os.listdir(built)
+    # the edge alone (template.yaml's CodeUri is edge/): none of the project's other folders
+    ours = {"functions", "infra", "batcher", "numerator", "bench", "tests", "docs", "scripts"}
+    assert ours & set(os.listdir(built)) == {"functions", "infra"}
 
 
 def packaged(code: str) -> dict[str, Any]:

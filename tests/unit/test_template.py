@@ -247,7 +247,7 @@ def test_the_functions_requirements_are_the_projects_own() -> None:
         return out
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    wanted = by_name((ROOT / "requirements.txt").read_text().splitlines())
+    wanted = by_name((ROOT / "edge" / "requirements.txt").read_text().splitlines())
     declared = by_name(project)
     assert wanted, "requirements.txt lists the edge's dependencies"
     for name, line in wanted.items():

@@ -28,9 +28,17 @@ def add_bench(commands: Any) -> None:
     actions = parser.add_subparsers(title="actions", metavar="ACTION", dest="action")
 
     check = actions.add_parser("selfcheck", help="measure the generator's own ceiling")
-    check.add_argument("--max-rps", type=float, default=20000)
-    check.add_argument("--seconds", type=float, default=10)
-    check.add_argument("--connections", type=int, default=256, dest="check_connections")
+    check.add_argument(
+        "--max-rps", type=float, default=20000, help="the highest rate tried (default 20000)"
+    )
+    check.add_argument("--seconds", type=float, default=10, help="per rate tried (default 10)")
+    check.add_argument(
+        "--connections",
+        type=int,
+        default=256,
+        dest="check_connections",
+        help="connections to the trivial server (default 256)",
+    )
     check.set_defaults(run=selfcheck)
 
     rebuild = actions.add_parser("report", help="rebuild the HTML report from stored runs")
@@ -63,11 +71,17 @@ def shape(parser: argparse.ArgumentParser) -> None:
         help="a YAML scenario file, or the name of one that ships with numerator "
         f"({', '.join(sorted(p.stem for p in SCENARIOS.glob('*.yaml')))})",
     )
-    parser.add_argument("--description")
+    parser.add_argument("--description", help="a line that names the run in its record")
     parser.add_argument("--schedule", help="e.g. 'line(100,2000,30s) const(2000,1m)'")
-    parser.add_argument("--mix", choices=["hot", "uniform", "zipf"])
+    parser.add_argument(
+        "--mix",
+        choices=["hot", "uniform", "zipf"],
+        help="which counter each request takes: one hot, all alike, or zipf-skewed",
+    )
     parser.add_argument("--counters", type=int, help="how many counters (uniform, zipf)")
-    parser.add_argument("--zipf-s", type=float, dest="zipf_s")
+    parser.add_argument(
+        "--zipf-s", type=float, dest="zipf_s", help="the zipf exponent (default 1.1)"
+    )
     parser.add_argument("--count", type=int, help="values per request (?count=)")
     parser.add_argument(
         "--idempotency-share",

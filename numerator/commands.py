@@ -182,7 +182,7 @@ def add_counters(commands: Any) -> Any:
     counters = commands.add_parser("counters", help="create, read and list counters")
     actions = counters.add_subparsers(title="actions", metavar="ACTION")
     create = actions.add_parser("create", help="create a counter")
-    create.add_argument("name")
+    create.add_argument("name", help="the counter's name")
     create.add_argument("--start", type=int, help="the first value (default 1)")
     create.add_argument("--template", help="e.g. 'INV-{yyyy}-{value:06d}' (default '{value}')")
     create.add_argument(
@@ -207,7 +207,7 @@ def add_counters(commands: Any) -> Any:
     talking(create)
     create.set_defaults(run=later("numerator.console:run_create"))
     get = actions.add_parser("get", help="show a counter and its last value")
-    get.add_argument("name")
+    get.add_argument("name", help="the counter's name")
     talking(get)
     get.set_defaults(run=later("numerator.console:run_get"))
     listing = actions.add_parser("list", help="list counters")
@@ -222,7 +222,7 @@ def add_counters(commands: Any) -> Any:
 
 def add_next(commands: Any) -> None:
     nxt = commands.add_parser("next", help="take the next value(s) of a counter")
-    nxt.add_argument("name")
+    nxt.add_argument("name", help="the counter's name")
     nxt.add_argument(
         "--count", type=int, default=1, help="take this many consecutive values (%(default)s)"
     )
@@ -239,11 +239,11 @@ def add_keys(commands: Any) -> None:
     parser = commands.add_parser("keys", help="create, list and revoke API keys")
     actions = parser.add_subparsers(title="actions", metavar="ACTION")
     create = actions.add_parser("create", help="create a key and print its secret, once")
-    create.add_argument("name")
+    create.add_argument("name", help="the API key's name")
     create.add_argument("--scope", action="append", required=True, help=SCOPES_HELP)
     listing = actions.add_parser("list", help="list keys (never their secrets)")
     revoke = actions.add_parser("revoke", help="revoke the key of this name")
-    revoke.add_argument("name")
+    revoke.add_argument("name", help="the API key's name")
     for action, name in ((create, "create"), (listing, "list"), (revoke, "revoke")):
         talking(action)
         action.add_argument(
@@ -255,8 +255,14 @@ def add_keys(commands: Any) -> None:
 
 def add_ledger(commands: Any, counters: Any) -> None:
     void = commands.add_parser("void", help="take values out of use, for a reason (idempotent)")
-    void.add_argument("name")
-    void.add_argument("values", nargs="+", type=int, metavar="VALUE")
+    void.add_argument("name", help="the counter's name")
+    void.add_argument(
+        "values",
+        nargs="+",
+        type=int,
+        metavar="VALUE",
+        help="values to void (numbers, not formatted)",
+    )
     void.add_argument("--reason", required=True, help="why, for the audit trail")
     void.add_argument("--period", help=PERIOD_HELP)
     talking(void)
@@ -265,14 +271,16 @@ def add_ledger(commands: Any, counters: Any) -> None:
     confirm = commands.add_parser(
         "confirm", help="confirm values were used (a counter created with --confirm)"
     )
-    confirm.add_argument("name")
-    confirm.add_argument("values", nargs="+", type=int, metavar="VALUE")
+    confirm.add_argument("name", help="the counter's name")
+    confirm.add_argument(
+        "values", nargs="+", type=int, metavar="VALUE", help="values to confirm (the plain number)"
+    )
     confirm.add_argument("--period", help=PERIOD_HELP)
     talking(confirm)
     confirm.set_defaults(run=later("numerator.ledger:run_confirm"))
 
     report = counters.add_parser("report", help="the completeness report of a period")
-    report.add_argument("name")
+    report.add_argument("name", help="the counter's name")
     report.add_argument("--period", help=PERIOD_HELP)
     talking(report)
     report.add_argument("--csv", action="store_true", help="the issued range, voids and gaps")
@@ -285,7 +293,7 @@ def add_ledger(commands: Any, counters: Any) -> None:
     talking(verify)
     verify.set_defaults(run=later("numerator.ledger:run_verify"))
     export = actions.add_parser("export", help="what an auditor keeps of a period")
-    export.add_argument("name")
+    export.add_argument("name", help="the counter's name")
     export.add_argument("--period", help=PERIOD_HELP)
     export.add_argument("--csv", action="store_true", help="CSV instead of JSON")
     export.add_argument("--out", type=Path, help="write it here instead of to stdout")

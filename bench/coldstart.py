@@ -19,6 +19,8 @@ import statistics
 import subprocess
 from pathlib import Path
 
+from infra.run.process import runtime_python
+
 EVENTS = Path(__file__).parents[1] / "events"
 
 PROBE = """
@@ -45,12 +47,6 @@ done = time.perf_counter()
 print("COLD " + json.dumps({"import_ms": (imported - began) * 1000,
     "first_ms": (second - first) * 1000, "second_ms": (done - second) * 1000, "status": status}))
 """
-
-
-def python312() -> str:
-    for candidate in sorted(Path("~/.pyenv/versions").expanduser().glob("3.12*/bin/python3.12")):
-        return str(candidate)
-    return "python3.12"
 
 
 def measure(build: Path, python: str, runs: int) -> dict[str, float]:
@@ -90,7 +86,7 @@ def measure(build: Path, python: str, runs: int) -> dict[str, float]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.coldstart")
     parser.add_argument("--build-dir", type=Path, default=Path(".aws-sam/build/EdgeFunction"))
-    parser.add_argument("--python", default=python312())
+    parser.add_argument("--python", default=str(runtime_python() or "python3.12"))
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args(argv)
     if not (args.build_dir / "functions" / "handler.py").exists():

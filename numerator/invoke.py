@@ -13,14 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from infra.errors import NumeratorError
-
-RUNTIME = "python3.12"  # template.yaml's Runtime
+from infra.run.process import RUNTIME, runtime_python
 
 RUNNER = """
 import json, sys, time
@@ -101,9 +99,10 @@ def runner(build: Path | None, python: str | None) -> list[str]:
         return [python or sys.executable, "-c", RUNNER]
     if not (build / "functions" / "handler.py").is_file():
         raise InvokeError(f"{build} holds no functions/handler.py: a `sam build` function folder?")
-    found = python or shutil.which(RUNTIME)
+    found = python or runtime_python()
     if found is None:
         raise InvokeError(
-            f"no {RUNTIME} on PATH, the runtime the build is for; name one with --python"
+            f"no python{RUNTIME} here (pyenv's, or on PATH), the runtime the build is for; "
+            "name one with --python"
         )
-    return [found, "-E", "-s", "-c", RUNNER, "."]
+    return [str(found), "-E", "-s", "-c", RUNNER, "."]

@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
 import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import IO, Any
 
 import httpx
@@ -16,6 +20,19 @@ import httpx
 from infra.errors import NumeratorError
 
 Process = subprocess.Popen[Any]
+
+RUNTIME = "3.12"  # template.yaml's Runtime: python3.12
+
+
+def runtime_python() -> Path | None:
+    """The Lambda runtime's Python (3.12) on this machine: pyenv's, else one on PATH that is not
+    a pyenv shim (a shim answers only for the versions pyenv has selected)."""
+    versions = os.path.expanduser(f"~/.pyenv/versions/{RUNTIME}*/bin/python{RUNTIME}")
+    pyenv = sorted(glob.glob(versions))
+    if pyenv:
+        return Path(pyenv[-1])
+    found = shutil.which(f"python{RUNTIME}")
+    return Path(found) if found and "shims" not in found else None
 
 
 def wait_ready(

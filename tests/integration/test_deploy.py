@@ -8,12 +8,10 @@ deployed by the stack."""
 
 from __future__ import annotations
 
-import glob
 import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -26,6 +24,7 @@ from typing import Any
 import boto3
 import pytest
 
+from infra.run.process import runtime_python
 from infra.settings import Settings
 from tests.integration.test_handler import batcher, environment, event  # noqa: F401
 from tests.unit.test_template import ROOT, TEMPLATE, template
@@ -33,17 +32,7 @@ from tests.unit.test_template import ROOT, TEMPLATE, template
 pytestmark = pytest.mark.slow
 
 
-def python312() -> Path | None:
-    """A Python 3.12 interpreter: pyenv's (this machine's), else one on PATH that is not a shim
-    (a pyenv shim answers only for the versions PYENV_VERSION names)."""
-    pyenv = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12*/bin/python3.12")))
-    if pyenv:
-        return Path(pyenv[-1])
-    found = shutil.which("python3.12")
-    return Path(found) if found and "shims" not in found else None
-
-
-PY312 = python312()
+PY312 = runtime_python()
 needs_312 = pytest.mark.skipif(
     PY312 is None, reason="sam build for the deployed runtime needs a python3.12 interpreter"
 )

@@ -40,6 +40,7 @@ log = logging.getLogger("numerator.auth")
 
 OPEN = frozenset({"/healthz", "/ping", "/openapi.json"})  # health checks, the yardstick, the schema
 RETRY_S = 1.0  # after a failed reload, the next try waits this long
+STALE_WAIT_S = 0.2  # with a copy in hand, a request waits this long for a reload, then uses it
 MISS_LOOKUPS_PER_S = 20.0  # unknown keys looked up in Postgres, at most, per edge process
 CACHED = 10_000  # verified headers and scope answers remembered, at most (then forgotten)
 ADMIN, READ, ANY = (Need.ADMIN, ""), (Need.READ, ""), (Need.ANY, "")
@@ -276,11 +277,18 @@ class Guard:
 
     async def fresh(self) -> None:
         """Reload the copy of the keys when it is due: the first request to find it due starts
-        one reload and every request that finds it due waits for it. Without any copy, a 503."""
+        one reload and every request that finds it due waits for it — up to STALE_WAIT_S when a
+        copy is in hand (a healthy Postgres answers in milliseconds, so a revoked key still stops
+        at once; a slow or unreachable one must not hold /metrics and every request for the pool's
+        timeout: they go on with the copy). Without any copy, they wait, then a 503."""
         if self.reload is None and self.clock() >= self.due:
             self.reload = asyncio.ensure_future(self._reload())
         if self.reload is not None:
-            await asyncio.shield(self.reload)
+            try:
+                async with asyncio.timeout(STALE_WAIT_S if self.ready else None):
+                    await asyncio.shield(self.reload)
+            except TimeoutError:
+                pass  # the reload goes on; this request uses the copy in hand
         if not self.ready:
             raise Problem(Kind.UNAVAILABLE, "cannot read the API keys from Postgres")
 

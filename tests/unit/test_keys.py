@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import UTC, datetime
 
 import pytest
 
-from functions.auth import need, next_counter
+from functions.auth import STALE_WAIT_S, Guard, need, next_counter
 from functions.limits import KeyRate
 from infra.errors import InvalidKey
 from infra.keys import Key, Need, check_scopes, identify, new
+from infra.observe.metrics import Metrics
 from infra.settings import Settings, loopback
 
 NOW = datetime(2026, 11, 30, tzinfo=UTC)
@@ -89,3 +92,45 @@ def test_idempotency_keys_per_client_per_second() -> None:
     assert rate.take("b") == 0  # every client has its own bucket
     now[0] += 0.1
     assert rate.take("a") == 0 and rate.take("a") > 0
+
+
+class Stalling:
+    """Keys in Postgres that answer once, then hang as an unreachable Postgres's pool does."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def touch_keys(self, used: object) -> None:
+        return None
+
+    async def keys(self) -> list[Key]:
+        self.calls += 1
+        if self.calls > 1:
+            await asyncio.sleep(30)
+        return []
+
+
+async def test_a_stalled_reload_holds_a_request_briefly_when_a_copy_is_in_hand() -> None:
+    """With Postgres unreachable, /metrics and every request went on with the copy of the keys
+    only after the pool's timeout (2 s): Prometheus's scrape timed out, so the outage's own
+    alert could not fire. With a copy in hand, a request waits STALE_WAIT_S at most."""
+    now = [0.0]
+    guard = Guard(Stalling(), 5.0, Metrics(), clock=lambda: now[0])  # type: ignore[arg-type]
+    await guard.fresh()
+    assert guard.ready
+    now[0] = 6.0  # the copy is due again; Postgres stalls now
+    began = time.monotonic()
+    await guard.fresh()
+    assert time.monotonic() - began < STALE_WAIT_S + 0.5
+    assert guard.reload is not None and not guard.reload.done()  # it goes on in the background
+    guard.reload.cancel()
+
+
+async def test_without_a_copy_a_request_waits_for_the_reload() -> None:
+    store = Stalling()
+    store.calls = 1  # it stalls from the start
+    guard = Guard(store, 5.0, Metrics())  # type: ignore[arg-type]
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(STALE_WAIT_S * 3):
+            await guard.fresh()
+    assert not guard.ready

@@ -52,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_keys(commands)
     add_ledger(commands, counters)
     add_bench(commands)
+    add_plan(commands)
     return parser
 
 
@@ -330,3 +331,55 @@ def talking(parser: argparse.ArgumentParser) -> None:
         help="the API key to send (default: $NUMERATOR_KEY; none: loopback, before any key)",
     )
     parser.add_argument("--json", action="store_true", help="print the JSON the service sent")
+
+
+def number(text: str) -> float:
+    """A number for --rps and the like; the plan says what is wrong with its value."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def add_plan(commands: Any) -> None:
+    plan = commands.add_parser(
+        "plan",
+        help="what a rate needs and costs on AWS: shards, batchers, edge, calls, limits",
+        description="Size and price a deployment for a rate, for each edge, from the bench's "
+        "measurements (numerator/plan/measured.json) and a dated prices file. "
+        "`numerator plan --rps 10000`.",
+    )
+    plan.add_argument("--rps", type=number, help="the mean rate, requests a second")
+    plan.add_argument(
+        "--edge",
+        choices=["lambda", "server", "both"],
+        default="both",
+        help="the Lambda edge (API Gateway), the server edge (Fargate behind an ALB), or both "
+        "side by side (default)",
+    )
+    plan.add_argument("--counters", type=int, default=10, help="counters in use (default 10)")
+    plan.add_argument(
+        "--hot-share",
+        type=number,
+        default=0.5,
+        help="the share of requests on the busiest counter, above 0 to 1 (default 0.5)",
+    )
+    plan.add_argument("--count", type=int, default=1, help="values per request (default 1)")
+    plan.add_argument(
+        "--peak-to-mean",
+        type=number,
+        default=2.0,
+        help="the peak rate over the mean: capacity is sized for the peak (default 2)",
+    )
+    plan.add_argument("--region", default="us-east-1", help="AWS region of the prices")
+    plan.add_argument(
+        "--prices", type=Path, help="a prices file of the same shape as the one shipped"
+    )
+    plan.add_argument("--json", action="store_true", help="the plan as JSON")
+    plan.add_argument(
+        "--measure",
+        action="store_true",
+        help="measure again what the plan reads: the bench on moto at two rates per edge "
+        "(about two minutes), written to numerator/plan/measured.json",
+    )
+    plan.set_defaults(run=later("numerator.plan.render:run_plan"))

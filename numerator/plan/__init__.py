@@ -1,0 +1,83 @@
+"""`numerator plan`: what a rate needs and costs on AWS, for each edge, from the bench's
+measurements (measured.json) and a dated prices file (prices.json)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from numerator.plan.cost import INSTANCES, Bill, Prices, bill
+from numerator.plan.model import (
+    HEADROOM,
+    MEASURED,
+    Edge,
+    Limit,
+    Load,
+    Measured,
+    PlanError,
+    Sizing,
+    limits,
+    size,
+)
+
+FRONT_FRAME_MS = 20.0  # FRONT_FRAME_MS's default
+
+__all__ = ["Edge", "Load", "Plan", "PlanError", "plan"]
+
+
+@dataclass
+class Plan:
+    edge: Edge
+    load: Load
+    sizing: Sizing
+    calls: dict[str, float]  # a second, at the mean rate
+    limits: list[Limit]
+    bill: Bill
+
+    def to_json(self) -> dict[str, Any]:
+        sizing = self.sizing
+        return {
+            "edge": str(self.edge),
+            "sizing": {
+                "peak_rps": sizing.peak_rps,
+                "edge_tasks": sizing.edge_tasks,
+                "rps_per_task": round(sizing.rps_per_task),
+                "lambda_concurrency": round(sizing.concurrency),
+                "in_flight": round(sizing.in_flight),
+                "reply_wait_ms": round(sizing.reply_wait_s * 1000),
+                "records_per_s": round(sizing.records_per_s),
+                "record_bytes": sizing.record_bytes,
+                "shards": sizing.shards,
+                "partition_spread": sizing.partition_spread,
+                "batchers": sizing.batchers,
+                "postgres_transactions_per_s": round(sizing.transactions_per_s, 1),
+                "postgres_instance": sizing.instance_class,
+            },
+            "aws_calls_per_s": {call: round(n, 1) for call, n in sorted(self.calls.items())},
+            "aws_calls_per_request": round(sum(self.calls.values()) / self.load.rps, 4),
+            "limits": [limit.to_json() for limit in self.limits],
+            "cost": self.bill.to_json(),
+        }
+
+
+def read_measured(path: Path = MEASURED) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise PlanError(f"cannot read {path} (numerator plan --measure makes it): {exc}") from exc
+    return data
+
+
+def plan(load: Load, edge: Edge, prices: Prices, measured: dict[str, Any] | None = None) -> Plan:
+    data = measured if measured is not None else read_measured()
+    runs = Measured.of(edge, data["edges"][str(edge)])
+    sizing = size(load, runs, float(data["record_bytes"]), FRONT_FRAME_MS)
+    commits = float(data["commits_per_s"])
+    sizing.instance_class = INSTANCES[1 if sizing.transactions_per_s <= commits * HEADROOM else 2]
+    calls = runs.calls(load.rps, sizing.units())
+    return Plan(
+        edge, load, sizing, calls, limits(sizing, commits), bill(load, sizing, calls, prices)
+    )

@@ -1,0 +1,110 @@
+"""The bench's measurements the plan reads (measured.json), made again by one command:
+
+    numerator plan --measure            # about two minutes: two rates per edge on moto
+
+Each run is `numerator bench --aws moto --edge EDGE --schedule 'const(RATE,8s)'` in a child
+process, exactly as a user would type it; what the plan needs of its JSON is kept (AWS calls by
+call, the reply wait, the edge's CPU, transactions), with the commit rate of a Postgres on this
+machine and the bytes of a front frame's record.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.record import read_json
+from infra.wire import Record, encode, reply_key
+from numerator.plan.model import MEASURED, Edge, PlanError
+
+# Rates within what moto and the Lambda edge's 8 simulated containers hold on one machine:
+RATES = {Edge.SERVER: (300.0, 1000.0), Edge.LAMBDA: (6.0, 16.0)}
+SECONDS = 8
+COMMAND = "numerator plan --measure"
+
+
+def bench(edge: Edge, rate: float, seconds: int = SECONDS) -> dict[str, Any]:
+    """One bench run on moto, as the plan keeps it."""
+    with tempfile.TemporaryDirectory() as folder:
+        out = Path(folder) / "run.json"
+        argv = [
+            sys.executable, "-m", "numerator", "bench", "--aws", "moto", "--edge", str(edge),
+            "--schedule", f"const({rate:g},{seconds}s)", "--json", str(out), "--quiet",
+        ]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        if done.returncode != 0 or not out.exists():
+            raise PlanError(f"{' '.join(argv[2:])} failed: {done.stderr[-2000:]}")
+        run = read_json(out)[0]
+    return kept(edge, rate, run)
+
+
+def kept(edge: Edge, rate: float, run: dict[str, Any]) -> dict[str, Any]:
+    """What the plan reads of one bench run's JSON."""
+    summary, totals = run["summary"], run["service"]["totals"]
+    settings = run["settings"]
+    edge_cpu = (totals.get("cpu_pct_by_tier") or {}).get("edge") or 0.0
+    duration = summary["duration_s"]
+    return {
+        "offered_rps": rate,
+        "rps": summary["rps_mean"],
+        "duration_s": duration,
+        "edge_processes": settings["workers"] if edge is Edge.SERVER else 0,
+        "shards": settings["shards"],
+        "batchers": settings["batchers"],
+        "calls": {k[4:]: v for k, v in totals.items() if k.startswith("aws:") and v},
+        "records_put": totals.get("records_put", 0.0),
+        "latency_mean_ms": summary["latency_mean_ms"],
+        "latency_p50_ms": summary["latency_p50_ms"],
+        "edge_cpu_pct": edge_cpu,
+        "transactions_per_shard_s": totals.get("transactions", 0.0) / duration / settings["shards"],
+    }
+
+
+def commits_per_second(seconds: float = 3.0) -> float:
+    """Transactions a second one connection commits on a throwaway embedded Postgres here."""
+    import psycopg
+
+    from bench.local import database
+
+    with database() as db, psycopg.connect(db.url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS plan_commits (n bigint)")
+        done, began = 0, time.monotonic()
+        while time.monotonic() - began < seconds:
+            with conn.transaction():
+                conn.execute("INSERT INTO plan_commits VALUES (%s)", (done,))
+            done += 1
+        return done / (time.monotonic() - began)
+
+
+def record_bytes() -> int:
+    """A front frame's record of a busy counter, from four API keys, as it goes on the stream."""
+    who = [[50, f"key:{n:012d}"] for n in range(4)]
+    record = Record(reply_key(), "invoices-2026", 200, None, time.time(), time.time(), who)
+    return len(encode(record))
+
+
+def measure(path: Path = MEASURED, say: Any = print) -> dict[str, Any]:
+    edges: dict[str, list[dict[str, Any]]] = {}
+    for edge, rates in RATES.items():
+        edges[str(edge)] = []
+        for rate in rates:
+            say(f"{edge} edge at {rate:g} rps on moto ...")
+            edges[str(edge)].append(bench(edge, rate))
+    say("Postgres commits a second ...")
+    out = {
+        "command": COMMAND,
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "note": "numerator bench --aws moto on one machine; see numerator/plan/measure.py",
+        "record_bytes": record_bytes(),
+        "commits_per_s": round(commits_per_second()),
+        "edges": edges,
+    }
+    path.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
+    return out

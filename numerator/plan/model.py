@@ -1,0 +1,336 @@
+"""What a rate needs on AWS: shards, batchers, edge tasks or Lambda concurrency, Postgres
+transactions, and the AWS calls each second, by call.
+
+The calls come from the bench, not from a guess: `numerator plan --measure` runs `numerator bench
+--aws moto` at two rates per edge and keeps, per call, what it made each second (measured.json).
+A call is made either per request (the slope) or per unit of the deployment whatever the rate
+(the intercept): per edge process (the front frame's PutRecords, the reply polls), per shard
+(the batcher's reads and reply writes), or per process (health checks). Fitting both from two
+rates, and scaling the intercept by the units a deployment has, is the whole model; the test in
+tests/e2e/test_plan.py holds it against bench runs at other rates.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from infra.errors import NumeratorError
+
+KINESIS_RECORDS_PER_SHARD = 1_000  # records a second written, per shard
+KINESIS_BYTES_PER_SHARD = 1_048_576  # bytes a second written, per shard
+KINESIS_READS_PER_SHARD = 5  # GetRecords a second, per shard, shared by every reader
+KINESIS_ON_DEMAND_START = 4_000  # records a second a new on-demand stream takes at first
+LAMBDA_CONCURRENCY = 1_000  # an account's default concurrent executions, per region
+HTTP_API_RPS = 10_000  # API Gateway's default account throttle, per region (burst 5,000)
+DYNAMODB_ON_DEMAND_START = 4_000  # write units a second a new on-demand table takes at first
+HEADROOM = 0.7  # size to this share of a limit; a limit is "approached" beyond it
+TASK_CPU_TARGET = 0.6  # the edge tasks' CPU target tracking aims here
+SHARDS_PER_BATCHER = 4  # shards one batcher reads (each its own frame, one transaction each)
+MONTH_S = 730 * 3600
+MEASURED = Path(__file__).with_name("measured.json")  # numerator plan --measure writes it
+
+
+class PlanError(NumeratorError):
+    """Bad input to the plan: a rate, an edge, a prices file. The message names it."""
+
+
+class Edge(StrEnum):
+    LAMBDA = "lambda"
+    SERVER = "server"
+
+
+class Unit(StrEnum):
+    """What a call's fixed part is made per, whatever the rate."""
+
+    EDGE = "edge process"
+    SHARD = "shard"
+    PROCESS = "process"
+
+
+UNITS = {
+    "put_record": Unit.EDGE,
+    "put_records": Unit.EDGE,
+    "batch_get_item": Unit.EDGE,
+    "get_item": Unit.EDGE,
+    "get_records": Unit.SHARD,
+    "get_shard_iterator": Unit.SHARD,
+    "list_shards": Unit.SHARD,
+    "batch_write_item": Unit.SHARD,
+}  # any other call (describe_*: health checks): Unit.PROCESS
+
+
+@dataclass(frozen=True)
+class Load:
+    """The rate to plan for and its shape. `rps` is the mean; capacity is sized for the peak."""
+
+    rps: float
+    counters: int = 10
+    hot_share: float = 0.5  # of requests, on the busiest counter
+    count: int = 1  # values per request
+    peak_to_mean: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.rps) and self.rps > 0):
+            raise PlanError(f"--rps must be a positive number of requests a second, not {self.rps}")
+        if self.counters < 1:
+            raise PlanError(f"--counters must be at least 1, not {self.counters}")
+        if not 0 < self.hot_share <= 1:
+            raise PlanError(f"--hot-share must be above 0 and at most 1, not {self.hot_share}")
+        if self.counters == 1 and self.hot_share != 1:
+            raise PlanError("--hot-share must be 1 with one counter (it takes every request)")
+        if not 1 <= self.count <= 1000:
+            raise PlanError(f"--count must be from 1 to 1000, not {self.count}")
+        if not (math.isfinite(self.peak_to_mean) and self.peak_to_mean >= 1):
+            raise PlanError(f"--peak-to-mean must be at least 1, not {self.peak_to_mean}")
+
+    @property
+    def peak(self) -> float:
+        return self.rps * self.peak_to_mean
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One call's calls a second: `fixed` per unit, plus `per_request` per request."""
+
+    fixed: float
+    per_request: float
+
+    def at(self, rps: float, units: float) -> float:
+        return self.fixed * units + self.per_request * rps
+
+
+def fit(points: list[tuple[float, float]], units: float) -> Fit:
+    """Least squares through the (rps, calls a second) points of runs on `units` units; a
+    negative intercept is fitted through the origin, a negative slope as a constant."""
+    if units == 0:  # no fixed part (a Lambda edge's calls are each request's)
+        return Fit(0.0, sum(x * y for x, y in points) / sum(x * x for x, _ in points))
+    n = len(points)
+    mean_x = sum(x for x, _ in points) / n
+    mean_y = sum(y for _, y in points) / n
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread if spread else 0.0
+    intercept = mean_y - slope * mean_x
+    if slope < 0:
+        return Fit(mean_y / units, 0.0)
+    if intercept < 0:
+        through = sum(x * y for x, y in points) / sum(x * x for x, _ in points)
+        return Fit(0.0, through)
+    return Fit(intercept / units, slope)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the bench measured for one edge (measured.json), and the fits made of it."""
+
+    edge: Edge
+    runs: list[dict[str, Any]]
+    fits: dict[str, Fit] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, edge: Edge, runs: list[dict[str, Any]]) -> Measured:
+        if len({run["rps"] for run in runs}) < 2:
+            raise PlanError(f"measured.json: the {edge} edge needs runs at two rates at least")
+        calls = sorted({call for run in runs for call in run["calls"]})
+        fits = {
+            call: fit(
+                [(run["rps"], run["calls"].get(call, 0.0) / run["duration_s"]) for run in runs],
+                measured_units(runs[0], UNITS.get(call, Unit.PROCESS)),
+            )
+            for call in calls
+        }
+        return cls(edge, runs, fits)
+
+    def calls(self, rps: float, units: dict[Unit, float]) -> dict[str, float]:
+        """Calls a second by call at `rps` on a deployment of `units`."""
+        return {
+            call: fit.at(rps, units[UNITS.get(call, Unit.PROCESS)])
+            for call, fit in self.fits.items()
+        }
+
+    def least(self, key: str) -> float:
+        """The least of the runs' figure: the reply wait without any queueing."""
+        return float(min(run[key] for run in self.runs))
+
+    def mean(self, key: str) -> float:
+        return sum(float(run[key]) for run in self.runs) / len(self.runs)
+
+    def rps_per_task(self, target: float) -> float:
+        """Requests a second one edge process serves at `target` CPU (0 to 1): its CPU fitted
+        as a fixed part (polling, health) plus a part per request, from the runs."""
+        cpu = fit([(run["rps"], run["edge_cpu_pct"] / 100) for run in self.runs], 1.0)
+        if cpu.per_request <= 0 or cpu.fixed >= target:
+            raise PlanError(f"measured.json: the {self.edge} edge's CPU does not grow with rps")
+        return (target - cpu.fixed) / cpu.per_request
+
+
+def measured_units(run: dict[str, Any], unit: Unit) -> float:
+    """The units the bench's deployment had: its edge processes, shards, processes."""
+    edges = float(run["edge_processes"])
+    units: dict[Unit, float] = {
+        Unit.EDGE: edges,
+        Unit.SHARD: float(run["shards"]),
+        Unit.PROCESS: edges + run["batchers"],
+    }
+    return units[unit]
+
+
+def distinct(requests: float, load: Load) -> tuple[float, float]:
+    """Expected counters, and the hot one's chance, among `requests` requests of a front frame:
+    the hot counter takes `hot_share`, the others the rest evenly."""
+    hot = 1 - (1 - load.hot_share) ** requests
+    others = load.counters - 1
+    if others == 0:
+        return hot, hot
+    each = (1 - load.hot_share) / others
+    return hot + others * (1 - (1 - each) ** requests), hot
+
+
+@dataclass
+class Sizing:
+    edge: Edge
+    peak_rps: float
+    edge_tasks: int = 0  # server: 1-vCPU Fargate tasks
+    concurrency: float = 0.0  # lambda: concurrent executions at the peak (Little's law)
+    in_flight: float = 0.0  # requests waiting for their reply at the peak
+    reply_wait_s: float = 0.0
+    records_per_s: float = 0.0
+    hot_records_per_s: float = 0.0
+    record_bytes: float = 0.0
+    shards: int = 1
+    partition_spread: int = 1
+    batchers: int = 2
+    transactions_per_s: float = 0.0
+    instance_class: str = ""
+    rps_per_task: float = 0.0
+
+    def units(self) -> dict[Unit, float]:
+        edges = self.edge_tasks if self.edge is Edge.SERVER else 0.0
+        return {
+            Unit.EDGE: edges,
+            Unit.SHARD: self.shards,
+            Unit.PROCESS: edges + self.batchers,
+        }
+
+
+def size(load: Load, measured: Measured, record_bytes: float, front_frame_ms: float) -> Sizing:
+    """The deployment for the load's peak."""
+    peak = load.peak
+    out = Sizing(measured.edge, peak, record_bytes=record_bytes)
+    out.reply_wait_s = measured.least("latency_mean_ms") / 1000
+    out.in_flight = peak * out.reply_wait_s
+    if measured.edge is Edge.SERVER:
+        out.rps_per_task = measured.rps_per_task(TASK_CPU_TARGET)
+        out.edge_tasks = max(2, math.ceil(peak / out.rps_per_task))
+        per_frame = peak / out.edge_tasks * front_frame_ms / 1000
+        counters, hot = distinct(per_frame, load)
+        frames_per_s = out.edge_tasks * 1000 / front_frame_ms
+        out.records_per_s = min(peak, counters * frames_per_s)
+        out.hot_records_per_s = min(peak * load.hot_share, hot * frames_per_s)
+    else:
+        out.concurrency = out.in_flight
+        out.records_per_s = peak
+        out.hot_records_per_s = peak * load.hot_share
+    write = KINESIS_RECORDS_PER_SHARD * HEADROOM
+    out.partition_spread = max(1, math.ceil(out.hot_records_per_s / write))
+    out.shards = max(
+        1,
+        out.partition_spread,
+        math.ceil(out.records_per_s / write),
+        math.ceil(out.records_per_s * record_bytes / (KINESIS_BYTES_PER_SHARD * HEADROOM)),
+    )
+    out.batchers = max(2, math.ceil(out.shards / SHARDS_PER_BATCHER))
+    out.transactions_per_s = out.shards * measured.mean("transactions_per_shard_s")
+    return out
+
+
+@dataclass(frozen=True)
+class Limit:
+    name: str
+    need: float
+    limit: float
+    change: str
+
+    @property
+    def state(self) -> str:
+        if self.need > self.limit:
+            return "crossed"
+        return "approached" if self.need > self.limit * HEADROOM else "within"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "need": round(self.need, 1),
+            "limit": self.limit,
+            "state": self.state,
+            "change": self.change,
+        }
+
+
+def limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
+    """Every limit this deployment meets, with what to change when it is crossed."""
+    shard_records = sizing.records_per_s / sizing.shards
+    out = [
+        Limit(
+            "Kinesis writes per shard (records/s)",
+            shard_records,
+            KINESIS_RECORDS_PER_SHARD,
+            "more shards (SHARDS / ShardCount)",
+        ),
+        Limit(
+            "Kinesis writes per shard (bytes/s)",
+            shard_records * sizing.record_bytes,
+            KINESIS_BYTES_PER_SHARD,
+            "more shards",
+        ),
+        Limit(
+            "Kinesis writes of the hot counter per shard (records/s)",
+            sizing.hot_records_per_s / sizing.partition_spread,
+            KINESIS_RECORDS_PER_SHARD,
+            "a larger PARTITION_SPREAD",
+        ),
+        Limit(
+            "Kinesis reads per shard (GetRecords/s, every reader's)",
+            KINESIS_READS_PER_SHARD,
+            KINESIS_READS_PER_SHARD,
+            "numerator's batcher takes all five (READ_INTERVAL_MS 200): give any other "
+            "reader enhanced fan-out",
+        ),
+        Limit(
+            "Kinesis on-demand stream at first (records/s)",
+            sizing.records_per_s,
+            KINESIS_ON_DEMAND_START,
+            "StreamMode PROVISIONED with ShardCount, or let on-demand grow to it in steps",
+        ),
+        Limit(
+            "DynamoDB on-demand reply table at first (write units/s)",
+            sizing.records_per_s,
+            DYNAMODB_ON_DEMAND_START,
+            "warm throughput on the reply table, or let it grow to it",
+        ),
+        Limit(
+            "Postgres commits/s (measured by the bench on this machine)",
+            sizing.transactions_per_s,
+            commits_per_s,
+            "fewer shards per batcher frame (BACK_FRAME_MS up), or a larger instance",
+        ),
+    ]
+    if sizing.edge is Edge.LAMBDA:
+        out += [
+            Limit(
+                "Lambda concurrent executions (account default)",
+                sizing.concurrency,
+                LAMBDA_CONCURRENCY,
+                "ask for more in Service Quotas, or the server edge",
+            ),
+            Limit(
+                "API Gateway HTTP API requests/s (account default throttle)",
+                sizing.peak_rps,
+                HTTP_API_RPS,
+                "ask for more in Service Quotas, or the server edge",
+            ),
+        ]
+    return out

@@ -1,0 +1,115 @@
+"""`numerator plan`'s output: the plans side by side as text, or as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+from numerator.plan import Edge, Load, Plan, PlanError, plan, read_measured
+from numerator.plan.cost import Prices
+
+
+def run_plan(args: argparse.Namespace) -> None:
+    if args.measure:
+        from numerator.plan.measure import measure
+        from numerator.plan.model import MEASURED
+
+        measure(say=lambda line: print(line, file=sys.stderr))
+        print(f"written: {MEASURED}")
+        if args.rps is None:
+            return
+    if args.rps is None:
+        raise PlanError("--rps is needed: the mean rate to plan for, requests a second")
+    load = Load(args.rps, args.counters, args.hot_share, args.count, args.peak_to_mean)
+    prices = Prices.read(args.prices, args.region)
+    measured = read_measured()
+    edges = [Edge.LAMBDA, Edge.SERVER] if args.edge == "both" else [Edge(args.edge)]
+    plans = [plan(load, edge, prices, measured) for edge in edges]
+    if args.json:
+        out = {
+            "load": vars(load) | {"peak_rps": load.peak},
+            "region": args.region,
+            "prices": {"file": prices.source, "as_of": prices.as_of},
+            "measured": {"at": measured["measured_at"], "command": measured["command"]},
+            "plans": [p.to_json() for p in plans],
+        }
+        sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(text(load, plans, prices, measured))
+
+
+def columns(rows: list[tuple[str, list[str]]], heads: list[str]) -> list[str]:
+    width = max(len(name) for name, _ in rows)
+    cells = [max(len(head), *(len(row[i]) for _, row in rows)) for i, head in enumerate(heads)]
+    lines = [" " * width + "".join(f"  {h:>{w}}" for h, w in zip(heads, cells, strict=True))]
+    for name, row in rows:
+        lines.append(
+            f"{name:<{width}}" + "".join(f"  {c:>{w}}" for c, w in zip(row, cells, strict=True))
+        )
+    return lines
+
+
+def sizing_rows(plans: list[Plan]) -> list[tuple[str, list[str]]]:
+    def row(name: str, get: Any) -> tuple[str, list[str]]:
+        return name, [get(p) for p in plans]
+
+    return [
+        row("edge", lambda p: (
+            f"{p.sizing.edge_tasks} Fargate tasks (1 vCPU)" if p.edge is Edge.SERVER
+            else f"{p.sizing.concurrency:,.0f} concurrent Lambdas"
+        )),
+        row("  per task or Lambda", lambda p: (
+            f"{p.sizing.rps_per_task:,.0f} rps at 60 % CPU" if p.edge is Edge.SERVER
+            else f"{p.sizing.reply_wait_s * 1000:.0f} ms each (the reply wait)"
+        )),
+        row("requests in flight", lambda p: f"{p.sizing.in_flight:,.0f}"),
+        row("records put a second", lambda p: f"{p.sizing.records_per_s:,.0f}"),
+        row("Kinesis shards", lambda p: str(p.sizing.shards)),
+        row("PARTITION_SPREAD", lambda p: str(p.sizing.partition_spread)),
+        row("batchers", lambda p: str(p.sizing.batchers)),
+        row("Postgres transactions/s", lambda p: f"{p.sizing.transactions_per_s:,.0f}"),
+        row("Postgres instance", lambda p: f"{p.sizing.instance_class} Multi-AZ"),
+    ]  # fmt: skip
+
+
+def text(load: Load, plans: list[Plan], prices: Prices, measured: dict[str, Any]) -> str:
+    heads = [f"{p.edge} edge" for p in plans]
+    lines = [
+        f"numerator plan: {load.rps:,.0f} rps mean, {load.peak:,.0f} at the peak; "
+        f"{load.counters} counters, {load.hot_share:.0%} on the busiest; {load.count} "
+        f"value(s) a request",
+        "",
+        "Sizing (for the peak)",
+        *columns(sizing_rows(plans), heads),
+        "",
+        "AWS calls a second at the mean rate (from the bench, measured "
+        f"{measured['measured_at'][:10]})",
+    ]
+    calls = sorted({call for p in plans for call in p.calls})
+    rows = [(f"  {call}", [f"{p.calls.get(call, 0.0):,.1f}" for p in plans]) for call in calls]
+    rows.append(("calls per request", [f"{sum(p.calls.values()) / load.rps:.3f}" for p in plans]))
+    lines += columns(rows, heads)
+    lines += ["", f"Monthly cost, USD ({prices.source}, prices as of {prices.as_of})"]
+    items = list(dict.fromkeys(item for p in plans for item in p.bill.lines))
+    rows = [(f"  {i}", [money(p.bill.lines.get(i)) for p in plans]) for i in items]
+    rows.append(("total a month", [money(p.bill.total) for p in plans]))
+    rows.append(("per million requests", [f"${p.bill.per_million:,.2f}" for p in plans]))
+    lines += columns(rows, heads)
+    for p in plans:
+        lines += [f"  {p.edge}: {note}" for note in p.bill.notes]
+    lines += ["", "Limits"]
+    for p in plans:
+        for limit in p.limits:
+            if limit.state != "within":
+                lines.append(
+                    f"  {p.edge}: {limit.name}: {limit.state} ({limit.need:,.0f} of "
+                    f"{limit.limit:,.0f}): {limit.change}"
+                )
+    return "\n".join(lines)
+
+
+def money(usd: float | None) -> str:
+    return "-" if usd is None else f"${usd:,.0f}"

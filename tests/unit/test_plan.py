@@ -1,0 +1,186 @@
+"""`numerator plan`: the model's arithmetic on made-up measurements, its errors, the prices file's
+checks, and the command as a user runs it (on the shipped measured.json and prices.json)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from numerator.plan import Edge, Load, PlanError, plan
+from numerator.plan.cost import PRICES, Prices, tiered
+from numerator.plan.model import (
+    HEADROOM,
+    KINESIS_RECORDS_PER_SHARD,
+    MONTH_S,
+    Fit,
+    Measured,
+    Unit,
+    fit,
+)
+
+
+def run(rps: float, duration: float, calls: dict[str, float], **more: Any) -> dict[str, Any]:
+    return {
+        "rps": rps,
+        "duration_s": duration,
+        "edge_processes": more.get("edges", 1),
+        "shards": 1,
+        "batchers": 1,
+        "calls": {k: v * duration for k, v in calls.items()},  # totals, as the bench counts
+        "latency_mean_ms": more.get("wait_ms", 200.0),
+        "edge_cpu_pct": more.get("cpu", 0.0),
+        "transactions_per_shard_s": 5.0,
+    }
+
+
+MEASURED: dict[str, Any] = {
+    "measured_at": "2026-12-01T00:00:00+00:00",
+    "command": "made up",
+    "record_bytes": 200,
+    "commits_per_s": 1000,
+    "edges": {
+        # per second: put_record 50 per process whatever the rate, get_records 5 per shard,
+        # batch_get_item 30 per process + 0.01 per request; CPU 20 % + 0.02 % per rps
+        "server": [
+            run(300, 10, {"put_record": 50, "get_records": 5, "batch_get_item": 33}, cpu=26),
+            run(1000, 10, {"put_record": 50, "get_records": 5, "batch_get_item": 40}, cpu=40),
+        ],
+        # every request: one put_record and two polls; get_records 5 per shard
+        "lambda": [
+            run(6, 8, {"put_record": 6, "batch_get_item": 12, "get_records": 5}, edges=0),
+            run(16, 8, {"put_record": 16, "batch_get_item": 32, "get_records": 5}, edges=0),
+        ],
+    },
+}
+
+
+def prices() -> Prices:
+    return Prices.read(None, "us-east-1")
+
+
+def test_a_fit_splits_the_fixed_part_per_unit_from_the_part_per_request() -> None:
+    assert fit([(100, 12.0), (300, 16.0)], units=2) == Fit(5.0, 0.02)
+    assert fit([(100, 10.0), (300, 30.0)], units=0) == Fit(0.0, 0.1)  # Lambda: per request
+    through = fit([(100, 5.0), (300, 31.0)], units=1)  # a negative intercept: through the origin
+    assert through.fixed == 0 and math.isclose(through.per_request, (500 + 9300) / 100_000)
+    assert fit([(100, 9.0), (300, 7.0)], units=1) == Fit(8.0, 0.0)  # falling: a constant
+
+
+def test_the_calls_scale_their_fixed_part_with_the_units_a_deployment_has() -> None:
+    server = Measured.of(Edge.SERVER, MEASURED["edges"]["server"])
+    calls = server.calls(10_000, {Unit.EDGE: 4, Unit.SHARD: 3, Unit.PROCESS: 6})
+    assert math.isclose(calls["put_record"], 200)  # 50 a second for each of 4 processes
+    assert math.isclose(calls["get_records"], 15)  # 5 for each of 3 shards
+    assert math.isclose(calls["batch_get_item"], 30 * 4 + 0.01 * 10_000)
+
+
+def test_the_lambda_edge_puts_a_record_per_request_and_sizes_concurrency_by_littles_law() -> None:
+    load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
+    out = plan(load, Edge.LAMBDA, prices(), MEASURED)
+    assert out.sizing.records_per_s == 20_000
+    assert out.sizing.concurrency == pytest.approx(20_000 * 0.2)
+    assert out.sizing.shards == math.ceil(20_000 / (KINESIS_RECORDS_PER_SHARD * HEADROOM))
+    assert out.sizing.partition_spread == math.ceil(10_000 / (KINESIS_RECORDS_PER_SHARD * HEADROOM))
+    assert out.sizing.batchers == math.ceil(out.sizing.shards / 4)
+    assert out.calls["put_record"] == pytest.approx(10_000)
+    states = {limit.name: limit.state for limit in out.limits}
+    assert states["Lambda concurrent executions (account default)"] == "crossed"
+    assert states["API Gateway HTTP API requests/s (account default throttle)"] == "crossed"
+    requests = 10_000 * MONTH_S / 1e6
+    assert out.bill.lines["API Gateway HTTP API"] == pytest.approx(tiered(requests, 300, 1, 0.9))
+    assert out.bill.per_million == pytest.approx(out.bill.total / requests)
+
+
+def test_the_server_edge_puts_a_record_per_counter_per_front_frame() -> None:
+    load = Load(1_000, counters=1, hot_share=1, peak_to_mean=1)
+    out = plan(load, Edge.SERVER, prices(), MEASURED)
+    # CPU 0.2 + 0.0002 per rps: at 60 % a process serves 2,000 rps; two tasks at least
+    assert out.sizing.rps_per_task == pytest.approx(2_000)
+    assert out.sizing.edge_tasks == 2
+    assert out.sizing.records_per_s == pytest.approx(2 * 50)  # one counter, 50 frames a second
+    assert (out.sizing.shards, out.sizing.batchers) == (1, 2)
+    assert "Lambda requests" not in out.bill.lines and "Fargate edge tasks" in out.bill.lines
+
+
+@pytest.mark.parametrize(
+    ("load", "says"),
+    [
+        (dict(rps=-5), "--rps must be a positive"),
+        (dict(rps=float("nan")), "--rps must be a positive"),
+        (dict(rps=10, hot_share=1.5), "--hot-share"),
+        (dict(rps=10, counters=0), "--counters"),
+        (dict(rps=10, counters=1, hot_share=0.5), "--hot-share must be 1 with one counter"),
+        (dict(rps=10, count=0), "--count"),
+        (dict(rps=10, peak_to_mean=0.5), "--peak-to-mean"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_option(load: dict[str, Any], says: str) -> None:
+    with pytest.raises(PlanError, match=says):
+        Load(**load)
+
+
+def test_a_prices_file_missing_a_price_or_a_region_is_refused_naming_it(tmp_path: Path) -> None:
+    shipped = json.loads(PRICES.read_text())
+    for name, item in shipped["regions"]["us-east-1"].items():
+        assert item["source"].startswith("https://aws.amazon.com/"), name
+    del shipped["regions"]["us-east-1"]["kinesis_shard_hour"]
+    path = tmp_path / "prices.json"
+    path.write_text(json.dumps(shipped))
+    with pytest.raises(PlanError, match="lacks kinesis_shard_hour for us-east-1"):
+        Prices.read(path, "us-east-1")
+    with pytest.raises(PlanError, match=r"no prices for eu-west-1 \(it has us-east-1\)"):
+        Prices.read(path, "eu-west-1")
+    shipped["regions"]["us-east-1"]["alb_hour"]["usd"] = "cheap"
+    path.write_text(json.dumps(shipped))
+    with pytest.raises(PlanError, match="alb_hour usd must be a number"):
+        Prices.read(path, "us-east-1")
+    path.write_text("{")
+    with pytest.raises(PlanError, match="is not JSON"):
+        Prices.read(path, "us-east-1")
+    with pytest.raises(PlanError, match="cannot read the prices file"):
+        Prices.read(tmp_path / "absent.json", "us-east-1")
+
+
+def numerator(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "numerator", "plan", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_the_command_plans_both_edges_side_by_side_from_the_shipped_files() -> None:
+    done = numerator("--rps", "40000")
+    assert done.returncode == 0, done.stderr
+    for line in ("lambda edge", "server edge", "Kinesis shards", "total a month", "Limits"):
+        assert line in done.stdout
+    out = json.loads(numerator("--rps", "40000", "--json").stdout)
+    assert [p["edge"] for p in out["plans"]] == ["lambda", "server"]
+    for each in out["plans"]:
+        assert each["sizing"]["shards"] >= 1 and each["sizing"]["batchers"] >= 2
+        assert each["aws_calls_per_s"] and each["cost"]["total_usd_per_month"] > 0
+    lam, server = out["plans"]
+    assert server["cost"]["usd_per_million_requests"] < lam["cost"]["usd_per_million_requests"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "says"),
+    [
+        (["--rps", "-1"], 1, "--rps must be a positive number"),
+        (["--rps", "ten"], 2, "not a number: 'ten'"),
+        (["--rps", "10", "--edge", "ec2"], 2, "invalid choice: 'ec2'"),
+        (["--rps", "10", "--region", "mars-1"], 1, "no prices for mars-1"),
+        ([], 1, "--rps is needed"),
+    ],
+)
+def test_the_command_says_what_is_wrong(argv: list[str], code: int, says: str) -> None:
+    done = numerator(*argv)
+    assert done.returncode == code and says in done.stderr, done.stderr

@@ -126,7 +126,9 @@ def stack(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare",
         action="store_true",
-        help="also run the row-lock and nextval() baselines (needs --local)",
+        help="also run the baselines: the row-lock and nextval() ones (with --local), or with "
+        "--aws the embedded path and the atomic counter a serverless user would write (one "
+        "DynamoDB UpdateItem ADD per request, bench/atomic.py) on the same endpoint",
     )
     parser.add_argument(
         "--floor",

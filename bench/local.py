@@ -8,7 +8,7 @@ import re
 import sys
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
 import httpx
@@ -22,7 +22,7 @@ from infra.settings import Settings
 MODES = ("embedded", "server", "lambda")
 """embedded: `numerator serve` on the in-process stream; server and lambda: the AWS path (`--aws`),
 its edge as HTTP workers with front frames, or each request through the Lambda handler."""
-TARGETS = ("numerator", "baseline-rowlock", "baseline-sequence")
+TARGETS = ("numerator", "baseline-rowlock", "baseline-sequence", "baseline-atomic")
 
 
 @dataclass
@@ -105,6 +105,35 @@ def serve_aws(
             "environment": dict(env),
         }
         yield Target(f"numerator-aws-{edge}", url, [process.pid], settings, others)
+
+
+@contextmanager
+def serve_atomic(endpoint: str, env: dict[str, str]) -> Iterator[Target]:
+    """The atomic-counter baseline (bench/atomic.py) on DynamoDB at `endpoint` — with `moto`,
+    a moto server of its own, as `numerator up --aws moto` starts one — once /healthz answers."""
+    pids = []
+    with ExitStack() as stack:
+        if endpoint == "moto":
+            port = free_port()
+            endpoint = f"http://127.0.0.1:{port}"
+            moto = [sys.executable, "-m", "numerator.motoserver", "-H", "127.0.0.1"]
+            moto += ["-p", str(port)]
+            made = started(moto, dict(os.environ), endpoint + "/moto-api/", "moto")
+            pids.append(stack.enter_context(made)[0].pid)
+        port = free_port()
+        environment = {
+            **os.environ,
+            "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+            "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID") or "test",
+            "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY") or "test",
+            **env,
+        }
+        command = [sys.executable, "-m", "bench.atomic", "--endpoint", endpoint]
+        command += ["--table", f"bench-atomic-{uuid.uuid4().hex[:8]}", "--port", str(port)]
+        url = f"http://127.0.0.1:{port}"
+        process, _ = stack.enter_context(started(command, environment, url + "/healthz", "atomic"))
+        settings: dict[str, object] = {"workers": 1, "back_frame_ms": 0.0, "shards": 0}
+        yield Target("baseline-atomic", url, [process.pid, *pids], settings)
 
 
 def create_counters(url: str, names: list[str], headers: dict[str, str] | None = None) -> None:

@@ -185,6 +185,7 @@ def targets(
         found = [(v.name.replace("numerator", tag, 1), "aws", {**base, **v.env}) for v in variants]
         if compare:
             found.append(("numerator-embedded", "numerator", base))
+            found.append(("baseline-atomic", "atomic", base))
     else:
         found = [(v.name, "numerator", {**base, **v.env}) for v in variants]
         if compare:
@@ -212,6 +213,11 @@ def started_target(
         yield local.Target(name, url, [], settings), "remote"
         return
     assert db is not None
+    if kind == "atomic":
+        assert aws is not None
+        with local.serve_atomic(aws, env) as target:
+            yield target, "aws-atomic"
+        return
     if kind == "aws":
         assert aws is not None
         with local.serve_aws(db, aws, scenario.edge, scenario.workers, batchers, env) as target:

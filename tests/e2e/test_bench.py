@@ -184,8 +184,14 @@ def test_aws_modes_report_the_calls_per_request_beside_the_embedded_path(tmp_pat
         "--html",
         str(html),
     )
-    server, embedded = json.loads(out.read_text())["runs"]
+    server, embedded, atomic = json.loads(out.read_text())["runs"]
     assert server["summary"]["target"] == "numerator-aws-server"
+    # the serverless counter a user would write instead: one UpdateItem ADD per request
+    assert atomic["summary"]["target"] == "baseline-atomic", atomic["summary"]
+    assert atomic["summary"]["ok"] == 300 and atomic["summary"]["requests_per_txn"] == 1.0
+    made = {k: v for k, v in atomic["service"]["totals"].items() if k.startswith("aws:") and v}
+    assert made == {"aws:update_item": 300.0}, made
+    assert "baseline-atomic: 1.000 AWS calls per request (update_item 1.000)" in done.stdout
     assert embedded["summary"]["target"] == "numerator-embedded"
     assert server["summary"]["mode"] == "aws-server" and embedded["summary"]["mode"] == "embedded"
     for run in (server, embedded):

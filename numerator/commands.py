@@ -352,10 +352,11 @@ def add_plan(commands: Any) -> None:
     plan.add_argument("--rps", type=number, help="the mean rate, requests a second")
     plan.add_argument(
         "--edge",
-        choices=["lambda", "server", "both"],
+        choices=["lambda", "server", "atomic", "both"],
         default="both",
-        help="the Lambda edge (API Gateway), the server edge (Fargate behind an ALB), or both "
-        "side by side (default)",
+        help="the Lambda edge (API Gateway), the server edge (Fargate behind an ALB), the atomic "
+        "counter a serverless user would write instead (not numerator: DynamoDB UpdateItem ADD), "
+        "or both edges with the atomic counter beside (default)",
     )
     plan.add_argument("--counters", type=int, default=10, help="counters in use (default 10)")
     plan.add_argument(

@@ -134,6 +134,11 @@ def bill(load: Load, sizing: Sizing, calls: dict[str, float], prices: Prices) ->
     scale = load.rps / sizing.peak_rps  # records at the mean (an upper bound with front frames)
     records = sizing.records_per_s * scale * MONTH_S
     out = Bill({}, [], requests)
+    if sizing.edge is Edge.ATOMIC:
+        lambda_lines(out, requests, sizing, prices)
+        writes = requests * usd["dynamodb_write_per_million"] / 1e6
+        out.lines["DynamoDB counter table (UpdateItem ADD)"] = writes
+        return out
     if sizing.edge is Edge.LAMBDA:
         lambda_lines(out, requests, sizing, prices)
     else:
@@ -184,7 +189,7 @@ def lambda_lines(out: Bill, requests: float, sizing: Sizing, prices: Prices) -> 
     )
     out.lines["Lambda requests"] = millions * usd["lambda_per_million"]
     seconds = requests * sizing.reply_wait_s * LAMBDA_MEMORY_GB
-    out.lines["Lambda duration (waiting for the reply)"] = tiered(
+    out.lines["Lambda duration"] = tiered(
         seconds,
         7.5e9,
         usd["lambda_arm64_gb_second"],

@@ -25,7 +25,7 @@ from infra.wire import Record, encode, reply_key
 from numerator.plan.model import MEASURED, Edge, PlanError
 
 # Rates within what moto and the Lambda edge's 8 simulated containers hold on one machine:
-RATES = {Edge.SERVER: (300.0, 1000.0), Edge.LAMBDA: (6.0, 16.0)}
+RATES = {Edge.SERVER: (300.0, 1000.0), Edge.LAMBDA: (6.0, 16.0), Edge.ATOMIC: (30.0, 90.0)}
 SECONDS = 8
 COMMAND = "numerator plan --measure"
 
@@ -34,15 +34,18 @@ def bench(edge: Edge, rate: float, seconds: int = SECONDS) -> dict[str, Any]:
     """One bench run on moto, as the plan keeps it."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "run.json"
+        how = ["--edge", "server", "--compare"] if edge is Edge.ATOMIC else ["--edge", str(edge)]
         argv = [
-            sys.executable, "-m", "numerator", "bench", "--aws", "moto", "--edge", str(edge),
+            sys.executable, "-m", "numerator", "bench", "--aws", "moto", *how,
             "--schedule", f"const({rate:g},{seconds}s)", "--json", str(out), "--quiet",
         ]  # fmt: skip
         done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
         if done.returncode != 0 or not out.exists():
             raise PlanError(f"{' '.join(argv[2:])} failed: {done.stderr[-2000:]}")
-        run = read_json(out)[0]
-    return kept(edge, rate, run)
+        runs = read_json(out)
+    if edge is Edge.ATOMIC:  # --compare ran it last, beside numerator
+        return kept(edge, rate, runs[-1])
+    return kept(edge, rate, runs[0])
 
 
 def kept(edge: Edge, rate: float, run: dict[str, Any]) -> dict[str, Any]:
@@ -56,14 +59,16 @@ def kept(edge: Edge, rate: float, run: dict[str, Any]) -> dict[str, Any]:
         "rps": summary["rps_mean"],
         "duration_s": duration,
         "edge_processes": settings["workers"] if edge is Edge.SERVER else 0,
-        "shards": settings["shards"],
-        "batchers": settings["batchers"],
+        "shards": settings.get("shards") or 0,
+        "batchers": settings.get("batchers") or 0,
         "calls": {k[4:]: v for k, v in totals.items() if k.startswith("aws:") and v},
         "records_put": totals.get("records_put", 0.0),
         "latency_mean_ms": summary["latency_mean_ms"],
         "latency_p50_ms": summary["latency_p50_ms"],
         "edge_cpu_pct": edge_cpu,
-        "transactions_per_shard_s": totals.get("transactions", 0.0) / duration / settings["shards"],
+        "transactions_per_shard_s": (
+            totals.get("transactions", 0.0) / duration / (settings.get("shards") or 1)
+        ),
     }
 
 
@@ -95,7 +100,7 @@ def measure(path: Path = MEASURED, say: Any = print) -> dict[str, Any]:
     for edge, rates in RATES.items():
         edges[str(edge)] = []
         for rate in rates:
-            say(f"{edge} edge at {rate:g} rps on moto ...")
+            say(f"{edge}: {rate:g} rps on moto ...")
             edges[str(edge)].append(bench(edge, rate))
     say("Postgres commits a second ...")
     out = {

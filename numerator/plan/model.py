@@ -27,6 +27,7 @@ KINESIS_ON_DEMAND_START = 4_000  # records a second a new on-demand stream takes
 LAMBDA_CONCURRENCY = 1_000  # an account's default concurrent executions, per region
 HTTP_API_RPS = 10_000  # API Gateway's default account throttle, per region (burst 5,000)
 DYNAMODB_ON_DEMAND_START = 4_000  # write units a second a new on-demand table takes at first
+DYNAMODB_PARTITION_WRITES = 1_000  # write units a second one partition (so one item) takes
 HEADROOM = 0.7  # size to this share of a limit; a limit is "approached" beyond it
 TASK_CPU_TARGET = 0.6  # the edge tasks' CPU target tracking aims here
 SHARDS_PER_BATCHER = 4  # shards one batcher reads (each its own frame, one transaction each)
@@ -39,8 +40,11 @@ class PlanError(NumeratorError):
 
 
 class Edge(StrEnum):
+    """How requests reach the numbers: numerator's two edges, and the baseline beside them."""
+
     LAMBDA = "lambda"
     SERVER = "server"
+    ATOMIC = "atomic"  # not numerator: Lambda and one DynamoDB UpdateItem ADD per request
 
 
 class Unit(StrEnum):
@@ -222,6 +226,11 @@ def size(load: Load, measured: Measured, record_bytes: float, front_frame_ms: fl
     out = Sizing(measured.edge, peak, record_bytes=record_bytes)
     out.reply_wait_s = measured.least("latency_mean_ms") / 1000
     out.in_flight = peak * out.reply_wait_s
+    if measured.edge is Edge.ATOMIC:  # one item per counter, no stream, no Postgres
+        out.concurrency = out.in_flight
+        out.shards = out.batchers = 0
+        out.hot_records_per_s = peak * load.hot_share  # the hot counter's item's writes
+        return out
     if measured.edge is Edge.SERVER:
         out.rps_per_task = measured.rps_per_task(TASK_CPU_TARGET)
         out.edge_tasks = max(2, math.ceil(peak / out.rps_per_task))
@@ -272,6 +281,22 @@ class Limit:
 
 def limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
     """Every limit this deployment meets, with what to change when it is crossed."""
+    if sizing.edge is Edge.ATOMIC:
+        return [
+            Limit(
+                "DynamoDB writes to the hot counter's one item (one partition, units/s)",
+                sizing.hot_records_per_s,
+                DYNAMODB_PARTITION_WRITES,
+                "none: one counter is one item; numerator's frames take one write per frame",
+            ),
+            Limit(
+                "DynamoDB on-demand table at first (write units/s)",
+                sizing.peak_rps,
+                DYNAMODB_ON_DEMAND_START,
+                "warm throughput on the table",
+            ),
+            *lambda_limits(sizing),
+        ]
     shard_records = sizing.records_per_s / sizing.shards
     out = [
         Limit(
@@ -319,18 +344,22 @@ def limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
         ),
     ]
     if sizing.edge is Edge.LAMBDA:
-        out += [
-            Limit(
-                "Lambda concurrent executions (account default)",
-                sizing.concurrency,
-                LAMBDA_CONCURRENCY,
-                "ask for more in Service Quotas, or the server edge",
-            ),
-            Limit(
-                "API Gateway HTTP API requests/s (account default throttle)",
-                sizing.peak_rps,
-                HTTP_API_RPS,
-                "ask for more in Service Quotas, or the server edge",
-            ),
-        ]
+        out += lambda_limits(sizing)
     return out
+
+
+def lambda_limits(sizing: Sizing) -> list[Limit]:
+    return [
+        Limit(
+            "Lambda concurrent executions (account default)",
+            sizing.concurrency,
+            LAMBDA_CONCURRENCY,
+            "ask for more in Service Quotas, or the server edge",
+        ),
+        Limit(
+            "API Gateway HTTP API requests/s (account default throttle)",
+            sizing.peak_rps,
+            HTTP_API_RPS,
+            "ask for more in Service Quotas, or the server edge",
+        ),
+    ]

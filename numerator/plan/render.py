@@ -11,6 +11,12 @@ import orjson
 from numerator.plan import Edge, Load, Plan, PlanError, plan, read_measured
 from numerator.plan.cost import Prices
 
+HEADS = {
+    Edge.LAMBDA: "lambda edge",
+    Edge.SERVER: "server edge",
+    Edge.ATOMIC: "atomic counter",
+}
+
 
 def run_plan(args: argparse.Namespace) -> None:
     if args.measure:
@@ -26,7 +32,7 @@ def run_plan(args: argparse.Namespace) -> None:
     load = Load(args.rps, args.counters, args.hot_share, args.count, args.peak_to_mean)
     prices = Prices.read(args.prices, args.region)
     measured = read_measured()
-    edges = [Edge.LAMBDA, Edge.SERVER] if args.edge == "both" else [Edge(args.edge)]
+    edges = list(Edge) if args.edge == "both" else [Edge(args.edge)]
     plans = [plan(load, edge, prices, measured) for edge in edges]
     if args.json:
         out = {
@@ -53,19 +59,20 @@ def columns(rows: list[tuple[str, list[str]]], heads: list[str]) -> list[str]:
 
 
 def sizing_rows(plans: list[Plan]) -> list[tuple[str, list[str]]]:
-    def row(name: str, get: Any) -> tuple[str, list[str]]:
-        return name, [get(p) for p in plans]
+    def row(name: str, get: Any, atomic: bool = False) -> tuple[str, list[str]]:
+        """`get`'s answer for each plan; "-" for the atomic counter where it has no such part."""
+        return name, [get(p) if atomic or p.edge is not Edge.ATOMIC else "-" for p in plans]
 
     return [
         row("edge", lambda p: (
             f"{p.sizing.edge_tasks} Fargate tasks (1 vCPU)" if p.edge is Edge.SERVER
             else f"{p.sizing.concurrency:,.0f} concurrent Lambdas"
-        )),
+        ), atomic=True),
         row("  per task or Lambda", lambda p: (
             f"{p.sizing.rps_per_task:,.0f} rps at 60 % CPU" if p.edge is Edge.SERVER
-            else f"{p.sizing.reply_wait_s * 1000:.0f} ms each (the reply wait)"
-        )),
-        row("requests in flight", lambda p: f"{p.sizing.in_flight:,.0f}"),
+            else f"{p.sizing.reply_wait_s * 1000:.0f} ms each"
+        ), atomic=True),
+        row("requests in flight", lambda p: f"{p.sizing.in_flight:,.0f}", atomic=True),
         row("records put a second", lambda p: f"{p.sizing.records_per_s:,.0f}"),
         row("Kinesis shards", lambda p: str(p.sizing.shards)),
         row("PARTITION_SPREAD", lambda p: str(p.sizing.partition_spread)),
@@ -76,7 +83,7 @@ def sizing_rows(plans: list[Plan]) -> list[tuple[str, list[str]]]:
 
 
 def text(load: Load, plans: list[Plan], prices: Prices, measured: dict[str, Any]) -> str:
-    heads = [f"{p.edge} edge" for p in plans]
+    heads = [HEADS[p.edge] for p in plans]
     lines = [
         f"numerator plan: {load.rps:,.0f} rps mean, {load.peak:,.0f} at the peak; "
         f"{load.counters} counters, {load.hot_share:.0%} on the busiest; {load.count} "
@@ -89,7 +96,7 @@ def text(load: Load, plans: list[Plan], prices: Prices, measured: dict[str, Any]
         f"{measured['measured_at'][:10]})",
     ]
     calls = sorted({call for p in plans for call in p.calls})
-    rows = [(f"  {call}", [f"{p.calls.get(call, 0.0):,.1f}" for p in plans]) for call in calls]
+    rows = [(f"  {call}", [made(p, call) for p in plans]) for call in calls]
     rows.append(("calls per request", [f"{sum(p.calls.values()) / load.rps:.3f}" for p in plans]))
     lines += columns(rows, heads)
     lines += ["", f"Monthly cost, USD ({prices.source}, prices as of {prices.as_of})"]
@@ -108,7 +115,22 @@ def text(load: Load, plans: list[Plan], prices: Prices, measured: dict[str, Any]
                     f"  {p.edge}: {limit.name}: {limit.state} ({limit.need:,.0f} of "
                     f"{limit.limit:,.0f}): {limit.change}"
                 )
+    if any(p.edge is Edge.ATOMIC for p in plans):
+        lines += ["", ATOMIC]
     return "\n".join(lines)
+
+
+ATOMIC = (
+    "The atomic counter is the serverless design a team would write instead (bench/atomic.py: "
+    "one DynamoDB UpdateItem ADD per request,\nmeasured beside numerator by `numerator bench "
+    "--aws moto --compare`). It is not numerator: a retried request takes a second\nnumber, "
+    "a lost answer leaves a gap nobody can explain, one counter cannot take more than one "
+    "partition's writes,\nand there is no per-period reset, template or ledger."
+)
+
+
+def made(each: Plan, call: str) -> str:
+    return f"{each.calls[call]:,.1f}" if call in each.calls else "-"
 
 
 def money(usd: float | None) -> str:

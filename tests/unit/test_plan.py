@@ -56,6 +56,11 @@ MEASURED: dict[str, Any] = {
             run(6, 8, {"put_record": 6, "batch_get_item": 12, "get_records": 5}, edges=0),
             run(16, 8, {"put_record": 16, "batch_get_item": 32, "get_records": 5}, edges=0),
         ],
+        # the atomic counter: one update_item per request, 10 ms each
+        "atomic": [
+            run(30, 8, {"update_item": 30}, edges=0, wait_ms=10.0) | {"shards": 0, "batchers": 0},
+            run(90, 8, {"update_item": 90}, edges=0, wait_ms=12.0) | {"shards": 0, "batchers": 0},
+        ],
     },
 }
 
@@ -106,6 +111,20 @@ def test_the_server_edge_puts_a_record_per_counter_per_front_frame() -> None:
     assert out.sizing.records_per_s == pytest.approx(2 * 50)  # one counter, 50 frames a second
     assert (out.sizing.shards, out.sizing.batchers) == (1, 2)
     assert "Lambda requests" not in out.bill.lines and "Fargate edge tasks" in out.bill.lines
+
+
+def test_the_atomic_counter_takes_one_write_per_request_on_one_item_per_counter() -> None:
+    load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
+    out = plan(load, Edge.ATOMIC, prices(), MEASURED)
+    assert out.calls == {"update_item": pytest.approx(10_000)}
+    assert out.sizing.concurrency == pytest.approx(20_000 * 0.010)
+    assert (out.sizing.shards, out.sizing.batchers) == (0, 0)
+    hot = next(limit for limit in out.limits if "one item" in limit.name)
+    assert (hot.need, hot.state) == (10_000, "crossed")
+    assert out.bill.lines["DynamoDB counter table (UpdateItem ADD)"] == pytest.approx(
+        10_000 * MONTH_S / 1e6 * 0.625
+    )
+    assert not any("Kinesis" in line or "RDS" in line for line in out.bill.lines)
 
 
 @pytest.mark.parametrize(
@@ -160,14 +179,17 @@ def numerator(*argv: str) -> subprocess.CompletedProcess[str]:
 def test_the_command_plans_both_edges_side_by_side_from_the_shipped_files() -> None:
     done = numerator("--rps", "40000")
     assert done.returncode == 0, done.stderr
-    for line in ("lambda edge", "server edge", "Kinesis shards", "total a month", "Limits"):
+    for line in ("lambda edge", "server edge", "atomic counter", "total a month", "Limits"):
         assert line in done.stdout
     out = json.loads(numerator("--rps", "40000", "--json").stdout)
-    assert [p["edge"] for p in out["plans"]] == ["lambda", "server"]
-    for each in out["plans"]:
+    assert [p["edge"] for p in out["plans"]] == ["lambda", "server", "atomic"]
+    for each in out["plans"][:2]:
         assert each["sizing"]["shards"] >= 1 and each["sizing"]["batchers"] >= 2
+    for each in out["plans"]:
         assert each["aws_calls_per_s"] and each["cost"]["total_usd_per_month"] > 0
-    lam, server = out["plans"]
+    lam, server, atomic = out["plans"]
+    assert atomic["aws_calls_per_request"] == pytest.approx(1.0, abs=0.05)
+    assert "a retried request takes a second" in done.stdout
     assert server["cost"]["usd_per_million_requests"] < lam["cost"]["usd_per_million_requests"]
 
 

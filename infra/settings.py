@@ -98,7 +98,7 @@ class Frames(Group):
     frame_min_ms: float = 0.5  # FRAME_MIN_MS: auto: least gap after a commit before the next
     max_frames_per_s: float = 0.0  # MAX_FRAMES_PER_S: cap on transactions per shard (0: none)
     lease_ttl_s: float = 30.0  # LEASE_TTL_S: a silent batcher's shards are taken over after this
-    emf_interval_s: float = 0.0  # EMF_INTERVAL_S: the batcher's CloudWatch EMF lines (0: none)
+    emf_interval_s: float = 0.0  # EMF_INTERVAL_S: batcher and AWS server edge EMF lines (0: none)
 
     POSITIVE = ("back_frame_ms", "frame_max_records", "lease_ttl_s")
     NOT_NEGATIVE = ("frame_min_ms", "max_frames_per_s", "emf_interval_s")

@@ -55,29 +55,16 @@ async def run(settings: Settings, host: str, port: int, owner: str | None = None
             f"{settings.aws.reply_table}; /healthz and /metrics at http://{host}:{port}",
             flush=True,
         )
-        writing = None
-        if settings.frames.emf_interval_s:
-            writing = asyncio.create_task(
-                emf_lines(stack, settings.frames.emf_interval_s, stopping)
-            )
-        await stopping.wait()
-        server.close()
-        if writing is not None:
-            await writing
+        async with contextlib.AsyncExitStack() as lines:
+            if settings.frames.emf_interval_s:  # ECS's awslogs driver takes them to CloudWatch
+                from infra.observe.emf import writing
+
+                every = settings.frames.emf_interval_s
+                await lines.enter_async_context(writing(stack.metrics, "batcher", every))
+            await stopping.wait()
+            server.close()
         log.info("stopping: finishing the open frames and releasing the leases")
     print("numerator batcher stopped", file=sys.stderr, flush=True)
-
-
-async def emf_lines(stack: BatcherStack, every: float, stopping: asyncio.Event) -> None:
-    """The batcher's metrics as CloudWatch EMF lines on stdout, every `every` seconds and once
-    more when stopping (ECS's awslogs driver takes stdout to CloudWatch Logs)."""
-    from infra.observe.emf import Emf
-
-    emf = Emf(stack.metrics, "batcher")
-    while not stopping.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), every)
-        emf.flush()
 
 
 async def respond(stack: BatcherStack, path: str) -> tuple[str, bytes, str]:

@@ -215,6 +215,11 @@ def app_from_env() -> FastPath:
             if settings.database.database_url:  # stops last: after the requests it held
                 await shared.enter_async_context(edge.living())
             await shared.enter_async_context(edge.following_keys())
+            if settings.mode is Mode.AWS and settings.frames.emf_interval_s:
+                from infra.observe.emf import writing
+
+                every = settings.frames.emf_interval_s
+                await shared.enter_async_context(writing(running.metrics, "server", every))
             directory = workers_dir()
             if directory is not None:
                 edge.workers = await shared.enter_async_context(sharing(directory, edge.observed))

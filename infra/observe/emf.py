@@ -1,13 +1,17 @@
 """numerator's metrics where AWS users look for them: CloudWatch Embedded Metric Format lines on
 stdout, written with Powertools for AWS Lambda. CloudWatch Logs turns each line into metrics in
-the namespace `numerator` with the dimensions `service` and `role` (lambda, batcher) — what the
-alarms of template.yaml watch. In Lambda the edge writes one line per invocation; the batcher on
-ECS one every EMF_INTERVAL_S, beside its Prometheus /metrics.
+the namespace `numerator` with the dimensions `service` and `role` (lambda, server, batcher) —
+what the alarms of template.yaml watch. In Lambda the edge writes one line per invocation; on ECS
+the batcher and the server edge (Edge=fargate) one every EMF_INTERVAL_S, beside their /metrics.
 
 Each line carries what changed since the previous one, so that CloudWatch's sums are right."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from infra.observe.metrics import Metrics
@@ -67,3 +71,26 @@ class Emf:
             self.out.add_metric(name=name, unit=self.units.get(name, self.count), value=value)
         self.out.flush_metrics()
         return changed
+
+
+@asynccontextmanager
+async def writing(metrics: Metrics, role: str, every: float) -> AsyncIterator[Emf]:
+    """EMF lines of `metrics` every `every` seconds while the block runs, and once more as it
+    ends: a long-running process's (the batcher's, the server edge's on ECS: the awslogs driver
+    takes stdout to CloudWatch Logs). Each worker of a server writes its own changes, so
+    CloudWatch's sums add them up."""
+    emf = Emf(metrics, role)
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(every)
+            emf.flush()
+
+    task = asyncio.create_task(loop())
+    try:
+        yield emf
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        emf.flush()

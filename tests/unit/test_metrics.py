@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
+import pytest
 
 from infra.observe.metrics import Metrics
 
@@ -83,3 +86,24 @@ def test_label_values_are_escaped_as_the_text_format_asks() -> None:
     assert 'numerator_aws_calls_total{call="put\\"records\\n"} 1' in text
     for line in text.splitlines():  # no value ends its line early
         assert line.startswith(("#", "numerator_", "process_")), line
+
+
+async def test_a_long_running_process_writes_its_changes_as_emf_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The server edge on ECS (and the batcher) write EMF lines every EMF_INTERVAL_S and once
+    more at the end, each with what changed since the one before: CloudWatch's sums are right."""
+    import json
+
+    from infra.observe.emf import writing
+
+    metrics = Metrics()
+    async with writing(metrics, "server", 0.05):
+        metrics.next_requests.inc(3)
+        await asyncio.sleep(0.12)
+        metrics.next_requests.inc(2)
+        metrics.responses.inc("504")
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "_aws" in line]
+    assert lines and all(line["role"] == "server" for line in lines)
+    assert sum(line.get("Requests", [0])[0] for line in lines) == 5
+    assert sum(line.get("ReplyTimeouts", [0])[0] for line in lines) == 1

@@ -26,8 +26,9 @@ import pytest
 
 from infra.run.process import runtime_python
 from infra.settings import Settings
+from tests.cfn import variant
 from tests.integration.test_handler import batcher, environment, event  # noqa: F401
-from tests.unit.test_template import ROOT, TEMPLATE, template
+from tests.unit.test_template import FARGATE, ROOT, TEMPLATE, template
 
 pytestmark = pytest.mark.slow
 
@@ -125,43 +126,34 @@ def packaged(code: str) -> dict[str, Any]:
     return out
 
 
-@needs_312
-# moto warns of each resource type its CloudFormation skips (API Gateway v2, alarms); the suite
-# turns warnings into errors, which in moto server's thread would be a 500.
-@pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")
-def test_the_template_deploys_to_moto_cloudformation(
-    built: Path, aws: tuple[Settings, Any]
-) -> None:
-    session = boto3.session.Session()
-    s3, ec2 = session.client("s3"), session.client("ec2")
-    suffix = uuid.uuid4().hex[:8]
-    bucket = f"numerator-code-{suffix}"
-    s3.create_bucket(Bucket=bucket)
-    archive = io.BytesIO()
-    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as out:
-        for path in built.rglob("*"):
-            if path.is_file():
-                out.write(path, path.relative_to(built))
-    s3.put_object(Bucket=bucket, Key="edge.zip", Body=archive.getvalue())
+def deploy(
+    session: boto3.session.Session, stack: str, body: dict[str, Any], given: dict[str, str]
+) -> dict[str, str]:
+    """`body` deployed to moto's CloudFormation as `stack` in a VPC of its own, with the
+    parameters `given` besides those every variant needs; its resources' physical ids."""
+    ec2 = session.client("ec2")
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     subnets = [
-        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.9.{i}.0/24")["Subnet"]["SubnetId"]
-        for i in (1, 2)
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.9.{i}.0/24", AvailabilityZone=zone)["Subnet"][
+            "SubnetId"
+        ]
+        for i, zone in ((1, f"{session.region_name}a"), (2, f"{session.region_name}b"))
     ]
     secret = session.client("secretsmanager").create_secret(
-        Name=f"numerator-db-{suffix}", SecretString="postgresql://u:p@db:5432/numerator"
+        Name=f"{stack}-db", SecretString="postgresql://u:p@db:5432/numerator"
     )["ARN"]
+    parameters = {
+        "VpcId": vpc,
+        "SubnetIds": ",".join(subnets),
+        "BatcherImage": "numerator:test",
+        "DatabaseSecretArn": secret,
+        **given,
+    }
     cloudformation = session.client("cloudformation")
-    stack = f"numerator-{suffix}"
     cloudformation.create_stack(
         StackName=stack,
-        TemplateBody=json.dumps(packaged(f"s3://{bucket}/edge.zip")),
-        Parameters=[
-            {"ParameterKey": "VpcId", "ParameterValue": vpc},
-            {"ParameterKey": "SubnetIds", "ParameterValue": ",".join(subnets)},
-            {"ParameterKey": "BatcherImage", "ParameterValue": "numerator:test"},
-            {"ParameterKey": "DatabaseSecretArn", "ParameterValue": secret},
-        ],
+        TemplateBody=json.dumps(body),
+        Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in parameters.items()],
         Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
     )
     deadline = time.monotonic() + 120
@@ -173,10 +165,32 @@ def test_the_template_deploys_to_moto_cloudformation(
     events = cloudformation.describe_stack_events(StackName=stack)["StackEvents"]
     failures = [e for e in events if e.get("ResourceStatus", "").endswith("FAILED")]
     assert status == "CREATE_COMPLETE", (status, failures[:5])
-    made = {
+    return {
         r["LogicalResourceId"]: r["PhysicalResourceId"]
         for r in cloudformation.list_stack_resources(StackName=stack)["StackResourceSummaries"]
     }
+
+
+@needs_312
+# moto warns of each resource type its CloudFormation skips (API Gateway v2, alarms); the suite
+# turns warnings into errors, which in moto server's thread would be a 500.
+@pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")
+def test_the_template_deploys_to_moto_cloudformation(
+    built: Path, aws: tuple[Settings, Any]
+) -> None:
+    session = boto3.session.Session()
+    s3 = session.client("s3")
+    suffix = uuid.uuid4().hex[:8]
+    bucket = f"numerator-code-{suffix}"
+    s3.create_bucket(Bucket=bucket)
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as out:
+        for path in built.rglob("*"):
+            if path.is_file():
+                out.write(path, path.relative_to(built))
+    s3.put_object(Bucket=bucket, Key="edge.zip", Body=archive.getvalue())
+    stack = f"numerator-{suffix}"
+    made = deploy(session, stack, packaged(f"s3://{bucket}/edge.zip"), {})
     kinesis, dynamodb = session.client("kinesis"), session.client("dynamodb")
     stream = kinesis.describe_stream_summary(StreamName=made["Stream"])
     assert stream["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE"
@@ -206,7 +220,7 @@ def test_the_template_deploys_to_moto_cloudformation(
     # The burn-rate alarms (not deployed by moto's CloudFormation) put with the template's
     # properties: moto accepts them as written. (Its PutCompositeAlarm answers 500 to a call
     # that only names a rule; the composites' rules are checked in tests/unit/test_template.py.)
-    resources = template()["Resources"]
+    resources = variant(template(), {})["Resources"]
     for composite in ("AvailabilityBurnFast", "AvailabilityBurnSlow"):
         rule = resources[composite]["Properties"]["AlarmRule"]["Fn::Sub"]
         for part in re.findall(r"\$\{(\w+)\}", rule):
@@ -237,7 +251,70 @@ def test_the_template_deploys_to_moto_cloudformation(
         AuthorizationType="AWS_IAM",
     )
     assert route["RouteKey"] == "$default"
-    cloudformation.delete_stack(StackName=stack)
+    session.client("cloudformation").delete_stack(StackName=stack)
+
+
+# moto's CloudFormation skips the scaling target and policy, the alarms and API Gateway v2
+@pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")
+def test_the_fargate_edge_deploys_to_moto_cloudformation(aws: tuple[Settings, Any]) -> None:
+    """Edge=fargate: the load balancer with its HTTPS listener and /healthz target group, the
+    edge service beside the batchers', no function and no HTTP API; the CPU target tracking
+    made by direct calls with the template's properties (moto's CloudFormation skips it)."""
+    session = boto3.session.Session()
+    certificate = session.client("acm").request_certificate(DomainName="numbers.example.com")
+    stack = f"numerator-{uuid.uuid4().hex[:8]}"
+    given = {**FARGATE, "CertificateArn": certificate["CertificateArn"]}
+    made = deploy(session, stack, packaged("s3://numerator/edge.zip"), given)
+    assert "EdgeFunction" not in made and "Api" not in made
+    elb = session.client("elbv2")
+    balancer = elb.describe_load_balancers(LoadBalancerArns=[made["Balancer"]])
+    assert balancer["LoadBalancers"][0]["Scheme"] == "internet-facing"
+    listeners = elb.describe_listeners(LoadBalancerArn=made["Balancer"])["Listeners"]
+    https = next(item for item in listeners if item["Port"] == 443)
+    assert https["Protocol"] == "HTTPS"
+    assert https["Certificates"][0]["CertificateArn"] == certificate["CertificateArn"]
+    group = elb.describe_target_groups(TargetGroupArns=[made["EdgeTargets"]])["TargetGroups"][0]
+    assert (group["HealthCheckPath"], group["Port"], group["TargetType"]) == (
+        "/healthz",
+        8080,
+        "ip",
+    )
+    ecs = session.client("ecs")
+    services = ecs.describe_services(
+        cluster=made["Cluster"], services=[made["EdgeService"], made["BatcherService"]]
+    )["services"]
+    assert len(services) == 2
+    edge = ecs.describe_task_definition(taskDefinition=services[0]["taskDefinition"])
+    container = edge["taskDefinition"]["containerDefinitions"][0]
+    assert container["command"][:2] == ["serve", "--aws"]
+    assert {"name": "AUTH", "value": "keys"} in container["environment"]
+    resources = variant(template(), given)["Resources"]
+    scaling = session.client("application-autoscaling")
+    target = resources["EdgeScaling"]["Properties"]
+    resource_id = f"service/{made['Cluster']}/{services[0]['serviceName']}"
+    scaling.register_scalable_target(
+        ServiceNamespace=target["ServiceNamespace"],
+        ResourceId=resource_id,
+        ScalableDimension=target["ScalableDimension"],
+        MinCapacity=2,
+        MaxCapacity=20,
+    )
+    policy = resources["EdgeCpuTracking"]["Properties"]
+    tracking = policy["TargetTrackingScalingPolicyConfiguration"]
+    scaling.put_scaling_policy(
+        PolicyName=f"{stack}-edge-cpu",
+        ServiceNamespace=target["ServiceNamespace"],
+        ResourceId=resource_id,
+        ScalableDimension=target["ScalableDimension"],
+        PolicyType=policy["PolicyType"],
+        TargetTrackingScalingPolicyConfiguration={**tracking, "TargetValue": 60.0},
+    )
+    policies = scaling.describe_scaling_policies(ServiceNamespace="ecs")["ScalingPolicies"]
+    assert any(p["ResourceId"] == resource_id for p in policies)
+    body = session.client("cloudwatch").get_dashboard(DashboardName=stack)["DashboardBody"]
+    assert "AWS/ApplicationELB" in body and '"role", "server"' in body
+    assert "AWS/Lambda" not in body
+    session.client("cloudformation").delete_stack(StackName=stack)
 
 
 def test_aws_init_makes_the_table_and_stream_the_template_defines(

@@ -15,14 +15,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from samtranslator.yaml_helper import yaml_parse
 
 from infra.settings import VARIABLES, Settings
+from tests.cfn import dangling, variant
 
 ROOT = Path(__file__).parents[2]
 TEMPLATE = ROOT / "template.yaml"
 SETTINGS = set(VARIABLES)
 BOTO3 = {"AWS_ENDPOINT_URL"}  # read by boto3 itself: empty means AWS's own endpoints
+FARGATE = {
+    "Edge": "fargate",
+    "Authorizer": "NONE",
+    "CertificateArn": "arn:aws:acm:us-east-1:123456789012:certificate/numerator",
+}
+LAMBDA_ONLY = {"EdgeFunction", "Api", "ApiRoute", "ApiStage", "ApiIntegration", "Api5xxAlarm"}
+FARGATE_ONLY = {"Balancer", "HttpsListener", "EdgeTargets", "EdgeService", "EdgeCpuTracking"}
 
 
 def template() -> dict[str, Any]:
@@ -95,7 +104,9 @@ def test_the_sam_transform_yields_every_resource_of_the_deployment() -> None:
         "AWS::SecretsManager::SecretTargetAttachment",
     ):
         assert kind in kinds, f"no {kind} in the transformed template"
-    assert kinds["AWS::CloudWatch::Alarm"] == 9  # 4 on causes, 4 SLO windows, 1 latency
+    # 4 on causes (and a 5xx one for each edge: Api5xxAlarm, Balancer5xxAlarm), 4 SLO windows,
+    # 1 latency
+    assert kinds["AWS::CloudWatch::Alarm"] == 10
     assert kinds["AWS::CloudWatch::CompositeAlarm"] == 2  # the two burn rates, both windows
     assert kinds["AWS::CloudWatch::Dashboard"] == 1
     function = out["Resources"]["EdgeFunction"]["Properties"]
@@ -269,41 +280,46 @@ def test_the_edge_checks_keys_exactly_when_api_gateway_does_not() -> None:
     assert Settings.of(auth="none").open_to(None) is not None
 
 
-def dashboard_body() -> dict[str, Any]:
-    """The CloudWatch dashboard's body, its ${...} references filled with placeholders."""
-    body = template()["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
-    parsed: dict[str, Any] = json.loads(re.sub(r"\$\{[\w.:]+\}", "X", body))
+def dashboard_text(given: dict[str, str]) -> str:
+    """The CloudWatch dashboard's body for these parameters, its variables put in (Role and
+    the edge's widgets), its other ${...} references as written."""
+    made = variant(template(), given)["Resources"]["Dashboard"]
+    text, names = made["Properties"]["DashboardBody"]["Fn::Sub"]
+    for name, value in names.items():
+        text = text.replace(f"${{{name}}}", value["Fn::Sub"] if isinstance(value, dict) else value)
+    return str(text)
+
+
+def dashboard_body(given: dict[str, str]) -> dict[str, Any]:
+    """The dashboard's body, its ${...} references filled with placeholders."""
+    parsed: dict[str, Any] = json.loads(re.sub(r"\$\{[\w.:]+\}", "X", dashboard_text(given)))
     return parsed
 
 
-def test_the_cloudwatch_dashboard_covers_every_tier_and_names_only_metrics_numerator_writes() -> (
-    None
-):
+@pytest.mark.parametrize(
+    ("given", "edge"),
+    [({}, {"AWS/ApiGateway", "AWS/Lambda"}), (FARGATE, {"AWS/ApplicationELB"})],
+    ids=["lambda", "fargate"],
+)
+def test_the_cloudwatch_dashboard_covers_every_tier_and_names_only_metrics_numerator_writes(
+    given: dict[str, str], edge: set[str]
+) -> None:
     from infra.observe.emf import COUNTS, STATUSES
 
-    widgets = dashboard_body()["widgets"]
+    widgets = dashboard_body(given)["widgets"]
     lines = [m for w in widgets for m in w["properties"]["metrics"]]
     namespaces = {m[0] for m in lines}
-    assert namespaces == {
-        "numerator",
-        "AWS/ApiGateway",
-        "AWS/Lambda",
-        "AWS/Kinesis",
-        "AWS/DynamoDB",
-        "AWS/ECS",
-    }
+    assert namespaces == {"numerator", "AWS/Kinesis", "AWS/DynamoDB", "AWS/ECS", *edge}
     names = {m[1] for m in lines}
     for wanted in ("GetRecords.IteratorAgeMilliseconds", "ThrottledRequests", "CPUUtilization"):
         assert wanted in names
     written = {*COUNTS.values(), *STATUSES.values(), "ServerErrors", "AwsThrottles", "LagSeconds"}
     assert {m[1] for m in lines if m[0] == "numerator"} <= written
-    referenced = set(
-        re.findall(
-            r"\$\{([\w]+)",
-            template()["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"],
-        )
-    )
-    assert referenced - {"AWS"} <= set(template()["Resources"]), "a ${…} names no resource"
+    roles = {m[5] for m in lines if m[0] == "numerator"}
+    assert roles == {"batcher", "server" if given else "lambda"}
+    referenced = {m.split(".")[0] for m in re.findall(r"\$\{([\w.]+)", dashboard_text(given))}
+    made = variant(template(), given)["Resources"]
+    assert referenced - {"AWS"} <= set(made), "a ${…} names no resource this edge makes"
 
 
 def test_the_slo_alarms_burn_on_two_windows_and_notify_only_a_topic_given() -> None:
@@ -326,3 +342,70 @@ def test_the_slo_alarms_burn_on_two_windows_and_notify_only_a_topic_given() -> N
     assert template()["Conditions"]["Notify"] == {
         "Fn::Not": [{"Fn::Equals": [{"Ref": "AlarmTopicArn"}, ""]}]
     }
+
+
+@pytest.mark.parametrize("given", [{}, FARGATE], ids=["lambda", "fargate"])
+def test_each_edge_variant_makes_its_edge_and_refers_to_nothing_it_does_not_make(
+    given: dict[str, str],
+) -> None:
+    """Both values of Edge, on the SAM transform's output (the offline transform) and on the
+    template: every Ref, GetAtt and ${…} of the resources made names one that is made."""
+    for source in (transformed(), template()):
+        made = variant(source, given)
+        assert dangling(source, made) == set(), given
+        resources = set(made["Resources"])
+        mine, others = (
+            (LAMBDA_ONLY, FARGATE_ONLY) if "Edge" not in given else (FARGATE_ONLY, LAMBDA_ONLY)
+        )
+        assert mine <= resources and not others & resources, resources
+        for shared in ("Stream", "ReplyTable", "BatcherService", "LatencyAlarm", "Dashboard"):
+            assert shared in resources
+
+
+def test_the_fargate_edge_serves_https_checks_healthz_scales_on_cpu_and_checks_keys() -> None:
+    made = variant(template(), FARGATE)["Resources"]
+    listener = made["HttpsListener"]["Properties"]
+    assert (listener["Protocol"], listener["Port"]) == ("HTTPS", 443)
+    assert listener["Certificates"] == [{"CertificateArn": {"Ref": "CertificateArn"}}]
+    redirect = made["HttpListener"]["Properties"]["DefaultActions"][0]
+    assert redirect["RedirectConfig"]["Protocol"] == "HTTPS"
+    targets = made["EdgeTargets"]["Properties"]
+    assert (targets["HealthCheckPath"], targets["Port"], targets["TargetType"]) == (
+        "/healthz",
+        8080,
+        "ip",
+    )
+    tracking = made["EdgeCpuTracking"]["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+    assert tracking["PredefinedMetricSpecification"] == {
+        "PredefinedMetricType": "ECSServiceAverageCPUUtilization"
+    }
+    assert tracking["TargetValue"] == {"Ref": "EdgeCpuTarget"}
+    container = made["EdgeTask"]["Properties"]["ContainerDefinitions"][0]
+    assert container["Command"][:2] == ["serve", "--aws"] and "8080" in container["Command"]
+    env = {item["Name"]: item["Value"] for item in container["Environment"]}
+    assert env["AUTH"] == "keys" and env["MODE"] == "aws"
+    assert set(env) <= SETTINGS | BOTO3, set(env) - SETTINGS
+    assert [s["Name"] for s in container["Secrets"]] == ["DATABASE_URL"]
+    role = made["EdgeTaskRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    actions = {action for statement in role for action in statement["Action"]}
+    assert actions == {
+        "kinesis:PutRecord",
+        "kinesis:PutRecords",
+        "kinesis:DescribeStreamSummary",
+        "kinesis:ListShards",
+        "dynamodb:BatchGetItem",
+        "dynamodb:DescribeTable",
+    }
+    # the SLO alarms and the dashboard read the server edge's EMF lines and the balancer
+    latency = made["LatencyAlarm"]["Properties"]
+    assert (latency["Namespace"], latency["Threshold"]) == ("AWS/ApplicationELB", 0.25)
+    burn = made["AvailabilityBurn5m"]["Properties"]["Metrics"][1]["MetricStat"]["Metric"]
+    assert {"Name": "role", "Value": "server"} in burn["Dimensions"]
+
+
+def test_the_fargate_edge_needs_numerators_keys_and_a_certificate() -> None:
+    rules = template()["Rules"]["FargateEdge"]
+    assert rules["RuleCondition"] == {"Fn::Equals": [{"Ref": "Edge"}, "fargate"]}
+    asserted = [a["Assert"] for a in rules["Assertions"]]
+    assert {"Fn::Equals": [{"Ref": "Authorizer"}, "NONE"]} in asserted
+    assert {"Fn::Not": [{"Fn::Equals": [{"Ref": "CertificateArn"}, ""]}]} in asserted

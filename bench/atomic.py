@@ -26,6 +26,7 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from infra.counters import NAME
+from infra.run.server import read_body
 
 TABLE = "numerator-baseline-atomic"
 
@@ -181,12 +182,7 @@ class Containers:
             self.pool.shutdown(wait=False, cancel_futures=True)
             await send({"type": "lifespan.shutdown.complete"})
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         if scope["path"] == "/metrics":
             result: dict[str, Any] = {"statusCode": 200, "body": CALLS.render(), "headers": {}}
         elif scope["path"] in ("/healthz", "/ping"):

@@ -24,7 +24,7 @@ from starlette.types import Receive, Scope, Send
 from functions.handler import build
 from infra.observe.metrics import Metrics
 from infra.observe.workers import Workers, sharing, workers_dir
-from infra.run.server import worker_signals
+from infra.run.server import read_body, worker_signals
 from infra.settings import Settings
 
 INVOCATION_TIMEOUT_S = 30.0  # template.yaml's default function timeout
@@ -137,12 +137,7 @@ class LambdaEdge:
         if scope["method"] == "GET" and scope["path"] == "/metrics" and here:
             await self._metrics(send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(self.pool, self._invoke, event(scope, body))
         payload = result.get("body") or ""

@@ -42,6 +42,11 @@ class Emf:
 
         self.metrics, self.role = metrics, role
         self.out: Any = Out(namespace=NAMESPACE, service=NAMESPACE)
+        if self.out.default_dimensions.get("role", role) != role:
+            # Powertools keeps one set of dimensions per process, shared by every instance: a
+            # process of another role before this one (in the tests) would leave its own.
+            self.out.clear_default_dimensions()
+            self.out.clear_metrics()
         self.out.set_default_dimensions(role=role)
         self.last: dict[str, float] = {}
         self.units = {"LagSeconds": MetricUnit.Seconds}

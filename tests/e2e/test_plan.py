@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 OTHER_RATES = {Edge.SERVER: (500.0, 800.0), Edge.LAMBDA: (9.0, 12.0)}
 
 
-@pytest.mark.parametrize("edge", list(Edge))
+@pytest.mark.parametrize("edge", [Edge.SERVER, Edge.LAMBDA])  # the atomic counter: 1 per request
 def test_the_predicted_calls_per_request_are_within_a_quarter_of_the_measured(
     edge: Edge,
 ) -> None:

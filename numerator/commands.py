@@ -362,8 +362,8 @@ def add_plan(commands: Any) -> None:
     plan.add_argument(
         "--hot-share",
         type=number,
-        default=0.5,
-        help="the share of requests on the busiest counter, above 0 to 1 (default 0.5)",
+        help="the share of requests on the busiest counter, above 0 to 1 (default 0.5; 1 with "
+        "one counter)",
     )
     plan.add_argument("--count", type=int, default=1, help="values per request (default 1)")
     plan.add_argument(

@@ -29,7 +29,8 @@ def run_plan(args: argparse.Namespace) -> None:
             return
     if args.rps is None:
         raise PlanError("--rps is needed: the mean rate to plan for, requests a second")
-    load = Load(args.rps, args.counters, args.hot_share, args.count, args.peak_to_mean)
+    hot = args.hot_share if args.hot_share is not None else 1.0 if args.counters == 1 else 0.5
+    load = Load(args.rps, args.counters, hot, args.count, args.peak_to_mean)
     prices = Prices.read(args.prices, args.region)
     measured = read_measured()
     edges = list(Edge) if args.edge == "both" else [Edge(args.edge)]

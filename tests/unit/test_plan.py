@@ -187,6 +187,8 @@ def test_the_command_plans_both_edges_side_by_side_from_the_shipped_files() -> N
         assert each["sizing"]["shards"] >= 1 and each["sizing"]["batchers"] >= 2
     for each in out["plans"]:
         assert each["aws_calls_per_s"] and each["cost"]["total_usd_per_month"] > 0
+    one = json.loads(numerator("--rps", "100", "--counters", "1", "--json").stdout)
+    assert one["load"]["hot_share"] == 1.0  # one counter takes every request
     lam, server, atomic = out["plans"]
     assert atomic["aws_calls_per_request"] == pytest.approx(1.0, abs=0.05)
     assert "a retried request takes a second" in done.stdout
@@ -201,6 +203,7 @@ def test_the_command_plans_both_edges_side_by_side_from_the_shipped_files() -> N
         (["--rps", "10", "--edge", "ec2"], 2, "invalid choice: 'ec2'"),
         (["--rps", "10", "--region", "mars-1"], 1, "no prices for mars-1"),
         ([], 1, "--rps is needed"),
+        (["--rps", "10", "--counters", "1", "--hot-share", "0.5"], 1, "must be 1 with one"),
     ],
 )
 def test_the_command_says_what_is_wrong(argv: list[str], code: int, says: str) -> None:

@@ -67,6 +67,15 @@ UNITS = {
 }  # any other call (describe_*: health checks): Unit.PROCESS
 
 
+def unit_of(call: str) -> Unit:
+    return UNITS.get(call, Unit.PROCESS)
+
+
+def units(edges: float, shards: float, batchers: float) -> dict[Unit, float]:
+    """A deployment's units: its edge processes, its shards, and all its processes."""
+    return {Unit.EDGE: edges, Unit.SHARD: shards, Unit.PROCESS: edges + batchers}
+
+
 @dataclass(frozen=True)
 class Load:
     """The rate to plan for and its shape. `rps` is the mean; capacity is sized for the peak."""
@@ -110,8 +119,9 @@ class Fit:
 def fit(points: list[tuple[float, float]], units: float) -> Fit:
     """Least squares through the (rps, calls a second) points of runs on `units` units; a
     negative intercept is fitted through the origin, a negative slope as a constant."""
+    through_origin = Fit(0.0, sum(x * y for x, y in points) / sum(x * x for x, _ in points))
     if units == 0:  # no fixed part (a Lambda edge's calls are each request's)
-        return Fit(0.0, sum(x * y for x, y in points) / sum(x * x for x, _ in points))
+        return through_origin
     n = len(points)
     mean_x = sum(x for x, _ in points) / n
     mean_y = sum(y for _, y in points) / n
@@ -121,8 +131,7 @@ def fit(points: list[tuple[float, float]], units: float) -> Fit:
     if slope < 0:
         return Fit(mean_y / units, 0.0)
     if intercept < 0:
-        through = sum(x * y for x, y in points) / sum(x * x for x, _ in points)
-        return Fit(0.0, through)
+        return through_origin
     return Fit(intercept / units, slope)
 
 
@@ -142,7 +151,7 @@ class Measured:
         fits = {
             call: fit(
                 [(run["rps"], run["calls"].get(call, 0.0) / run["duration_s"]) for run in runs],
-                measured_units(runs[0], UNITS.get(call, Unit.PROCESS)),
+                measured_units(runs[0])[unit_of(call)],
             )
             for call in calls
         }
@@ -150,10 +159,7 @@ class Measured:
 
     def calls(self, rps: float, units: dict[Unit, float]) -> dict[str, float]:
         """Calls a second by call at `rps` on a deployment of `units`."""
-        return {
-            call: fit.at(rps, units[UNITS.get(call, Unit.PROCESS)])
-            for call, fit in self.fits.items()
-        }
+        return {call: fit.at(rps, units[unit_of(call)]) for call, fit in self.fits.items()}
 
     def least(self, key: str) -> float:
         """The least of the runs' figure: the reply wait without any queueing."""
@@ -171,15 +177,9 @@ class Measured:
         return (target - cpu.fixed) / cpu.per_request
 
 
-def measured_units(run: dict[str, Any], unit: Unit) -> float:
-    """The units the bench's deployment had: its edge processes, shards, processes."""
-    edges = float(run["edge_processes"])
-    units: dict[Unit, float] = {
-        Unit.EDGE: edges,
-        Unit.SHARD: float(run["shards"]),
-        Unit.PROCESS: edges + run["batchers"],
-    }
-    return units[unit]
+def measured_units(run: dict[str, Any]) -> dict[Unit, float]:
+    """The units of the deployment the bench measured."""
+    return units(float(run["edge_processes"]), float(run["shards"]), float(run["batchers"]))
 
 
 def distinct(requests: float, load: Load) -> tuple[float, float]:
@@ -212,12 +212,7 @@ class Sizing:
     rps_per_task: float = 0.0
 
     def units(self) -> dict[Unit, float]:
-        edges = self.edge_tasks if self.edge is Edge.SERVER else 0.0
-        return {
-            Unit.EDGE: edges,
-            Unit.SHARD: self.shards,
-            Unit.PROCESS: edges + self.batchers,
-        }
+        return units(self.edge_tasks, self.shards, self.batchers)  # no edge tasks off the server
 
 
 def size(load: Load, measured: Measured, record_bytes: float, front_frame_ms: float) -> Sizing:

@@ -8,7 +8,7 @@ import pytest
 
 from numerator.plan import Edge, read_measured
 from numerator.plan.measure import RATES, bench
-from numerator.plan.model import Measured, Unit, measured_units
+from numerator.plan.model import Measured, measured_units
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ def test_the_predicted_calls_per_request_are_within_a_quarter_of_the_measured(
     for rate in OTHER_RATES[edge]:
         assert rate not in RATES[edge]
         run = bench(edge, rate)
-        units = {unit: measured_units(run, unit) for unit in Unit}
+        units = measured_units(run)
         predicted = sum(model.calls(run["rps"], units).values()) / run["rps"]
         measured = sum(run["calls"].values()) / run["duration_s"] / run["rps"]
         print(f"{edge} at {run['rps']:.0f} rps: predicted {predicted:.3f}, measured {measured:.3f}")

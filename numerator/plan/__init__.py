@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from infra.settings import Settings
 from numerator.plan.cost import INSTANCES, Bill, Prices, bill
 from numerator.plan.model import (
     HEADROOM,
@@ -22,8 +23,6 @@ from numerator.plan.model import (
     limits,
     size,
 )
-
-FRONT_FRAME_MS = 20.0  # FRONT_FRAME_MS's default
 
 __all__ = ["Edge", "Load", "Plan", "PlanError", "plan"]
 
@@ -74,7 +73,8 @@ def read_measured(path: Path = MEASURED) -> dict[str, Any]:
 def plan(load: Load, edge: Edge, prices: Prices, measured: dict[str, Any] | None = None) -> Plan:
     data = measured if measured is not None else read_measured()
     runs = Measured.of(edge, data["edges"][str(edge)])
-    sizing = size(load, runs, float(data["record_bytes"]), FRONT_FRAME_MS)
+    front_frame_ms = Settings.of().edge.front_frame_ms  # the default the template keeps
+    sizing = size(load, runs, float(data["record_bytes"]), front_frame_ms)
     commits = float(data["commits_per_s"])
     sizing.instance_class = INSTANCES[1 if sizing.transactions_per_s <= commits * HEADROOM else 2]
     calls = runs.calls(load.rps, sizing.units())

@@ -18,7 +18,7 @@ import orjson
 from numerator.plan.model import MONTH_S, Edge, Load, PlanError, Sizing
 
 PRICES = Path(__file__).with_name("prices.json")
-NEEDED = (
+NEEDED: tuple[str, ...] = (
     "api_gateway_http_per_million",
     "api_gateway_http_per_million_over_300m",
     "lambda_per_million",
@@ -41,6 +41,7 @@ NEEDED = (
     "cloudwatch_alarm_month",
 )
 INSTANCES = ("db.t4g.micro", "db.t4g.small", "db.m7g.large")  # smallest first
+NEEDED += tuple(f"rds_{name}_hour" for name in INSTANCES)
 
 # Assumptions (not measured here), each named where it is used:
 LAMBDA_MEMORY_GB = 0.5  # template.yaml EdgeMemory's default, 512 MB
@@ -84,10 +85,7 @@ class Prices:
         return cls(str(path), str(data.get("as_of", "undated")), float(hours), usd)
 
     def instance(self, name: str) -> float:
-        key = f"rds_{name}_hour"
-        if key not in self.usd:
-            raise PlanError(f"the prices file {self.source} has no price {key}")
-        return self.usd[key]
+        return self.usd[f"rds_{name}_hour"]  # one of INSTANCES: checked when read
 
 
 def price(path: Path, region: str, name: str, item: Any) -> float:

@@ -27,12 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.adapters.limits import SHARD_READS_PER_S, SHARD_RECORDS_PER_S
+
 NEAR = 0.85
 """The share of a limit that counts as reaching it: sampling smooths peaks away."""
 LATE_SHARE = 0.01
 """Sends that left late, as a share of all, past which the generator limited the run."""
-READS_PER_SHARD_S = 5.0
-"""Kinesis: GetRecords calls per second a shard serves, shared by its readers."""
 LAG_S = 1.0
 """Batcher lag past which frames are falling behind the stream."""
 UNEXPLAINED = "unexplained"
@@ -117,8 +117,8 @@ def _stream(s: dict[str, Any], totals: dict[str, Any], run: dict[str, Any]) -> s
     if throttles:  # a reader polls near 5/s by design: reads tell only beside throttles
         reads = f", GetRecords at {per_shard:.1f}/s per shard" if per_shard else ""
         said.append(
-            f"{throttles:,.0f} AWS calls throttled{reads} (Kinesis serves "
-            f"{READS_PER_SHARD_S:g} reads/s and 1,000 records/s written per shard)"
+            f"{throttles:,.0f} AWS calls throttled{reads} (Kinesis serves {SHARD_READS_PER_S:g} "
+            f"reads/s and {SHARD_RECORDS_PER_S:,} records/s written per shard)"
         )
     return "; ".join(said) or None
 

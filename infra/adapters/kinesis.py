@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.adapters.aws import Calls
+from infra.adapters.limits import PUT_RECORDS_MAX, PUT_RECORDS_MAX_BYTES
 from infra.backoff import Retries
 from infra.errors import AwsRefused, NumeratorError, ShardEnded, StreamFull
 from infra.observe.metrics import Metrics
 from infra.ports import Entry
 from infra.wire import Demand, encode
 
-MAX_RECORDS, MAX_BYTES = 500, 5 * 1024 * 1024
 PUT_ATTEMPTS = 6
 
 
@@ -90,7 +90,8 @@ class KinesisStream:
             while self._pending:
                 rows, _ = self._pending[0]
                 more = sum(len(data) + len(key) for data, key in rows)
-                if batch and (count + len(rows) > MAX_RECORDS or size + more > MAX_BYTES):
+                full = count + len(rows) > PUT_RECORDS_MAX or size + more > PUT_RECORDS_MAX_BYTES
+                if batch and full:
                     break
                 batch.append(self._pending.popleft())
                 size, count = size + more, count + len(rows)

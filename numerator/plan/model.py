@@ -18,11 +18,9 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from infra.adapters.limits import SHARD_BYTES_PER_S, SHARD_READS_PER_S, SHARD_RECORDS_PER_S
 from infra.errors import NumeratorError
 
-KINESIS_RECORDS_PER_SHARD = 1_000  # records a second written, per shard
-KINESIS_BYTES_PER_SHARD = 1_048_576  # bytes a second written, per shard
-KINESIS_READS_PER_SHARD = 5  # GetRecords a second, per shard, shared by every reader
 KINESIS_ON_DEMAND_START = 4_000  # records a second a new on-demand stream takes at first
 LAMBDA_CONCURRENCY = 1_000  # an account's default concurrent executions, per region
 HTTP_API_RPS = 10_000  # API Gateway's default account throttle, per region (burst 5,000)
@@ -238,13 +236,13 @@ def size(load: Load, measured: Measured, record_bytes: float, front_frame_ms: fl
         out.concurrency = out.in_flight
         out.records_per_s = peak
         out.hot_records_per_s = peak * load.hot_share
-    write = KINESIS_RECORDS_PER_SHARD * HEADROOM
+    write = SHARD_RECORDS_PER_S * HEADROOM
     out.partition_spread = max(1, math.ceil(out.hot_records_per_s / write))
     out.shards = max(
         1,
         out.partition_spread,
         math.ceil(out.records_per_s / write),
-        math.ceil(out.records_per_s * record_bytes / (KINESIS_BYTES_PER_SHARD * HEADROOM)),
+        math.ceil(out.records_per_s * record_bytes / (SHARD_BYTES_PER_S * HEADROOM)),
     )
     out.batchers = max(2, math.ceil(out.shards / SHARDS_PER_BATCHER))
     out.transactions_per_s = out.shards * measured.mean("transactions_per_shard_s")
@@ -297,25 +295,25 @@ def limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
         Limit(
             "Kinesis writes per shard (records/s)",
             shard_records,
-            KINESIS_RECORDS_PER_SHARD,
+            SHARD_RECORDS_PER_S,
             "more shards (SHARDS / ShardCount)",
         ),
         Limit(
             "Kinesis writes per shard (bytes/s)",
             shard_records * sizing.record_bytes,
-            KINESIS_BYTES_PER_SHARD,
+            SHARD_BYTES_PER_S,
             "more shards",
         ),
         Limit(
             "Kinesis writes of the hot counter per shard (records/s)",
             sizing.hot_records_per_s / sizing.partition_spread,
-            KINESIS_RECORDS_PER_SHARD,
+            SHARD_RECORDS_PER_S,
             "a larger PARTITION_SPREAD",
         ),
         Limit(
             "Kinesis reads per shard (GetRecords/s, every reader's)",
-            KINESIS_READS_PER_SHARD,
-            KINESIS_READS_PER_SHARD,
+            SHARD_READS_PER_S,
+            SHARD_READS_PER_S,
             "numerator's batcher takes all five (READ_INTERVAL_MS 200): give any other "
             "reader enhanced fan-out",
         ),

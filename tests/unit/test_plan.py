@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from infra.adapters.limits import SHARD_RECORDS_PER_S
 from numerator.plan import Edge, Load, PlanError, plan
 from numerator.plan.cost import PRICES, Prices, tiered
 from numerator.plan.model import (
     HEADROOM,
-    KINESIS_RECORDS_PER_SHARD,
     MONTH_S,
     Fit,
     Measured,
@@ -90,8 +90,8 @@ def test_the_lambda_edge_puts_a_record_per_request_and_sizes_concurrency_by_litt
     out = plan(load, Edge.LAMBDA, prices(), MEASURED)
     assert out.sizing.records_per_s == 20_000
     assert out.sizing.concurrency == pytest.approx(20_000 * 0.2)
-    assert out.sizing.shards == math.ceil(20_000 / (KINESIS_RECORDS_PER_SHARD * HEADROOM))
-    assert out.sizing.partition_spread == math.ceil(10_000 / (KINESIS_RECORDS_PER_SHARD * HEADROOM))
+    assert out.sizing.shards == math.ceil(20_000 / (SHARD_RECORDS_PER_S * HEADROOM))
+    assert out.sizing.partition_spread == math.ceil(10_000 / (SHARD_RECORDS_PER_S * HEADROOM))
     assert out.sizing.batchers == math.ceil(out.sizing.shards / 4)
     assert out.calls["put_record"] == pytest.approx(10_000)
     states = {limit.name: limit.state for limit in out.limits}

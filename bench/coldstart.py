@@ -19,7 +19,7 @@ import statistics
 import subprocess
 from pathlib import Path
 
-from infra.run.process import runtime_python
+from infra.run.process import runtime_python, stand_in_aws
 
 EVENTS = Path(__file__).parents[1] / "events"
 
@@ -58,9 +58,7 @@ def measure(build: Path, python: str, runs: int) -> dict[str, float]:
         # answers the probe without reading API keys from a Postgres it does not have here
         "AUTH": "none",
         "AUTHORIZER": "iam",
-        "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
-        "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID", "test"),
-        "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY", "test"),
+        **stand_in_aws(),
     }
     samples: list[dict[str, float]] = []
     for _ in range(runs):

@@ -15,7 +15,7 @@ import httpx
 
 from bench.errors import BenchError
 from infra.run.embedded import Postgres, ephemeral
-from infra.run.process import started
+from infra.run.process import stand_in_aws, started
 from infra.run.server import free_port
 from infra.settings import Settings
 
@@ -121,13 +121,7 @@ def serve_atomic(endpoint: str, env: dict[str, str]) -> Iterator[Target]:
             made = started(moto, dict(os.environ), endpoint + "/moto-api/", "moto")
             pids.append(stack.enter_context(made)[0].pid)
         port = free_port()
-        environment = {
-            **os.environ,
-            "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-            "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID") or "test",
-            "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY") or "test",
-            **env,
-        }
+        environment = {**os.environ, **stand_in_aws(), **env}
         command = [sys.executable, "-m", "bench.atomic", "--endpoint", endpoint]
         command += ["--table", f"bench-atomic-{uuid.uuid4().hex[:8]}", "--port", str(port)]
         url = f"http://127.0.0.1:{port}"

@@ -30,15 +30,7 @@ MOTO_MISSING = (
 def aws_environment(endpoint: str) -> dict[str, str]:
     """What the edge and batchers need to reach `endpoint`: the endpoint, and a region and
     credentials when none are set (moto and LocalStack take any)."""
-    return {
-        "MODE": "aws",
-        "AWS_ENDPOINT_URL": endpoint,
-        "AWS_DEFAULT_REGION": os.environ.get("AWS_DEFAULT_REGION")
-        or os.environ.get("AWS_REGION")
-        or "us-east-1",
-        "AWS_ACCESS_KEY_ID": os.environ.get("AWS_ACCESS_KEY_ID") or "test",
-        "AWS_SECRET_ACCESS_KEY": os.environ.get("AWS_SECRET_ACCESS_KEY") or "test",
-    }
+    return {"MODE": "aws", "AWS_ENDPOINT_URL": endpoint, **processes.stand_in_aws()}
 
 
 def require_moto() -> None:

@@ -24,6 +24,17 @@ Process = subprocess.Popen[Any]
 RUNTIME = "3.12"  # template.yaml's Runtime: python3.12
 
 
+def stand_in_aws(env: dict[str, str] | None = None) -> dict[str, str]:
+    """A region and credentials for a child that talks to a stand-in for AWS (moto server,
+    LocalStack: they take any), keeping those `env` (default: this process's) sets."""
+    env = dict(os.environ) if env is None else env
+    return {
+        "AWS_DEFAULT_REGION": env.get("AWS_DEFAULT_REGION") or env.get("AWS_REGION") or "us-east-1",
+        "AWS_ACCESS_KEY_ID": env.get("AWS_ACCESS_KEY_ID") or "test",
+        "AWS_SECRET_ACCESS_KEY": env.get("AWS_SECRET_ACCESS_KEY") or "test",
+    }
+
+
 def runtime_python() -> Path | None:
     """The Lambda runtime's Python (3.12) on this machine: pyenv's, else one on PATH that is not
     a pyenv shim (a shim answers only for the versions pyenv has selected)."""

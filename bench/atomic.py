@@ -15,6 +15,7 @@ simulated container, ATOMIC_CONTAINERS), as the Lambda edge's local runner does 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import threading
@@ -26,7 +27,7 @@ import orjson
 from starlette.types import Receive, Scope, Send
 
 from infra.counters import NAME
-from infra.run.server import read_body
+from infra.run import apigateway
 
 TABLE = "numerator-baseline-atomic"
 
@@ -92,7 +93,8 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
     parts = event["rawPath"].strip("/").split("/")
     table = os.environ.get("ATOMIC_TABLE", TABLE)
     if method == "POST" and parts == ["counters"]:
-        body = orjson.loads(event.get("body") or "{}")
+        raw = event.get("body") or "{}"
+        body = orjson.loads(base64.b64decode(raw) if event.get("isBase64Encoded") else raw)
         name = body.get("name") if isinstance(body, dict) else None
         if not isinstance(name, str) or not NAME.fullmatch(name):
             return respond(422, {"detail": "bad name"})
@@ -153,20 +155,6 @@ def make_table(table: str) -> None:
         time.sleep(0.1)
 
 
-def event(scope: Scope, body: bytes) -> dict[str, Any]:
-    """The part of an API Gateway HTTP API (2.0) event the handler reads."""
-    query = scope["query_string"].decode("latin-1")
-    pairs = [item.partition("=") for item in query.split("&") if item]
-    return {
-        "version": "2.0",
-        "rawPath": scope["path"],
-        "requestContext": {"http": {"method": scope["method"]}},
-        "queryStringParameters": {k: v for k, _, v in pairs} or None,
-        "body": body.decode("utf-8", "replace"),
-        "isBase64Encoded": False,
-    }
-
-
 class Containers:
     """An ASGI app whose every request is one invocation of `handler` in a pool of threads;
     /healthz and /metrics answered here."""
@@ -182,7 +170,7 @@ class Containers:
             self.pool.shutdown(wait=False, cancel_futures=True)
             await send({"type": "lifespan.shutdown.complete"})
             return
-        body = await read_body(receive)
+        body = await apigateway.read_body(receive)
         if scope["path"] == "/metrics":
             result: dict[str, Any] = {"statusCode": 200, "body": CALLS.render(), "headers": {}}
         elif scope["path"] in ("/healthz", "/ping"):
@@ -191,7 +179,7 @@ class Containers:
             if scope["path"].endswith("/next"):
                 CALLS.requests += 1
             loop = asyncio.get_running_loop()
-            result = await loop.run_in_executor(self.pool, handler, event(scope, body))
+            result = await loop.run_in_executor(self.pool, handler, apigateway.event(scope, body))
         headers = [(k.encode(), str(v).encode()) for k, v in result["headers"].items()]
         start = {"type": "http.response.start", "status": result["statusCode"]}
         await send({**start, "headers": headers})

@@ -24,7 +24,8 @@ from starlette.types import Receive, Scope, Send
 from functions.handler import build
 from infra.observe.metrics import Metrics
 from infra.observe.workers import Workers, sharing, workers_dir
-from infra.run.server import read_body, worker_signals
+from infra.run.apigateway import event, read_body
+from infra.run.server import worker_signals
 from infra.settings import Settings
 
 INVOCATION_TIMEOUT_S = 30.0  # template.yaml's default function timeout
@@ -42,47 +43,6 @@ class Context:
 
     def get_remaining_time_in_millis(self) -> int:
         return max(0, int((self.deadline - time.monotonic()) * 1000))
-
-
-def event(scope: Scope, body: bytes) -> dict[str, Any]:
-    """The API Gateway HTTP API (2.0) event for an ASGI request."""
-    headers: dict[str, str] = {}
-    for name, value in scope["headers"]:
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        headers[key] = f"{headers[key]},{text}" if key in headers else text
-    query = scope["query_string"].decode("latin-1")
-    path = scope["path"]
-    client = scope.get("client") or ("127.0.0.1", 0)
-    now = time.time()
-    out: dict[str, Any] = {
-        "version": "2.0",
-        "routeKey": "$default",
-        "rawPath": path,
-        "rawQueryString": query,
-        "headers": headers,
-        "requestContext": {
-            "accountId": "000000000000",
-            "apiId": "local",
-            "domainName": headers.get("host", "localhost"),
-            "http": {
-                "method": scope["method"],
-                "path": path,
-                "protocol": "HTTP/1.1",
-                "sourceIp": client[0],
-                "userAgent": headers.get("user-agent", ""),
-            },
-            "requestId": uuid.uuid4().hex,
-            "routeKey": "$default",
-            "stage": "$default",
-            "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime(now)),
-            "timeEpoch": int(now * 1000),
-        },
-        "isBase64Encoded": bool(body),
-    }
-    if body:
-        out["body"] = base64.b64encode(body).decode()
-    return out
 
 
 class LambdaEdge:

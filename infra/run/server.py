@@ -18,9 +18,8 @@ import signal
 import socket
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import psutil
 from granian import Granian
@@ -191,15 +190,3 @@ def cannot_listen(host: str, port: int) -> str | None:
                 return f"{host}:{port} is in use (another numerator?); choose --port"
             return f"cannot listen on {host}:{port}: {exc.strerror}"
     return None
-
-
-async def read_body(receive: Callable[[], Awaitable[Mapping[str, Any]]]) -> bytes:
-    """The whole body of an ASGI request, for the bare ASGI apps that hand a request on as an
-    event (`numerator up --edge lambda`'s runner, the bench's atomic counter)."""
-    body = b""
-    while True:
-        message = await receive()
-        chunk: bytes = message.get("body", b"")
-        body += chunk
-        if not message.get("more_body"):
-            return body

@@ -164,9 +164,10 @@ class Containers:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
-            while (await receive())["type"] != "lifespan.shutdown":
-                make_table(os.environ.get("ATOMIC_TABLE", TABLE))
-                await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.startup
+            make_table(os.environ.get("ATOMIC_TABLE", TABLE))
+            await send({"type": "lifespan.startup.complete"})
+            await receive()  # lifespan.shutdown
             self.pool.shutdown(wait=False, cancel_futures=True)
             await send({"type": "lifespan.shutdown.complete"})
             return

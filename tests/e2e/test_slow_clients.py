@@ -23,10 +23,13 @@ ROOT = Path(__file__).parents[2]
 def test_3000_connections_that_never_finish_their_headers_leave_others_served(
     tmp_path: Path,
 ) -> None:
-    """The issue's bar: a normal client at 500 requests/s gets p99 <= 50 ms while they are held
-    (within the default HEADER_TIMEOUT_S, 10 s). When they all time out at once, the worker
-    spends ~70-110 ms closing them (measured; docs/keys.md, Slow clients): not part of this bar."""
-    service = Service("--ephemeral")
+    """The issue's bar: a normal client at 500 requests/s gets p99 <= 50 ms while they are held.
+    When they all time out at once, the worker spends ~70-110 ms closing them (measured;
+    docs/keys.md, Slow clients): not part of this bar. With the default HEADER_TIMEOUT_S (10 s)
+    that moment fell inside the measurement whenever the bench started a few seconds late on a
+    busy machine (p99 93 and 315 ms in two CI runs); here they may stay 60 s, longer than the
+    run, so that it measures them held. The next test holds the timeout itself."""
+    service = Service("--ephemeral", env={"HEADER_TIMEOUT_S": "60"})
     holder = None
     try:
         assert httpx.post(service.url + "/counters", json={"name": "hot"}).status_code == 201

@@ -27,9 +27,7 @@ async def test_an_answer_that_comes_as_its_client_leaves_is_abandoned() -> None:
 
     front = Front(stream, replies, metrics, 0.001, lambda t: t, abandon=abandon)
     task = asyncio.create_task(front.take("inv", 2, 5.0, "me"))
-    while not len(stream):  # the frame goes out
-        await asyncio.sleep(0.001)
-    [entry] = await stream.read(stream.shard, None, 10, 0)
+    [entry] = await stream.read(stream.shard, None, 10, 5.0)  # the frame goes out
     assert isinstance(entry.record, Record)
     reply = Reply(entry.record.key, "inv", 41, 42, "{value}", date(2026, 12, 2))
     await replies.publish([reply])  # the answer is in: the request's task is due to resume

@@ -47,14 +47,11 @@ async def take(
     `who` sent it (a key id or an address): the Idempotency-Keys it may send are limited."""
     metrics = edge.metrics
     metrics.next_requests.inc()
-    epoch = edge.flight.begin()
     try:
         body = await _take(edge, name, count, key, timeout, who)
     except Problem as problem:
         metrics.responses.inc(str(problem.status))
         raise
-    finally:
-        edge.flight.end(epoch)
     metrics.responses.inc("200")
     return body
 
@@ -301,6 +298,22 @@ class FastPath:
         request: tuple[str, str, str | None, int, dict[str, str]],
     ) -> None:
         """Answer POST /counters/{name}/next: its values, or its problem."""
+        # The request is held (edge.flight: what the ledger lists `unsure` if this process dies)
+        # until its answer is handed to the server, not only until its values came.
+        epoch = edge.flight.begin()
+        try:
+            await self._next(edge, scope, receive, send, request)
+        finally:
+            edge.flight.end(epoch)
+
+    async def _next(
+        self,
+        edge: Edge,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        request: tuple[str, str, str | None, int, dict[str, str]],
+    ) -> None:
         who, counter, key, length, query = request
         path = scope["path"]
         try:

@@ -22,10 +22,11 @@ from typing import Any
 
 from infra.counters import Counter
 
-NOT_DELIVERED = frozenset({"abandoned"})
+ABANDONED = "abandoned"
+NOT_DELIVERED = frozenset({ABANDONED})
 """Void reasons that say no client received the values."""
 NOT_CONFIRMED = "not-confirmed"
-SYSTEM_REASONS = frozenset({"abandoned", NOT_CONFIRMED})
+SYSTEM_REASONS = frozenset({ABANDONED, NOT_CONFIRMED})
 """Reasons numerator gives itself; a user's void names its own."""
 
 
@@ -42,8 +43,10 @@ class Link:
     prev: str
 
 
-SKEW_S = 1.0
-"""How far an edge's clock may be behind Postgres's, for `EdgeEnd.holds`."""
+SKEW_S = 0.1
+"""How late an edge's settled moment may be written, for `EdgeEnd.holds`: the edge gives it as
+an age, which Postgres turns into its own time when the statement runs (infra/adapters/postgres:
+edge_seen), later than the edge measured it by the statement's trip."""
 
 
 @dataclass(frozen=True, slots=True)

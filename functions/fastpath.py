@@ -30,7 +30,7 @@ from functions.problems import (
     unavailable,
 )
 from infra.counters import template
-from infra.errors import ReplyTimeout, StreamFull, Unavailable
+from infra.errors import AwsRefused, ReplyTimeout, StreamFull, Unavailable
 from infra.settings import loopback
 from infra.wire import BadReply, Record, Reply, Void, reply_key
 
@@ -94,6 +94,8 @@ async def replied(work: Awaitable[Reply], retry_after: int) -> Reply:
         return await work
     except StreamFull as exc:
         raise unavailable(f"the batcher is saturated: {exc}", retry_after) from None
+    except AwsRefused as exc:  # the same call would be refused again: no Retry-After
+        raise Problem(Kind.BACKEND_REFUSED, f"{exc.code}: {exc}") from None
     except Unavailable as exc:
         raise unavailable(str(exc), retry_after) from None
     except ReplyTimeout as exc:
@@ -107,7 +109,7 @@ async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Rep
     edge.replies.expect(record.key)
     try:
         await edge.stream.put((record,))
-    except Unavailable:
+    except (Unavailable, AwsRefused):
         edge.replies.forget(record.key)
         raise
     except asyncio.CancelledError:  # the client went away while the record was being put

@@ -30,6 +30,21 @@ SYSTEM_REASONS = frozenset({ABANDONED, NOT_CONFIRMED})
 """Reasons numerator gives itself; a user's void names its own."""
 
 
+def reserved(reason: str) -> bool:
+    """Whether a user's reason reads as one of numerator's own (`Abandoned`, ` abandoned `):
+    a report's reader could not tell them apart."""
+    return " ".join(reason.split()).casefold() in SYSTEM_REASONS
+
+
+def reserved_pattern() -> str:
+    """`reserved` as an ECMA regular expression, for the OpenAPI schema."""
+    words = [
+        "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in reason)
+        for reason in sorted(SYSTEM_REASONS)
+    ]
+    return rf"^\s*(?:{'|'.join(words)})\s*$"
+
+
 @dataclass(frozen=True, slots=True)
 class Link:
     """One audit row: a frame's ranges and detail for one retention class, and its hashes."""

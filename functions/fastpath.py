@@ -154,8 +154,9 @@ class Watch:
     was already waiting at the sweep before — so every request still waiting WATCH_AFTER_S
     after it came is watched by then (a sweep every WATCH_AFTER_S watched some only at twice
     that, and a client that left between was not seen). A task, or a timer, per request cost a
-    fifth of /next's rate; this costs two dict operations. A client that leaves sooner is like one whose
-    connection drops just after its answer went out: no server can tell it was not read."""
+    fifth of /next's rate; this costs two dict operations. A client that leaves sooner is like
+    one whose connection drops just after its answer went out: no server can tell it was not
+    read."""
 
     def __init__(self, after: float = WATCH_AFTER_S) -> None:
         self.after = after

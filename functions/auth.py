@@ -49,6 +49,11 @@ FIRST_KEY = (
     "no API key exists yet, so this numerator serves clients on its own machine only. "
     "Create the first key there: `numerator keys create NAME --scope admin`"
 )
+KEY_NEEDED = (
+    "API keys exist, so every client needs one, on this machine too: send Authorization: "
+    "Bearer nmr_… (the numerator command: --key or NUMERATOR_KEY; the Python client: key= or "
+    "NUMERATOR_KEY)"
+)
 
 
 def next_counter(method: str, path: str) -> str | None:
@@ -201,9 +206,7 @@ class Guard:
                         raise self.refuse(refused)
                     return sender
                 raise self.refuse(unauthorized(FIRST_KEY, invalid=False))
-            raise self.refuse(
-                unauthorized("this route needs an API key: Authorization: Bearer nmr_…", False)
-            )
+            raise self.refuse(unauthorized(KEY_NEEDED, invalid=False))
         key = self.verified.get(header) or await self.verify(header)
         kind, counter = needed
         if kind is Need.NEXT:

@@ -117,7 +117,12 @@ def show_key(key: dict[str, Any], as_json: bool) -> None:
             f"created key {key['name']} (id {key['id']}) with scopes {' '.join(key['scopes'])}",
             "its secret, shown this once (numerator keeps only a hash): store it now",
             key["secret"],
-            "use it as: Authorization: Bearer <secret>, or NUMERATOR_KEY=<secret> for this CLI",
+            "from now on every client needs a key, on this machine too (with no key a command "
+            "gets 401). Use it:",
+            f"  export NUMERATOR_KEY={key['secret']}   # for numerator's commands and its "
+            "Python client",
+            "  numerator … --key <secret>            # or per command",
+            "  Authorization: Bearer <secret>        # over HTTP",
         ]
     show(key, as_json, lines)
 

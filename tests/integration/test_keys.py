@@ -237,3 +237,16 @@ async def test_too_many_idempotency_keys_get_429(settings: Settings) -> None:
             assert (await flood.post(f"/counters/{name}/next")).status_code == 200  # no key
             answer = await other.post(f"/counters/{name}/next", headers={"Idempotency-Key": "k"})
             assert answer.status_code == 200  # another client has its own allowance
+
+
+async def test_after_the_first_key_a_keyless_local_client_is_told_how_to_send_one(
+    clients: Clients,
+) -> None:
+    """The first key ends keyless access from this machine too: the 401 says how the command
+    line and the Python client send a key, so that a user is not left guessing."""
+    local = clients(address=("127.0.0.1", 5000))
+    await make_key(local, "ops", "admin")
+    refused = await local.get("/counters")  # the edge that made the key knows it at once
+    detail = problem(refused, 401, "unauthorized")["detail"]
+    assert "--key" in detail and "NUMERATOR_KEY" in detail, detail
+

@@ -38,7 +38,8 @@ from infra.settings import loopback
 
 log = logging.getLogger("numerator.auth")
 
-OPEN = frozenset({"/healthz", "/ping", "/openapi.json"})  # health checks, the yardstick, the schema
+# health checks, the yardstick, the schema, and the static page about them at /
+OPEN = frozenset({"/healthz", "/ping", "/openapi.json", "/"})
 RETRY_S = 1.0  # after a failed reload, the next try waits this long
 STALE_WAIT_S = 0.2  # with a copy in hand, a request waits this long for a reload, then uses it
 MISS_LOOKUPS_PER_S = 20.0  # unknown keys looked up in Postgres, at most, per edge process

@@ -177,8 +177,9 @@ def serve_http(
     )
     print(
         f"metrics: http://{args.host}:{args.port}/metrics (Prometheus text format); to watch "
-        "them with the shipped alerts, see docs/operations.md: a scrape job on "
-        f"{args.host}:{args.port} and rule_files: [monitoring/rules.yml].",
+        "them with the shipped alerts, `numerator monitoring DIR` writes the rules, a Grafana "
+        f"dashboard and their runbook to DIR: a scrape job on {args.host}:{args.port} and "
+        "rule_files: [DIR/rules.yml] (DIR/docs/operations.md).",
         flush=True,
     )
     serve(app, args.host, args.port, args.workers, settings, env or {})

@@ -259,11 +259,12 @@ def run_migrate(args: argparse.Namespace) -> None:
 
 def run_aws_init(args: argparse.Namespace) -> None:
     from infra.adapters.aws import clients, create
+    from infra.run.process import aws_init_env
 
     settings = Settings.from_env()
     if args.shards is not None:
         settings = settings.but(shards=args.shards)
-    aws = {"AWS_ENDPOINT_URL": args.endpoint} if args.endpoint else {}
+    aws = aws_init_env(args.endpoint)
     made = create(clients(settings, aws), settings)
     print(
         f"stream {settings.aws.stream_name} and table {settings.aws.reply_table}: "

@@ -82,7 +82,7 @@ def test_cli_for_people(tmp_path: Path) -> None:
         assert "404 No such counter" in missing.stderr
         bad = numerator("counters", "create", "-x", url=url)
         assert bad.returncode != 0
-        zero = numerator("next", "inv", "--count", "0", url=url)  # the field, as the service named it
+        zero = numerator("next", "inv", "--count", "0", url=url)  # the field the service named
         assert zero.returncode == 1 and "422" in zero.stderr, zero.stderr
         assert "count must be an integer from 1 to 1000" in zero.stderr, zero.stderr
         named = numerator("next", "in v", url=url)

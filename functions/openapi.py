@@ -596,7 +596,7 @@ SCHEMA: dict[str, Any] = {
         "/openapi.json": {
             "get": {
                 "operationId": "getOpenapi",
-                "summary": "This document",
+                "summary": "This OpenAPI 3.1 document: every route, body and problem",
                 "security": [],
                 "responses": {"200": {"description": "OpenAPI 3.1"}, **OPEN_PROBLEMS},
             }

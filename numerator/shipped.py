@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from infra.errors import NumeratorError
@@ -26,11 +27,23 @@ def docs() -> Path:
     raise NumeratorError(f"numerator's docs ({', '.join(PAGES)}) are not installed")
 
 
+def monitoring() -> Traversable:
+    """The folder holding FILES: the installed `monitoring` package's, else the source tree's
+    (an editable install made before `monitoring` was a package of the distribution)."""
+    try:
+        return resources.files("monitoring")
+    except ModuleNotFoundError:
+        here = Path(__file__).resolve().parents[1] / "monitoring"
+        if all((here / name).is_file() for name in FILES):
+            return here
+    raise NumeratorError("numerator's monitoring files are not installed: pip install it again")
+
+
 def write(folder: Path) -> list[Path]:
     """Write FILES into `folder` and PAGES into `folder`/docs; the paths written."""
     written = []
     (folder / "docs").mkdir(parents=True, exist_ok=True)
-    shipped = resources.files("monitoring")
+    shipped = monitoring()
     for name in FILES:
         target = folder / name
         target.write_bytes(shipped.joinpath(name).read_bytes())

@@ -297,8 +297,18 @@ class Ledger(Protocol):
 
     async def swept(self, name: str, upto: datetime) -> None: ...
 
-    async def verify(self, name: str | None) -> dict[str, Any]:
-        """Recompute the hash chains holding the counter's rows (every chain, for None)."""
+    async def verify(
+        self, name: str | None, anchors: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """Check the hash chains holding the counter's rows (every chain, for None), and the
+        tables beside them against the chains (infra/trail.py); with `anchors` (heads kept
+        outside Postgres), that the chains still hold them and only extend them."""
+
+    async def heads(self) -> dict[str, dict[str, Any]]:
+        """Each chain's head: {chain: {"row", "hash", "at"}}."""
+
+    async def mark_edges(self, stream: str, silent: float, keep_s: float) -> int:
+        """Chain the ends of the edges that ended or died and have none yet; how many."""
 
 
 class Keys(Protocol):

@@ -17,7 +17,7 @@ import psycopg_pool
 from psycopg import errors as pgerrors
 from psycopg.rows import tuple_row
 
-from infra.adapters import secret
+from infra.adapters import pgtrail, secret
 from infra.counters import Counter, Reset
 from infra.errors import CounterExists, KeyExists, LeaseLost, StoreError, StoreUnavailable
 from infra.keys import Key
@@ -90,8 +90,9 @@ AUDIT = (
     " audit AS (INSERT INTO allocation_frames (stream, shard, sequence, chain, ranges, detail,"
     "  counters, committed_at, keep_until, prev, hash)"
     "  SELECT %(stream)s, %(shard)s, %(sequence)s::text, %(chain)s || klass, ranges, detail,"
-    "  names, at, keep, prev, sha256(prev || ledger_content(%(stream)s, %(shard)s,"
-    "  %(sequence)s::text, ranges, detail, at, keep))"
+    "  ledger_counters(ranges, detail), at, keep, prev,"
+    "  sha256(prev || ledger_content(%(stream)s, %(shard)s, %(sequence)s::text, ranges, detail,"
+    "  at, keep))"
     "  FROM linked WHERE EXISTS (SELECT FROM fenced) RETURNING 1)"
 )
 
@@ -525,12 +526,8 @@ class PostgresStore:
     async def dead_edges(self, edges: Collection[str], silent: float) -> dict[str, EdgeEnd]:
         if not edges:
             return {}
-        rows = await self._fetch(
-            "SELECT id, seen_at, settled_at FROM edges WHERE id = ANY(%s) AND ended_at IS NULL"
-            " AND seen_at < now() - make_interval(secs => %s)",
-            (list(edges), silent),
-        )
-        return {id: EdgeEnd(seen, settled) for id, seen, settled in rows}
+        async with self._connection() as conn:
+            return await pgtrail.dead_edges(conn, edges, silent)
 
     async def leave(self, stream: str, owner: str) -> None:
         await self._fetch(
@@ -654,12 +651,18 @@ class PostgresStore:
             found = await self._fetch(
                 "WITH gone AS (DELETE FROM allocation_frames WHERE id IN"
                 " (SELECT id FROM allocation_frames WHERE keep_until < %s"
-                f" LIMIT {PRUNE_BATCH}) RETURNING ranges),"
+                f" ORDER BY id LIMIT {PRUNE_BATCH}) RETURNING chain, id, hash, ranges),"
                 " marks AS (INSERT INTO pruned (counter, period, upto)"
                 " SELECT r->>0, r->>1, max((r->>3)::bigint)"
                 " FROM gone, json_array_elements(gone.ranges) AS r GROUP BY 1, 2"
                 " ON CONFLICT (counter, period) DO UPDATE"
-                " SET upto = greatest(pruned.upto, excluded.upto))"
+                " SET upto = greatest(pruned.upto, excluded.upto)),"
+                # where each chain now starts: the first kept row follows the last pruned one
+                " starts AS (INSERT INTO chain_starts (chain, after_id, after_hash)"
+                " SELECT DISTINCT ON (chain) chain, id, hash FROM gone ORDER BY chain, id DESC"
+                " ON CONFLICT (chain) DO UPDATE SET after_id = excluded.after_id,"
+                " after_hash = excluded.after_hash, pruned_at = now()"
+                " WHERE chain_starts.after_id < excluded.after_id)"
                 " SELECT count(*) FROM gone",
                 (now,),
             )
@@ -773,48 +776,19 @@ class PostgresStore:
         )
         return [VoidRow(*row) for row in rows]
 
-    async def verify(self, name: str | None) -> dict[str, Any]:
-        chains = (
-            " AND chain IN (SELECT DISTINCT chain FROM allocation_frames"
-            " WHERE counters @> ARRAY[%(name)s])"
-            if name
-            else ""
-        )
-        rows = await self._fetch(
-            "SELECT id, chain, hash, prev,"
-            " hash = sha256(prev || ledger_content(stream, shard, sequence, ranges, detail,"
-            "  committed_at, keep_until)) AS sound,"
-            " lag(hash) OVER (PARTITION BY chain ORDER BY id) AS before"
-            " FROM allocation_frames WHERE chain IS NOT NULL" + chains + " ORDER BY chain, id",
-            {"name": name},
-        )
-        heads: dict[str, str] = {}
-        first_bad: dict[str, Any] | None = None
-        for id, chain, hash, prev, sound, before in rows:
-            heads[chain] = bytes(hash).hex()
-            if first_bad is not None:
-                continue
-            if not sound:
-                first_bad = {
-                    "row": id,
-                    "chain": chain,
-                    "why": "its content does not match its hash",
-                }
-            elif before is not None and bytes(before) != bytes(prev):
-                first_bad = {
-                    "row": id,
-                    "chain": chain,
-                    "why": "it does not follow the row before it in its chain (a row was "
-                    "removed, inserted or changed before it)",
-                }
-        return {
-            "counter": name,
-            "rows": len(rows),
-            "chains": len(heads),
-            "ok": first_bad is None,
-            "first_bad": first_bad,
-            "heads": heads,
-        }
+    async def verify(
+        self, name: str | None, anchors: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        async with self._connection() as conn:
+            return await pgtrail.verify(conn, name, anchors)
+
+    async def heads(self) -> dict[str, dict[str, Any]]:
+        async with self._connection() as conn:
+            return await pgtrail.heads(conn)
+
+    async def mark_edges(self, stream: str, silent: float, keep_s: float) -> int:
+        async with self._connection() as conn:
+            return await pgtrail.mark_edges(conn, stream, silent, keep_s)
 
     async def add_key(self, key: Key) -> Key:
         try:

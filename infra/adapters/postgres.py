@@ -79,6 +79,14 @@ ADD = (
 )
 
 
+# A period's row is not added to when it says fewer values were handed out than the audit trail
+# holds (its floor, as a count): moved back by hand, it would hand them out again.
+FLOOR_HOLDS = (
+    "coalesce((SELECT b.allocated FROM counter_values b"
+    " WHERE b.counter = {0} AND b.period = {1}), 0) >= {2}"
+)
+
+
 # A frame's audit rows, from a CTE `rows` (klass, keep_s, ranges, detail, names): each the next
 # link of its chain, stream/shard/class, written only while the lease holds (`fenced`).
 AUDIT = (
@@ -213,12 +221,18 @@ class PostgresFrame:
         )
         return {(row[0], row[1]): Claim(*row) for row in await cur.fetchall()}
 
-    async def allocate(self, deltas: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    async def allocate(
+        self, deltas: dict[tuple[str, str], int], floors: Mapping[tuple[str, str], int]
+    ) -> dict[tuple[str, str], int]:
         # One statement for every counter of the frame.
         keys = sorted(deltas)
+        held = FLOOR_HOLDS.format("d->>0", "d->>1", "(d->>3)::bigint")
         cur = await self.conn.execute(
-            ADD.format(rows="d->>0, d->>1, (d->>2)::bigint FROM json_array_elements(%s::json) d"),
-            (rows((c, p, deltas[(c, p)]) for c, p in keys),),
+            ADD.format(
+                rows="d->>0, d->>1, (d->>2)::bigint FROM json_array_elements(%s::json) d"
+                f" WHERE {held}"
+            ),
+            (rows((c, p, deltas[(c, p)], floors.get((c, p), 0)) for c, p in keys),),
         )
         totals = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
         global PAUSE_IN_FRAME_S
@@ -555,7 +569,7 @@ class PostgresStore:
         self,
         lease: Lease,
         sequence: str,
-        demand: Sequence[tuple[str, str, int, int, str]],
+        demand: Sequence[tuple[str, str, int, int, str, int]],
         audits: Sequence[Audit],
     ) -> dict[tuple[str, str], int]:
         # ONE statement, so one round trip and its own transaction: the fence first; the
@@ -566,10 +580,13 @@ class PostgresStore:
             cur = await conn.execute(
                 f"WITH {FENCED},"
                 " d AS (SELECT x->>0 AS counter, x->>1 AS period, (x->>2)::bigint AS delta,"
-                " (x->>3)::bigint AS start, x->>4 AS klass"
+                " (x->>3)::bigint AS start, x->>4 AS klass, (x->>5)::bigint AS floor"
                 " FROM json_array_elements(%(demand)s::json) AS x),"
                 " alloc AS ("
-                + ADD.format(rows="counter, period, delta FROM d WHERE EXISTS (SELECT FROM fenced)")
+                + ADD.format(
+                    rows="counter, period, delta FROM d WHERE EXISTS (SELECT FROM fenced) AND "
+                    + FLOOR_HOLDS.format("d.counter", "d.period", "d.floor")
+                )
                 + "), k AS (SELECT x->>0 AS klass, (x->>1)::float8 AS keep_s, x->3 AS detail"
                 " FROM json_array_elements(%(audits)s::json) AS x),"
                 " made AS (SELECT d.klass, json_agg(json_build_array(a.counter, a.period,"
@@ -689,6 +706,19 @@ class PostgresStore:
             (days, name),
         )
         return _counter(rows[0]) if rows else None
+
+    async def highest(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        # The counter's newest rows hold its period's highest value (ranges rise in commit
+        # order); a period no recent row holds has no floor, and is not refused.
+        found = await self._fetch(
+            "SELECT p->>0, p->>1, (SELECT max((r->>3)::bigint) FROM (SELECT f.ranges"
+            "  FROM allocation_frames f WHERE f.counters @> ARRAY[p->>0]"
+            "  ORDER BY f.id DESC LIMIT 20) AS f, json_array_elements(f.ranges) AS r"
+            "  WHERE r->>0 = p->>0 AND r->>1 = p->>1)"
+            " FROM json_array_elements(%s::json) AS p",
+            (rows(pairs),),
+        )
+        return {(c, p): int(top) for c, p, top in found if top is not None}
 
     async def trail(self, name: str) -> tuple[list[Link], dict[str, int]]:
         rows = await self._fetch(

@@ -93,7 +93,10 @@ AUDIT = (
     " t AS (SELECT now() AS at),"
     " linked AS (SELECT rows.*, t.at, t.at + make_interval(secs => rows.keep_s) AS keep,"
     "  coalesce((SELECT f.hash FROM allocation_frames f"
-    "   WHERE f.chain = %(chain)s || rows.klass ORDER BY f.id DESC LIMIT 1), '\\x'::bytea) AS prev"
+    "   WHERE f.chain = %(chain)s || rows.klass ORDER BY f.id DESC LIMIT 1),"
+    # a chain retention pruned to nothing goes on from its last pruned row
+    "   (SELECT s.after_hash FROM chain_starts s WHERE s.chain = %(chain)s || rows.klass),"
+    "   '\\x'::bytea) AS prev"
     "  FROM rows, t),"
     " audit AS (INSERT INTO allocation_frames (stream, shard, sequence, chain, ranges, detail,"
     "  counters, committed_at, keep_until, prev, hash)"

@@ -33,7 +33,7 @@ from infra.clock import utc_now
 from infra.counters import Counter
 from infra.errors import LeaseLost, NumeratorError, ShardEnded, StoreError, Unavailable
 from infra.ledger import NOT_CONFIRMED
-from infra.observe.health import ALIVE_EVERY_S, EDGE_DEAD_S
+from infra.observe.health import ALIVE_EVERY_S
 from infra.observe.metrics import Metrics
 from infra.ports import Anchors, Entry, Lease, Replies, Store, Stream
 from infra.settings import Settings
@@ -43,6 +43,10 @@ log = logging.getLogger("numerator.batcher")
 
 PRUNE_EVERY_S = 60.0
 MARK_EVERY_S = 1.0  # the ends of edges are chained within this of being known
+# An edge silent this long is chained as dead: well past EDGE_DEAD_S (when the report begins to
+# list its values as unsure, from its `edges` row), so that an edge that was only stalled for a
+# few seconds and comes back is not marked dead for good.
+MARK_DEAD_S = 30.0
 # A fault for the crash tests, not a setting: every frame waits this long between its commit and
 # its publish, and says so, so that a test can SIGKILL the batcher at the worst moment.
 PAUSE_BEFORE_PUBLISH_S = float(os.environ.get("NUMERATOR_PAUSE_BEFORE_PUBLISH_S") or 0)
@@ -629,7 +633,7 @@ class Batcher:
         while await self._pause(MARK_EVERY_S):
             try:
                 keep = self.settings.retention.audit_retention_s
-                await self.store.mark_edges(self.stream.name, EDGE_DEAD_S, keep)
+                await self.store.mark_edges(self.stream.name, MARK_DEAD_S, keep)
             except NumeratorError as exc:
                 log.warning("cannot chain the ends of edges: %s", exc)
             if self.anchors is None or time.monotonic() < due:

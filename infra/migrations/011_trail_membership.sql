@@ -33,6 +33,19 @@ ALTER TABLE allocation_frames
     ADD CONSTRAINT allocation_frames_chain_named
         CHECK (starts_with(chain, stream || '/' || shard || '/'));
 
+-- ledger_content over a row's detail already read as text: verify reads a row's detail once
+-- (a hot counter's is kilobytes, stored compressed) for its hash and for what else it checks.
+CREATE FUNCTION ledger_content_text(
+    stream text, shard text, sequence text, ranges json, detail text,
+    committed_at timestamptz, keep_until timestamptz
+) RETURNS bytea LANGUAGE sql IMMUTABLE AS $$
+    SELECT convert_to(concat_ws(E'\x1f', stream, shard, sequence, ranges::text,
+                                coalesce(detail, ''),
+                                floor(extract(epoch FROM committed_at) * 1000000)::bigint::text,
+                                floor(extract(epoch FROM keep_until) * 1000000)::bigint::text),
+                      'UTF8')
+$$;
+
 -- The counters a row names, for finding a counter's rows: those its ranges hold and those its
 -- voids and confirmations name (a frame that only voids used to name none, so that a report
 -- reading voids from the chain could not find it). Not in the hash: `audit verify` compares
@@ -62,8 +75,9 @@ SELECT DISTINCT ON (chain) chain, id - 1, prev FROM allocation_frames ORDER BY c
 DELETE FROM chain_starts WHERE after_hash = '\x'::bytea;
 
 -- The ends of edges, chained: a batcher writes each edge's end once (it stopped cleanly, or it
--- went silent and died, with the moment its requests were last all settled) into a chain of
+-- went silent for 30 s and died, with the moment its requests were last all settled) into a chain of
 -- its stream, `stream/edges/marks`, and the report reads which edges died from there. `marked`
 -- is the audit row that holds the edge's end; `audit verify` compares the two.
 ALTER TABLE edges ADD COLUMN marked bigint;
+CREATE INDEX edges_unmarked ON edges (seen_at) WHERE marked IS NULL;
 CREATE INDEX allocation_frames_edge_marks ON allocation_frames (id) WHERE shard = 'edges';

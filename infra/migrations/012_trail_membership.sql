@@ -1,5 +1,6 @@
--- Issue 29, "a trail an auditor can rely on" (docs/invoices.md). If this number clashes with
--- another branch's migration at merge, renumber this file: it depends only on 001-010.
+-- Issue 29, "a trail an auditor can rely on" (docs/invoices.md). Numbered 012, after main's 011
+-- (issue 28's key holder); if it clashes with another branch's migration at merge, renumber
+-- this file: it depends only on 001-010.
 --
 -- Membership: every audit row is a link of a chain named by its stream, shard and retention
 -- class (`stream/shard/class`), never NULL. Rows from before the ledger (no chain, no hash)

@@ -30,7 +30,7 @@ from functions.problems import (
     unavailable,
 )
 from infra.counters import template
-from infra.errors import ReplyTimeout, StreamFull, Unavailable
+from infra.errors import AwsRefused, ReplyTimeout, StreamFull, Unavailable
 from infra.settings import loopback
 from infra.wire import BadReply, Record, Reply, Void, reply_key
 
@@ -47,14 +47,11 @@ async def take(
     `who` sent it (a key id or an address): the Idempotency-Keys it may send are limited."""
     metrics = edge.metrics
     metrics.next_requests.inc()
-    epoch = edge.flight.begin()
     try:
         body = await _take(edge, name, count, key, timeout, who)
     except Problem as problem:
         metrics.responses.inc(str(problem.status))
         raise
-    finally:
-        edge.flight.end(epoch)
     metrics.responses.inc("200")
     return body
 
@@ -97,6 +94,8 @@ async def replied(work: Awaitable[Reply], retry_after: int) -> Reply:
         return await work
     except StreamFull as exc:
         raise unavailable(f"the batcher is saturated: {exc}", retry_after) from None
+    except AwsRefused as exc:  # the same call would be refused again: no Retry-After
+        raise Problem(Kind.BACKEND_REFUSED, f"{exc.code}: {exc}") from None
     except Unavailable as exc:
         raise unavailable(str(exc), retry_after) from None
     except ReplyTimeout as exc:
@@ -110,8 +109,12 @@ async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Rep
     edge.replies.expect(record.key)
     try:
         await edge.stream.put((record,))
-    except Unavailable:
+    except (Unavailable, AwsRefused):
         edge.replies.forget(record.key)
+        raise
+    except asyncio.CancelledError:  # the client went away while the record was being put
+        if isinstance(record, Record):
+            edge.give_up_later(record)  # it may be on the stream: a put runs to its end
         raise
     edge.metrics.records_put.inc()
     try:
@@ -146,11 +149,14 @@ def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
 
 class Watch:
     """The /next requests in flight whose clients may go away. Most are answered within
-    milliseconds, so none is watched at first: a sweep every WATCH_AFTER_S starts a watcher
-    (a task reading the request's `receive` for its disconnect) for each request that was
-    already waiting at the sweep before. A task, or a timer, per request cost a fifth of
-    /next's rate; this costs two dict operations. A client that leaves sooner is like one whose
-    connection drops just after its answer went out: no server can tell it was not read."""
+    milliseconds, so none is watched at first: a sweep every half WATCH_AFTER_S starts a
+    watcher (a task reading the request's `receive` for its disconnect) for each request that
+    was already waiting at the sweep before — so every request still waiting WATCH_AFTER_S
+    after it came is watched by then (a sweep every WATCH_AFTER_S watched some only at twice
+    that, and a client that left between was not seen). A task, or a timer, per request cost a
+    fifth of /next's rate; this costs two dict operations. A client that leaves sooner is like
+    one whose connection drops just after its answer went out: no server can tell it was not
+    read."""
 
     def __init__(self, after: float = WATCH_AFTER_S) -> None:
         self.after = after
@@ -171,7 +177,7 @@ class Watch:
         self.young[task] = receive
         if self.timer is None:
             assert self.loop is not None
-            self.timer = self.loop.call_later(self.after, self.sweep)
+            self.timer = self.loop.call_later(self.after / 2, self.sweep)
 
     def done(self, task: asyncio.Task[Any]) -> None:
         if self.young.pop(task, None) is None:
@@ -190,7 +196,7 @@ class Watch:
         self.old.update(self.young)
         self.young = {}
         if self.old:
-            self.timer = loop.call_later(self.after, self.sweep)
+            self.timer = loop.call_later(self.after / 2, self.sweep)
 
     async def _watch(self, task: asyncio.Task[Any], receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
@@ -297,6 +303,22 @@ class FastPath:
         request: tuple[str, str, str | None, int, dict[str, str]],
     ) -> None:
         """Answer POST /counters/{name}/next: its values, or its problem."""
+        # The request is held (edge.flight: what the ledger lists `unsure` if this process dies)
+        # until its answer is handed to the server, not only until its values came.
+        epoch = edge.flight.begin()
+        try:
+            await self._next(edge, scope, receive, send, request)
+        finally:
+            edge.flight.end(epoch)
+
+    async def _next(
+        self,
+        edge: Edge,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        request: tuple[str, str, str | None, int, dict[str, str]],
+    ) -> None:
         who, counter, key, length, query = request
         path = scope["path"]
         try:

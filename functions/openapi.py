@@ -11,7 +11,7 @@ from infra.counters import MAX_RETENTION, MAX_START, MAX_TEMPLATE, NAME, TEMPLAT
 from infra.keys import MAX_PATTERN, MAX_SCOPES
 from infra.keys import NAME as KEY_NAME
 from infra.keys import PATTERN as SCOPE_PATTERN
-from infra.ledger import SYSTEM_REASONS
+from infra.ledger import reserved_pattern
 from infra.wire import MAX_COUNT, MAX_VALUE
 
 PROBLEM = {"$ref": "#/components/responses/Problem"}
@@ -106,7 +106,7 @@ PERIOD_PARAM = {
 REASON = {
     "type": "string",
     "pattern": f"^{REASON_PATTERN.pattern}$",
-    "not": {"enum": sorted(SYSTEM_REASONS)},
+    "not": {"pattern": reserved_pattern()},
     "description": "why, for the audit trail (numerator's own reasons are refused)",
     "example": "invoice cancelled: order 17 refunded",
 }
@@ -650,9 +650,17 @@ SCHEMA: dict[str, Any] = {
         "/openapi.json": {
             "get": {
                 "operationId": "getOpenapi",
-                "summary": "This document",
+                "summary": "This OpenAPI 3.1 document: every route, body and problem",
                 "security": [],
                 "responses": {"200": {"description": "OpenAPI 3.1"}, **OPEN_PROBLEMS},
+            }
+        },
+        "/": {
+            "get": {
+                "operationId": "getIndex",
+                "summary": "A page for a browser: what this is, these routes, where to read on",
+                "security": [],
+                "responses": {"200": {"description": "HTML, static"}, **OPEN_PROBLEMS},
             }
         },
     },
@@ -664,7 +672,7 @@ SCHEMA: dict[str, Any] = {
                 "scheme": "bearer",
                 "description": "An API key, `nmr_…` (`numerator keys create`). Before the first "
                 "key exists, clients on the service's own machine need none (protected mode); "
-                "once one exists, every route but /healthz, /ping and /openapi.json needs one.",
+                "once one exists, every route but /, /healthz, /ping and /openapi.json needs one.",
             }
         },
         "schemas": SCHEMAS,
@@ -689,7 +697,7 @@ TAGS = {
         "getHeads",
     ),
     "keys": ("createKey", "listKeys", "revokeKey"),
-    "service": ("getHealth", "getMetrics", "ping", "pingPost", "getOpenapi"),
+    "service": ("getHealth", "getMetrics", "ping", "pingPost", "getOpenapi", "getIndex"),
 }
 """Each operation's group: a generated client's modules (api.counters.next_values, ...)."""
 

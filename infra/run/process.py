@@ -35,6 +35,16 @@ def stand_in_aws(env: dict[str, str] | None = None) -> dict[str, str]:
     }
 
 
+def aws_init_env(endpoint: str | None, env: dict[str, str] | None = None) -> dict[str, str]:
+    """What `numerator aws init` talks to: at an endpoint (`endpoint`, else AWS_ENDPOINT_URL:
+    moto server or LocalStack), that endpoint with a stand-in's region and credentials where
+    `env` (default: this process's) sets none, as docs/aws.md runs it; without one, AWS itself,
+    with the region and credentials boto3 finds."""
+    env = dict(os.environ) if env is None else env
+    endpoint = endpoint or env.get("AWS_ENDPOINT_URL")
+    return {"AWS_ENDPOINT_URL": endpoint, **stand_in_aws(env)} if endpoint else {}
+
+
 def runtime_python() -> Path | None:
     """The Lambda runtime's Python (3.12) on this machine: pyenv's, else one on PATH that is not
     a pyenv shim (a shim answers only for the versions pyenv has selected)."""
@@ -92,11 +102,12 @@ def started(
     what: str,
     signum: int = signal.SIGINT,
     patience: float = 30.0,
+    cwd: str | None = None,
 ) -> Iterator[tuple[Process, IO[str]]]:
-    """`command` started with its output in a temporary file, yielded (with that file) once
-    `url` answers 200; stopped with `signum`, and killed after `patience` seconds."""
+    """`command` started (in `cwd`) with its output in a temporary file, yielded (with that
+    file) once `url` answers 200; stopped with `signum`, and killed after `patience` seconds."""
     with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
         try:
             wait_ready(process, url, what, log)
             yield process, log

@@ -102,7 +102,7 @@ AUDIT = (
     " audit AS (INSERT INTO allocation_frames (stream, shard, sequence, chain, ranges, detail,"
     "  counters, committed_at, keep_until, prev, hash)"
     "  SELECT %(stream)s, %(shard)s, %(sequence)s::text, %(chain)s || klass, ranges, detail,"
-    "  ledger_counters(ranges, detail), at, keep, prev,"
+    "  names, at, keep, prev,"
     "  sha256(prev || ledger_content(%(stream)s, %(shard)s, %(sequence)s::text, ranges, detail,"
     "  at, keep))"
     "  FROM linked WHERE EXISTS (SELECT FROM fenced) RETURNING 1)"
@@ -115,10 +115,21 @@ def chained(lease: Lease, sequence: str, audits: Sequence[Audit]) -> dict[str, A
         **fence(lease, sequence),
         "chain": f"{lease.stream}/{lease.shard}/",
         "audits": rows(
-            [a.klass, a.keep_s, a.ranges, a.detail, sorted({r[0] for r in a.ranges})]
+            [a.klass, a.keep_s, a.ranges, a.detail, named(a)]
             for a in audits
         ),
     }
+
+
+def named(audit: Audit) -> list[str]:
+    """The counters an audit row names (its `counters` column, for finding a counter's rows):
+    those its ranges hold, and those its voids and confirmations name. As the SQL function
+    ledger_counters works it out, which `audit verify` holds the column to; here, so that a
+    frame's statement does not parse its detail again."""
+    names = {r[0] for r in audit.ranges}
+    names.update(v[0] for v in audit.detail.get("v") or ())
+    names.update(c[0] for c in audit.detail.get("c") or ())
+    return sorted(names)
 
 
 def _counter(row: tuple[Any, ...]) -> Counter:

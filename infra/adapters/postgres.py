@@ -114,10 +114,7 @@ def chained(lease: Lease, sequence: str, audits: Sequence[Audit]) -> dict[str, A
     return {
         **fence(lease, sequence),
         "chain": f"{lease.stream}/{lease.shard}/",
-        "audits": rows(
-            [a.klass, a.keep_s, a.ranges, a.detail, named(a)]
-            for a in audits
-        ),
+        "audits": rows([a.klass, a.keep_s, a.ranges, a.detail, named(a)] for a in audits),
     }
 
 

@@ -3,6 +3,7 @@ transaction, and split the returned ranges among the records in the order they a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -23,6 +24,8 @@ from infra.ports import (
     VoidAsk,
 )
 from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void, edge_of, encode
+
+log = logging.getLogger("numerator.batcher")
 
 
 @dataclass
@@ -341,7 +344,7 @@ class Basis:
     `retention`: how long an Idempotency-Key's claim is kept (IDEMPOTENCY_RETENTION_S);
     `keep`: how long audit rows are kept for counters without a retention of their own
     (AUDIT_RETENTION_S); `recent`: the (counter, period, first, last) of records applied lately,
-    by reply key, which a cancel voids."""
+    by reply key, which a cancel voids; `floors`: see below."""
 
     counters: Mapping[str, Counter]
     lease: Lease
@@ -353,6 +356,14 @@ class Basis:
     published: Sequence[int] = ()
     earlier: Mapping[str, Reply] = field(default_factory=dict)
     recent: Mapping[str, tuple[str, str, int, int]] = field(default_factory=dict)
+    floors: Mapping[tuple[str, str], int] = field(default_factory=dict)
+    """Per (counter, period), the highest value the audit trail holds: no value at or below it
+    is handed out again, even when `counter_values` was moved back."""
+
+    def floor(self, name: str, period: str) -> int:
+        """The floor as a count of values handed out, as `counter_values` keeps it."""
+        top = self.floors.get((name, period))
+        return 0 if top is None else top - self.counters[name].start + 1
 
 
 async def apply(entries: Sequence[Entry], store: Frames, basis: Basis) -> Outcome:
@@ -380,14 +391,48 @@ async def _apply_plain(
     counters, keep = basis.counters, basis.keep
     wanted = demand(live)
     plain = [
-        (n, p, sum(c), counters[n].start, counters[n].keeping(keep)[0])
+        (n, p, sum(c), counters[n].start, counters[n].keeping(keep)[0], basis.floor(n, p))
         for (n, p), c in wanted.items()
     ]
     rows = audits(live, (), counters, keep)
     totals = await store.allocate_plain(
         basis.lease, entries[-1].sequence, plain, list(rows.values())
     )
+    live, wanted = refuse(live, wanted, totals, basis, out)
     out.add(hand_out(live, wanted, totals, counters))
+
+
+def refuse(
+    takers: Sequence[Live],
+    wanted: Mapping[tuple[str, str], list[int]],
+    totals: Mapping[tuple[str, str], int],
+    basis: Basis,
+    out: Outcome,
+) -> tuple[list[Live], dict[tuple[str, str], list[int]]]:
+    """Answer the takers of periods the store would not add to (their `counter_values` row is
+    below what the trail holds) with a refusal, and say so; the takers and demand left."""
+    refused = {pair for pair in wanted if pair not in totals}
+    if not refused:
+        return list(takers), dict(wanted)
+    for name, period in sorted(refused):
+        log.error(
+            "refusing to allocate %s %r: counter_values is below %d, the highest value its "
+            "audit trail holds; it would hand values out again (see numerator audit verify)",
+            name,
+            period,
+            basis.floors.get((name, period), 0),
+        )
+    for one in takers:
+        pair = (one.counter.name, one.period)
+        if pair in refused:
+            why = (
+                f"counter {pair[0]!r} period {pair[1]!r} is below the highest value its audit "
+                f"trail holds ({basis.floors.get(pair)}): refused, so that none is handed out "
+                "twice; an operator must mend counter_values (numerator audit verify names it)"
+            )
+            out.replies.append(error(one.record.key, pair[0], ReplyError.UNAVAILABLE, why))
+    left = [one for one in takers if (one.counter.name, one.period) not in refused]
+    return left, {k: v for k, v in wanted.items() if k not in refused}
 
 
 async def _apply_frame(
@@ -405,7 +450,9 @@ async def _apply_frame(
         found = await tx.claims(list(keyed)) if keyed else {}
         takers, sharers = assign(classified.live, found)
         wanted = demand(takers)
-        totals = await tx.allocate({k: sum(v) for k, v in wanted.items()}) if wanted else {}
+        floors = {(n, p): basis.floor(n, p) for n, p in wanted}
+        totals = await tx.allocate({k: sum(v) for k, v in wanted.items()}, floors) if wanted else {}
+        takers, wanted = refuse(takers, wanted, totals, basis, out)
         handed = hand_out(takers, wanted, totals, counters)
         out.add(handed)
         found.update(((claim.counter, claim.key), claim) for claim in handed.claims)

@@ -24,6 +24,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Any
 
 from batcher.allocation import Basis, Outcome, apply, decode_replies
 from batcher.frame import Frame, State, collect_for
@@ -41,13 +42,18 @@ from infra.errors import (
 from infra.ledger import NOT_CONFIRMED
 from infra.observe.health import ALIVE_EVERY_S
 from infra.observe.metrics import Metrics
-from infra.ports import Entry, Lease, Replies, Store, Stream
+from infra.ports import Anchors, Entry, Lease, Replies, Store, Stream
 from infra.settings import Settings
 from infra.wire import MAX_VOID, Cancel, Reply, ReplyError, Void, reply_key
 
 log = logging.getLogger("numerator.batcher")
 
 PRUNE_EVERY_S = 60.0
+MARK_EVERY_S = 1.0  # the ends of edges are chained within this of being known
+# An edge silent this long is chained as dead: well past EDGE_DEAD_S (when the report begins to
+# list its values as unsure, from its `edges` row), so that an edge that was only stalled for a
+# few seconds and comes back is not marked dead for good.
+MARK_DEAD_S = 30.0
 # A fault for the crash tests, not a setting: every frame waits this long between its commit and
 # its publish, and says so, so that a test can SIGKILL the batcher at the worst moment.
 PAUSE_BEFORE_PUBLISH_S = float(os.environ.get("NUMERATOR_PAUSE_BEFORE_PUBLISH_S") or 0)
@@ -83,8 +89,10 @@ class Batcher:
         metrics: Metrics,
         clock: Callable[[], datetime] = utc_now,
         owner: str | None = None,
+        anchors: Anchors | None = None,
     ) -> None:
         self.stream, self.replies, self.store = stream, replies, store
+        self.anchors = anchors
         self.settings, self.metrics, self.clock = settings, metrics, clock
         self.owner = owner or uuid.uuid4().hex
         self.counters: dict[str, Counter] = {}
@@ -105,6 +113,10 @@ class Batcher:
         self._epochs: dict[str, int] = {}  # per shard: the lease epoch this batcher last held
         self._parents: dict[str, tuple[str, ...]] = {}  # per shard read: its parents not ended
         self._restarts: dict[str, Backoff] = {}  # per shard whose loop died: when to try again
+        # per (counter, period): the highest value the trail holds (Basis.floors), and the
+        # counters whose floor was read since `counters` was last emptied
+        self._floors: dict[tuple[str, str], int] = {}
+        self._floored: set[str] = set()
 
     @property
     def healthy(self) -> bool:
@@ -124,6 +136,7 @@ class Batcher:
         await self._follow(shards)
         self._tasks.append(asyncio.create_task(self._prune(), name="prune"))
         self._tasks.append(asyncio.create_task(self._sweep(), name="confirmations"))
+        self._tasks.append(asyncio.create_task(self._trail(), name="trail"))
         if self.stream.durable:
             self._tasks.append(asyncio.create_task(self._watch_shards(), name="shards"))
             self._tasks.append(asyncio.create_task(self._heartbeat(), name="alive"))
@@ -467,6 +480,9 @@ class Batcher:
         metrics.cancelled.inc(outcome.cancelled)
         metrics.voided.inc(outcome.abandoned)
         self._remember(outcome.taken)
+        for _, (name, period, _, last) in outcome.taken:
+            if last > self._floors.get((name, period), last - 1):
+                self._floors[(name, period)] = last
         frame.applied(outcome.replies)
         durable = self.stream.durable
         applied = max(lease.applied or 0, int(frame.last_sequence)) if durable else None
@@ -515,10 +531,12 @@ class Batcher:
         names = {e.record.counter for e in frame.entries if e.record is not None}
         if time.monotonic() - self._counters_read > COUNTERS_FRESH_S:
             self.counters.clear()  # a counter's retention may have changed
+            self._floored.clear()  # and its floor is read again (a new period may have begun)
             self._counters_read = time.monotonic()
         missing = [n for n in names if n not in self.counters]
         if missing:
             self.counters.update(await self.store.get_many(missing))
+        await self._floor([n for n in names if n not in self._floored])
         recent: Mapping[str, tuple[str, str, int, int]] = self._recent
         if durable:  # a cancel of a record the shard's previous owner applied
             unknown = {
@@ -539,8 +557,22 @@ class Batcher:
             published=self._published.get(lease.shard, ()),
             earlier=earlier,
             recent=recent,
+            floors=self._floors,
         )
         return await apply(frame.entries, self.store, basis)
+
+    async def _floor(self, names: list[str]) -> None:
+        """Read the highest value the audit trail holds for the current period of each of
+        `names`: a batcher never hands out a value at or below it, whatever `counter_values`
+        says (moved back by hand, it would hand them out again)."""
+        now = self.clock()
+        pairs = sorted((n, self.counters[n].period(now)) for n in names if n in self.counters)
+        if not pairs:
+            return
+        for pair, top in (await self.store.highest(pairs)).items():
+            if top > self._floors.get(pair, top - 1):
+                self._floors[pair] = top
+        self._floored.update(names)
 
     async def _taken_before(
         self, lease: Lease, keys: set[str]
@@ -606,6 +638,34 @@ class Batcher:
                     await self.store.swept(counter.name, upto)
             except NumeratorError as exc:
                 log.warning("cannot sweep unconfirmed values: %s", exc)
+
+    async def _trail(self) -> None:
+        """Chain the ends of edges that ended or died (the report reads them from the chain),
+        and keep the chains' heads outside Postgres every ANCHOR_EVERY_S (when ANCHOR_TO names
+        where): from then on a rewrite of the trail before those heads shows."""
+        every = self.settings.retention.anchor_every_s
+        due = 0.0
+        while await self._pause(MARK_EVERY_S):
+            try:
+                keep = self.settings.retention.audit_retention_s
+                await self.store.mark_edges(self.stream.name, MARK_DEAD_S, keep)
+            except NumeratorError as exc:
+                log.warning("cannot chain the ends of edges: %s", exc)
+            if self.anchors is None or time.monotonic() < due:
+                continue
+            try:
+                await self.anchor()
+                due = time.monotonic() + every
+            except NumeratorError as exc:
+                log.warning("cannot keep the audit heads in %r: %s", self.anchors, exc)
+
+    async def anchor(self) -> dict[str, Any]:
+        """Keep the chains' heads in the anchor sink now; the record kept."""
+        assert self.anchors is not None
+        heads = await self.store.heads()
+        record = {"at": utc_now().isoformat(), "by": self.owner, "heads": heads}
+        await self.anchors.keep(record)
+        return record
 
     async def _prune(self) -> None:
         while await self._pause(PRUNE_EVERY_S):

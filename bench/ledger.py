@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from batcher.allocation import Live, audits, demand
 from infra.adapters.postgres import PostgresStore, migrate
 from infra.counters import Counter, Reset
-from infra.ledger import export, report
+from infra.ledger import export, report, voids
 from infra.run.embedded import ephemeral
 from infra.wire import Record
 
@@ -44,7 +44,7 @@ async def run(url: str, values: int, per_frame: int, requesters: int) -> None:
         wanted = demand(takers)
         klass = counter.keeping(86_400)[0]
         rows = audits(takers, (), {counter.name: counter}, 86_400)
-        plain = [(n, p, sum(c), counter.start, klass) for (n, p), c in wanted.items()]
+        plain = [(n, p, sum(c), counter.start, klass, 0) for (n, p), c in wanted.items()]
         await store.allocate_plain(lease, str(frame + 1), plain, list(rows.values()))
     wrote = time.perf_counter() - began
     size = await store.trail_size()
@@ -55,16 +55,16 @@ async def run(url: str, values: int, per_frame: int, requesters: int) -> None:
 
     began = time.perf_counter()
     links, pruned = await store.trail(counter.name)
-    voids = await store.voids(counter.name, period)
+    made = voids(links, counter.name, period)
     allocated = await store.allocated(counter.name, period)
-    found = report(counter, period, allocated, links, voids, pruned.get(period))
+    found = report(counter, period, allocated, links, made, pruned.get(period))
     took = time.perf_counter() - began
     print(
         f"report: {took:.2f} s (issued {found['issued']:,}, unexplained gaps "
         f"{found['unexplained_gaps']}, rising {found['rising']})"
     )
     began = time.perf_counter()
-    rows_out = export(counter.name, period, links, voids)
+    rows_out = export(counter.name, period, links, made)
     print(
         f"export: {time.perf_counter() - began + took:.2f} s with its read ({len(rows_out):,} rows)"
     )

@@ -85,8 +85,8 @@ def need(method: str, path: str, counter: str | None) -> tuple[Need, str] | None
     if marking and path.endswith(("/void", "/confirm")):
         # a key that may take a counter's values may void and confirm them
         return Need.NEXT, path[10:].rpartition("/")[0]
-    if method in ("GET", "HEAD"):
-        return READ
+    if method in ("GET", "HEAD") or (method == "POST" and path == "/audit/verify"):
+        return READ  # a verify against anchored heads posts them, and reads only
     return ANY
 
 

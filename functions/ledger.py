@@ -46,6 +46,11 @@ def period_of(counter: Counter, raw: object, edge: Edge) -> str:
         return counter.period(edge.clock())
     if not isinstance(raw, str) or not PERIOD.fullmatch(raw):
         raise invalid("period", "must be '' (never reset), YYYY, YYYY-MM or YYYY-MM-DD")
+    refused = counter.reset.refuses(raw)
+    if refused is not None:
+        # a yearly counter has no period 2026-12: answering it "no values, 0 unexplained"
+        # would read as an all-clear for a period that cannot hold values
+        raise invalid("period", f"counter {counter.name!r} resets {counter.reset.value}: {refused}")
     return raw
 
 
@@ -138,9 +143,9 @@ async def report(request: Request) -> Response:
     counter = await counter_of(edge, request.path_params["name"])
     period = period_of(counter, request.query_params.get("period"), edge)
     links, pruned = await edge.store.trail(counter.name)
-    voids = await edge.store.voids(counter.name, period)
+    voids = ledger.voids(links, counter.name, period)
     allocated = await edge.store.allocated(counter.name, period)
-    confirmed = await edge.store.confirmed(counter.name, period) if counter.confirm else None
+    confirmed = ledger.confirmed(links, counter.name, period) if counter.confirm else None
     dead = await dead_edges(edge, links, counter.name, period)
     body = ledger.report(
         counter, period, allocated, links, voids, pruned.get(period), confirmed, dead
@@ -164,7 +169,7 @@ async def audit(request: Request) -> Response:
     if form not in ("json", "csv"):
         raise invalid("format", "must be json or csv")
     links, _ = await edge.store.trail(counter.name)
-    voids = await edge.store.voids(counter.name, period)
+    voids = ledger.voids(links, counter.name, period)
     dead = await dead_edges(edge, links, counter.name, period)
     rows = ledger.export(counter.name, period, links, voids, dead)
     if form == "json":
@@ -177,14 +182,45 @@ async def audit(request: Request) -> Response:
 
 
 async def verify(request: Request) -> Response:
-    """GET /audit/verify?counter=NAME: recompute the hash chains (those holding the counter's
-    rows, or all); 200 when sound, 409 naming the first row that is not."""
+    """GET /audit/verify?counter=NAME: check the hash chains (those holding the counter's
+    rows, or all) and the tables beside them against the chains; POST with {"heads": {...}},
+    heads anchored earlier, also proves the chains still hold them and only extend them.
+    200 when sound, 409 naming each table and row that is not."""
     edge = edge_of(request)
     name = request.query_params.get("counter")
     if name is not None:
         validation.name(name)
-    found = await edge.store.verify(name)
+    anchors = None
+    if request.method == "POST":
+        body = await validation.json_body(request, edge.settings)
+        anchors = anchored_heads(body)
+    found = await edge.store.verify(name, anchors)
     return JSON(found, status_code=200 if found["ok"] else 409)
+
+
+HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def anchored_heads(body: object) -> dict[str, dict[str, Any]]:
+    """The heads of a verify request: {"heads": {chain: {"row": id, "hash": hex}}}, as
+    `numerator audit heads --json` prints them and the anchor sinks keep them."""
+    heads = body.get("heads") if isinstance(body, dict) else None
+    if not isinstance(heads, dict) or not heads:
+        raise invalid("heads", 'must be {"heads": {chain: {"row": id, "hash": hex}, ...}}')
+    for chain, head in heads.items():
+        row = head.get("row") if isinstance(head, dict) else None
+        digest = head.get("hash") if isinstance(head, dict) else None
+        if not isinstance(row, int) or isinstance(row, bool) or not 0 < row <= MAX_VALUE:
+            raise invalid("heads", f"{chain}: row must be a whole number")
+        if not isinstance(digest, str) or not HASH.fullmatch(digest):
+            raise invalid("heads", f"{chain}: hash must be 64 hex digits")
+    return heads
+
+
+async def heads(request: Request) -> Response:
+    """GET /audit/heads: each chain's head (row, hash, time): what to keep outside Postgres."""
+    edge = edge_of(request)
+    return JSON({"heads": await edge.store.heads()})
 
 
 async def update(request: Request) -> Response:

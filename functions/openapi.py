@@ -98,7 +98,8 @@ COUNTER = {
 PERIOD_PARAM = {
     "name": "period",
     "in": "query",
-    "description": "'' (never reset), YYYY, YYYY-MM or YYYY-MM-DD; default: the current one",
+    "description": "the form the counter's reset takes: '' (never), YYYY (yearly), "
+    "YYYY-MM (monthly) or YYYY-MM-DD (daily); another is 422; default: the current one",
     "schema": {"type": "string", "pattern": f"^(?:{PERIOD.pattern})$"},
 }
 
@@ -288,6 +289,25 @@ SCHEMAS: dict[str, Any] = {
         "required": ["ok"],
         "properties": {"ok": {"type": "boolean"}},
     },
+    "Heads": {
+        "type": "object",
+        "required": ["heads"],
+        "properties": {
+            "heads": {
+                "type": "object",
+                "minProperties": 1,
+                "additionalProperties": {
+                    "type": "object",
+                    "required": ["row", "hash"],
+                    "properties": {
+                        "row": {"type": "integer", "minimum": 1},
+                        "hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                        "at": {"type": "string"},
+                    },
+                },
+            }
+        },
+    },
     "NewKey": NEW_KEY,
     "Key": {
         "type": "object",
@@ -472,10 +492,44 @@ SCHEMA: dict[str, Any] = {
                 "responses": {
                     "200": {"description": "Every chain is sound", "content": body("Verification")},
                     "409": {
-                        "description": "The first row that is not",
+                        "description": "Each table and row that is not",
                         "content": body("Verification"),
                     },
                     **_problems(422, 503),
+                },
+            },
+            "post": {
+                "operationId": "verifyAuditHeads",
+                "summary": "Verify, and prove the chains still hold heads anchored earlier",
+                "parameters": [
+                    {
+                        "name": "counter",
+                        "in": "query",
+                        "description": "only the chains holding this counter's rows",
+                        "schema": {"type": "string", "pattern": NAME.pattern},
+                    }
+                ],
+                "requestBody": {"required": True, "content": body("Heads")},
+                "responses": {
+                    "200": {
+                        "description": "Sound, and every anchored head held or pruned",
+                        "content": body("Verification"),
+                    },
+                    "409": {
+                        "description": "Each table and row that is not",
+                        "content": body("Verification"),
+                    },
+                    **_problems(422, 503),
+                },
+            },
+        },
+        "/audit/heads": {
+            "get": {
+                "operationId": "getHeads",
+                "summary": "Each hash chain's head: what to keep outside Postgres",
+                "responses": {
+                    "200": {"description": "The heads", "content": body("Heads")},
+                    **_problems(503),
                 },
             }
         },
@@ -633,7 +687,15 @@ SCHEMA: dict[str, Any] = {
 
 TAGS = {
     "counters": ("createCounter", "listCounters", "getCounter", "changeRetention", "nextValues"),
-    "ledger": ("voidValues", "confirmValues", "getReport", "exportAudit", "verifyAudit"),
+    "ledger": (
+        "voidValues",
+        "confirmValues",
+        "getReport",
+        "exportAudit",
+        "verifyAudit",
+        "verifyAuditHeads",
+        "getHeads",
+    ),
     "keys": ("createKey", "listKeys", "revokeKey"),
     "service": ("getHealth", "getMetrics", "ping", "pingPost", "getOpenapi", "getIndex"),
 }

@@ -49,6 +49,33 @@ class Reset(StrEnum):
             return f"{day.year:04d}-{day.month:02d}"
         return day.isoformat()
 
+    def refuses(self, period: str) -> str | None:
+        """Why `period` is not one of this reset's periods (a form it does not take, or a date
+        that does not exist, 2026-02-30), or None when it is."""
+        shape = {Reset.NEVER: "", Reset.YEARLY: "0000", Reset.MONTHLY: "0000-00"}
+        wanted = shape.get(self, "0000-00-00")
+        if len(period) != len(wanted) or any(
+            (c == "-") != (w == "-") or (w == "0" and not c.isdigit())
+            for c, w in zip(period, wanted, strict=True)
+        ):
+            return f"a counter that resets {self.value} has periods {PERIOD_FORMS[self]}"
+        try:
+            if self is Reset.MONTHLY:
+                date.fromisoformat(period + "-01")
+            elif self is Reset.DAILY:
+                date.fromisoformat(period)
+        except ValueError:
+            return f"{period} is no date: {PERIOD_FORMS[self]}"
+        return None
+
+
+PERIOD_FORMS = {
+    Reset.NEVER: "'' only (it never resets)",
+    Reset.YEARLY: "YYYY, e.g. 2026",
+    Reset.MONTHLY: "YYYY-MM, e.g. 2026-11",
+    Reset.DAILY: "YYYY-MM-DD, e.g. 2026-11-29",
+}
+"""The form of a period, by reset, for people."""
 
 PERIOD_S = {
     Reset.NEVER: 0.0,

@@ -87,6 +87,8 @@ class VoidRow:
     reason: str
     who: str
     at: datetime
+    link: Link | None = None
+    """The audit row that holds the void."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,6 +128,29 @@ def taken(link: Link, counter: str, period: str) -> Iterator[Taken]:
             key, edge = [*rest, None, None][:2]
             yield Taken(cursor, cursor + count - 1, who, key, link, edge)
             cursor += count
+
+
+def voids(links: Sequence[Link], counter: str, period: str) -> list[VoidRow]:
+    """The voids of `counter` in `period`, as the audit rows hold them (`detail.v`), in value
+    order: the report reads them from the chains, which `audit verify` checks the `voids`
+    table against."""
+    out = [
+        VoidRow(name, kind, first, last, reason, who, link.at, link)
+        for link in links
+        for name, kind, first, last, reason, who in (link.detail or {}).get("v") or ()
+        if name == counter and kind == period
+    ]
+    return sorted(out, key=lambda v: v.first)
+
+
+def confirmed(links: Sequence[Link], counter: str, period: str) -> list[tuple[int, int]]:
+    """The spans of `counter` in `period` confirmed, as the audit rows hold them (`detail.c`)."""
+    return [
+        (first, last)
+        for link in links
+        for name, kind, first, last, _ in (link.detail or {}).get("c") or ()
+        if name == counter and kind == period
+    ]
 
 
 def edges(links: Sequence[Link], counter: str, period: str) -> set[str]:
@@ -225,6 +250,11 @@ def report(
         for (_, before, _), (first, _, row) in pairwise(covered)
         if first <= before
     ]
+    beyond = [
+        {"row": row, "first": max(first, last + 1), "last": end}
+        for first, end, row in covered
+        if end > last
+    ]
     by_reason: dict[str, int] = {}
     for void in voids:
         by_reason[void.reason] = by_reason.get(void.reason, 0) + void.last - void.first + 1
@@ -257,7 +287,31 @@ def report(
         "issued_twice": twice,
         "rising": not falls,
         "falls": falls[:10],
+        "past_last": beyond[:10],
+        "breaches": breaches(holes, twice, falls, beyond, last),
     }
+
+
+def breaches(
+    holes: Sequence[Sequence[int]],
+    twice: Sequence[Sequence[int]],
+    falls: Sequence[Mapping[str, int]],
+    beyond: Sequence[Mapping[str, int]],
+    last: int,
+) -> list[str]:
+    """What the report found wrong, one sentence each: an empty list is the all-clear."""
+    out = [f"values {a} to {b}: no audit row holds them" for a, b in holes]
+    out += [f"values {a} to {b} are held by two audit rows: handed out twice" for a, b in twice]
+    out += [
+        f"audit row {f['row']} holds {f['first']}, not above {f['after']} before it"
+        for f in falls[:10]
+    ]
+    out += [
+        f"audit row {b['row']} holds values {b['first']} to {b['last']}, past the last value "
+        f"handed out ({last}): the counter was moved back, or the row was forged"
+        for b in beyond[:10]
+    ]
+    return out
 
 
 def _pruned(
@@ -364,8 +418,8 @@ def export(
                 "idempotency_key": "",
                 "edge": "",
                 "delivery": "",
-                "row": "",
-                "row_hash": "",
+                "row": void.link.id if void.link else "",
+                "row_hash": void.link.hash if void.link else "",
             }
         )
     out.sort(key=lambda row: (row["first"], row["status"] != "issued"))

@@ -156,9 +156,13 @@ class FrameTransaction(Protocol):
         keys without one are reserved until the transaction ends: a concurrent frame asking for
         the same key waits, then finds this frame's answer (which `remember` must record)."""
 
-    async def allocate(self, deltas: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    async def allocate(
+        self, deltas: dict[tuple[str, str], int], floors: Mapping[tuple[str, str], int]
+    ) -> dict[tuple[str, str], int]:
         """Add each delta to its (counter, period) row, locking rows in a fixed order; return how
-        many values each period has handed out after the addition."""
+        many values each period has handed out after the addition. A period whose row says
+        fewer were handed out than `floors` (what the audit trail holds) is left alone and
+        missing from the answer: its values would be handed out again."""
 
     async def remember(self, claims: Sequence[Claim], retention: float) -> None: ...
 
@@ -260,14 +264,18 @@ class Frames(Protocol):
         self,
         lease: Lease,
         sequence: str,
-        demand: Sequence[tuple[str, str, int, int, str]],
+        demand: Sequence[tuple[str, str, int, int, str, int]],
         audits: Sequence[Audit],
     ) -> dict[tuple[str, str], int]:
-        """A plain frame in one transaction: add each (counter, period, delta, start, class)'s
-        delta, write the audit rows (`audits`, one per class, their ranges made from what was
-        allocated), and move the lease's checkpoint to `sequence`, fenced by its epoch
-        (LeaseLost, and nothing applied, if another batcher holds it now); the allocated totals
-        by (counter, period)."""
+        """A plain frame in one transaction: add each (counter, period, delta, start, class,
+        floor)'s delta (not below its floor, as `FrameTransaction.allocate`), write the audit
+        rows (`audits`, one per class, their ranges made from what was allocated), and move the
+        lease's checkpoint to `sequence`, fenced by its epoch (LeaseLost, and nothing applied,
+        if another batcher holds it now); the allocated totals by (counter, period)."""
+
+    async def highest(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """The highest value the audit trail holds for each (counter, period), among the
+        counter's newest rows: the floor below which a batcher refuses to allocate."""
 
     async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
         """Held replies of the shard's committed frames not known to be published, oldest first."""
@@ -308,8 +316,26 @@ class Ledger(Protocol):
 
     async def swept(self, name: str, upto: datetime) -> None: ...
 
-    async def verify(self, name: str | None) -> dict[str, Any]:
-        """Recompute the hash chains holding the counter's rows (every chain, for None)."""
+    async def verify(
+        self, name: str | None, anchors: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """Check the hash chains holding the counter's rows (every chain, for None), and the
+        tables beside them against the chains (infra/trail.py); with `anchors` (heads kept
+        outside Postgres), that the chains still hold them and only extend them."""
+
+    async def heads(self) -> dict[str, dict[str, Any]]:
+        """Each chain's head: {chain: {"row", "hash", "at"}}."""
+
+    async def mark_edges(self, stream: str, silent: float, keep_s: float) -> int:
+        """Chain the ends of the edges that ended or died and have none yet; how many."""
+
+
+class Anchors(Protocol):
+    """An append-only place outside Postgres that keeps the audit chains' heads: what
+    `audit verify --heads` proves the trail against (infra/adapters/anchors.py)."""
+
+    async def keep(self, record: Mapping[str, Any]) -> None:
+        """Append one record: {"at": time, "by": batcher, "heads": {chain: {row, hash, at}}}."""
 
 
 class Keys(Protocol):

@@ -117,8 +117,18 @@ class Retention(Group):
     # after it was handed out, is voided (not-confirmed)
     confirm_ttl_s: float = 3600.0
     reply_ttl_s: int = 3600  # REPLY_TTL_S: a reply item's time to live in the reply table
+    # ANCHOR_TO: where batchers keep the audit chains' heads outside Postgres, append-only: a
+    # file of JSON lines, or s3://bucket/prefix (a bucket with Object Lock); '' keeps none
+    anchor_to: str = ""
+    anchor_every_s: float = 60.0  # ANCHOR_EVERY_S: how often the heads are kept there
 
-    POSITIVE = ("idempotency_retention_s", "audit_retention_s", "confirm_ttl_s", "reply_ttl_s")
+    POSITIVE = (
+        "idempotency_retention_s",
+        "audit_retention_s",
+        "confirm_ttl_s",
+        "reply_ttl_s",
+        "anchor_every_s",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -302,10 +302,21 @@ def add_ledger(commands: Any, counters: Any) -> None:
 
     audit = commands.add_parser("audit", help="verify and export the audit trail")
     actions = audit.add_subparsers(title="actions", metavar="ACTION")
-    verify = actions.add_parser("verify", help="recompute the hash chains; exit 1 if broken")
+    verify = actions.add_parser(
+        "verify", help="check the hash chains and the tables beside them; exit 1 if broken"
+    )
     verify.add_argument("name", nargs="?", help="only the chains holding this counter's rows")
+    verify.add_argument(
+        "--heads",
+        type=Path,
+        help="heads kept earlier (`audit heads --json`, or an anchor sink's JSON lines): "
+        "prove the chains still hold them and only extend them",
+    )
     talking(verify)
     verify.set_defaults(run=later("numerator.ledger:run_verify"))
+    heads = actions.add_parser("heads", help="each hash chain's head: keep it outside Postgres")
+    talking(heads)
+    heads.set_defaults(run=later("numerator.ledger:run_heads"))
     export = actions.add_parser("export", help="what an auditor keeps of a period")
     export.add_argument("name", help="the counter's name")
     export.add_argument("--period", help=PERIOD_HELP)

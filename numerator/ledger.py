@@ -45,6 +45,8 @@ def run_report(args: argparse.Namespace) -> None:
         print(report_csv(found), end="")
         return
     console.show(found, args.json, report_lines(found))
+    if found.get("breaches"):
+        raise SystemExit(1)
 
 
 def report_lines(found: dict[str, Any]) -> list[str]:
@@ -75,6 +77,7 @@ def report_lines(found: dict[str, Any]) -> list[str]:
     if found["issued_twice"]:
         lines.append(f"  TWICE       {found['issued_twice']}")
     lines.append("  order       " + ("rises with allocation time" if found["rising"] else "BROKEN"))
+    lines += [f"  BREACH      {breach}" for breach in found.get("breaches", ())]
     return lines
 
 
@@ -99,16 +102,55 @@ def report_csv(found: dict[str, Any]) -> str:
 
 def run_verify(args: argparse.Namespace) -> None:
     params = {"counter": args.name} if args.name else {}
-    found = console.call(console.service(args), "GET", "/audit/verify", params=params, ok=(409,))
+    talk = console.service(args)
+    if args.heads is None:
+        found = console.call(talk, "GET", "/audit/verify", params=params, ok=(409,))
+    else:
+        kept = {"heads": anchors(args.heads.read_text())}
+        found = console.call(talk, "POST", "/audit/verify", params=params, ok=(409,), json=kept)
     if found["ok"]:
         lines = [f"sound: {found['rows']} rows in {found['chains']} chain(s)"]
     else:
-        bad = found["first_bad"]
-        lines = [f"BROKEN at row {bad['row']} of chain {bad['chain']}: {bad['why']}"]
-    lines += [f"  head {chain}  {head}" for chain, head in found["heads"].items()]
+        lines = [f"BROKEN: {len(found['breaches'])} breach(es)"]
+        for bad in found["breaches"]:
+            chain = f" of chain {bad['chain']}" if bad.get("chain") else ""
+            lines.append(f"  {bad['table']} row {bad['row']}{chain}: {bad['why']}")
+    if "anchors" in found:
+        held, pruned = found["anchors"]["held"], found["anchors"]["pruned"]
+        lines.append(f"  anchored heads held in {len(held)} chain(s), pruned past in {len(pruned)}")
+        lines += [f"    pruned past its anchor: {chain}" for chain in pruned]
+    lines += [f"  head {chain}  row {h['row']}  {h['hash']}" for chain, h in found["heads"].items()]
     console.show(found, args.json, lines)
     if not found["ok"]:
         raise SystemExit(1)
+
+
+def anchors(text: str) -> dict[str, dict[str, Any]]:
+    """The heads in a file: one JSON object ({"heads": ...}, as `audit heads --json` prints),
+    or JSON lines of them (an anchor sink's file); per chain the newest, since a chain that
+    holds its newest anchored head holds every earlier one (each hash covers all before it)."""
+    text = text.strip()
+    try:
+        whole = json.loads(text)
+        records = whole if isinstance(whole, list) else [whole]
+    except json.JSONDecodeError:
+        records = [json.loads(line) for line in text.splitlines() if line.strip()]
+    newest: dict[str, dict[str, Any]] = {}
+    for record in records:
+        for chain, head in (record.get("heads") or {}).items():
+            if chain not in newest or head["row"] > newest[chain]["row"]:
+                newest[chain] = {"row": head["row"], "hash": head["hash"]}
+    if not newest:
+        raise SystemExit("no heads in that file")
+    return newest
+
+
+def run_heads(args: argparse.Namespace) -> None:
+    found = console.call(console.service(args), "GET", "/audit/heads")
+    lines = [
+        f"{chain}  row {h['row']}  {h['hash']}  {h['at']}" for chain, h in found["heads"].items()
+    ]
+    console.show(found, args.json, lines or ["no audit rows yet"])
 
 
 def run_export(args: argparse.Namespace) -> None:

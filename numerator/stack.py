@@ -24,6 +24,7 @@ from functions.edge import Edge
 from functions.fastpath import FastPath
 from functions.front import Front
 from infra import __version__
+from infra.adapters.anchors import anchors_to
 from infra.adapters.aws import Clients, check
 from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.adapters.postgres import PostgresStore, migrate
@@ -71,7 +72,14 @@ class BatcherStack:
         self.aws: AwsPorts | None = None
         self.stream, self.replies = self.ports()
         self.batcher = Batcher(
-            self.stream, self.replies, self.store, settings, self.metrics, clock, owner
+            self.stream,
+            self.replies,
+            self.store,
+            settings,
+            self.metrics,
+            clock,
+            owner,
+            anchors_to(settings.retention.anchor_to),
         )
         self.health = Health(self.checks())
 

@@ -18,7 +18,7 @@ import psycopg_pool
 from psycopg import errors as pgerrors
 from psycopg.rows import tuple_row
 
-from infra.adapters import secret
+from infra.adapters import pgtrail, secret
 from infra.counters import Counter, Reset
 from infra.errors import CounterExists, KeyExists, LeaseLost, StoreError, StoreUnavailable
 from infra.keys import Key
@@ -80,19 +80,31 @@ ADD = (
 )
 
 
+# A period's row is not added to when it says fewer values were handed out than the audit trail
+# holds (its floor, as a count): moved back by hand, it would hand them out again.
+FLOOR_HOLDS = (
+    "coalesce((SELECT b.allocated FROM counter_values b"
+    " WHERE b.counter = {0} AND b.period = {1}), 0) >= {2}"
+)
+
+
 # A frame's audit rows, from a CTE `rows` (klass, keep_s, ranges, detail, names): each the next
 # link of its chain, stream/shard/class, written only while the lease holds (`fenced`).
 AUDIT = (
     " t AS (SELECT now() AS at),"
     " linked AS (SELECT rows.*, t.at, t.at + make_interval(secs => rows.keep_s) AS keep,"
     "  coalesce((SELECT f.hash FROM allocation_frames f"
-    "   WHERE f.chain = %(chain)s || rows.klass ORDER BY f.id DESC LIMIT 1), '\\x'::bytea) AS prev"
+    "   WHERE f.chain = %(chain)s || rows.klass ORDER BY f.id DESC LIMIT 1),"
+    # a chain retention pruned to nothing goes on from its last pruned row
+    "   (SELECT s.after_hash FROM chain_starts s WHERE s.chain = %(chain)s || rows.klass),"
+    "   '\\x'::bytea) AS prev"
     "  FROM rows, t),"
     " audit AS (INSERT INTO allocation_frames (stream, shard, sequence, chain, ranges, detail,"
     "  counters, committed_at, keep_until, prev, hash)"
     "  SELECT %(stream)s, %(shard)s, %(sequence)s::text, %(chain)s || klass, ranges, detail,"
-    "  names, at, keep, prev, sha256(prev || ledger_content(%(stream)s, %(shard)s,"
-    "  %(sequence)s::text, ranges, detail, at, keep))"
+    "  names, at, keep, prev,"
+    "  sha256(prev || ledger_content(%(stream)s, %(shard)s, %(sequence)s::text, ranges, detail,"
+    "  at, keep))"
     "  FROM linked WHERE EXISTS (SELECT FROM fenced) RETURNING 1)"
 )
 
@@ -102,11 +114,19 @@ def chained(lease: Lease, sequence: str, audits: Sequence[Audit]) -> dict[str, A
     return {
         **fence(lease, sequence),
         "chain": f"{lease.stream}/{lease.shard}/",
-        "audits": rows(
-            [a.klass, a.keep_s, a.ranges, a.detail, sorted({r[0] for r in a.ranges})]
-            for a in audits
-        ),
+        "audits": rows([a.klass, a.keep_s, a.ranges, a.detail, named(a)] for a in audits),
     }
+
+
+def named(audit: Audit) -> list[str]:
+    """The counters an audit row names (its `counters` column, for finding a counter's rows):
+    those its ranges hold, and those its voids and confirmations name. As the SQL function
+    ledger_counters works it out, which `audit verify` holds the column to; here, so that a
+    frame's statement does not parse its detail again."""
+    names = {r[0] for r in audit.ranges}
+    names.update(v[0] for v in audit.detail.get("v") or ())
+    names.update(c[0] for c in audit.detail.get("c") or ())
+    return sorted(names)
 
 
 def _counter(row: tuple[Any, ...]) -> Counter:
@@ -213,12 +233,18 @@ class PostgresFrame:
         )
         return {(row[0], row[1]): Claim(*row) for row in await cur.fetchall()}
 
-    async def allocate(self, deltas: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    async def allocate(
+        self, deltas: dict[tuple[str, str], int], floors: Mapping[tuple[str, str], int]
+    ) -> dict[tuple[str, str], int]:
         # One statement for every counter of the frame.
         keys = sorted(deltas)
+        held = FLOOR_HOLDS.format("d->>0", "d->>1", "(d->>3)::bigint")
         cur = await self.conn.execute(
-            ADD.format(rows="d->>0, d->>1, (d->>2)::bigint FROM json_array_elements(%s::json) d"),
-            (rows((c, p, deltas[(c, p)]) for c, p in keys),),
+            ADD.format(
+                rows="d->>0, d->>1, (d->>2)::bigint FROM json_array_elements(%s::json) d"
+                f" WHERE {held}"
+            ),
+            (rows((c, p, deltas[(c, p)], floors.get((c, p), 0)) for c, p in keys),),
         )
         totals = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
         global PAUSE_IN_FRAME_S
@@ -557,12 +583,8 @@ class PostgresStore:
     async def dead_edges(self, edges: Collection[str], silent: float) -> dict[str, EdgeEnd]:
         if not edges:
             return {}
-        rows = await self._fetch(
-            "SELECT id, seen_at, settled_at FROM edges WHERE id = ANY(%s) AND ended_at IS NULL"
-            " AND seen_at < now() - make_interval(secs => %s)",
-            (list(edges), silent),
-        )
-        return {id: EdgeEnd(seen, settled) for id, seen, settled in rows}
+        async with self._connection() as conn:
+            return await pgtrail.dead_edges(conn, edges, silent)
 
     async def leave(self, stream: str, owner: str) -> None:
         await self._fetch(
@@ -590,7 +612,7 @@ class PostgresStore:
         self,
         lease: Lease,
         sequence: str,
-        demand: Sequence[tuple[str, str, int, int, str]],
+        demand: Sequence[tuple[str, str, int, int, str, int]],
         audits: Sequence[Audit],
     ) -> dict[tuple[str, str], int]:
         # ONE statement, so one round trip and its own transaction: the fence first; the
@@ -601,10 +623,13 @@ class PostgresStore:
             cur = await conn.execute(
                 f"WITH {FENCED},"
                 " d AS (SELECT x->>0 AS counter, x->>1 AS period, (x->>2)::bigint AS delta,"
-                " (x->>3)::bigint AS start, x->>4 AS klass"
+                " (x->>3)::bigint AS start, x->>4 AS klass, (x->>5)::bigint AS floor"
                 " FROM json_array_elements(%(demand)s::json) AS x),"
                 " alloc AS ("
-                + ADD.format(rows="counter, period, delta FROM d WHERE EXISTS (SELECT FROM fenced)")
+                + ADD.format(
+                    rows="counter, period, delta FROM d WHERE EXISTS (SELECT FROM fenced) AND "
+                    + FLOOR_HOLDS.format("d.counter", "d.period", "d.floor")
+                )
                 + "), k AS (SELECT x->>0 AS klass, (x->>1)::float8 AS keep_s, x->3 AS detail"
                 " FROM json_array_elements(%(audits)s::json) AS x),"
                 " made AS (SELECT d.klass, json_agg(json_build_array(a.counter, a.period,"
@@ -686,12 +711,18 @@ class PostgresStore:
             found = await self._fetch(
                 "WITH gone AS (DELETE FROM allocation_frames WHERE id IN"
                 " (SELECT id FROM allocation_frames WHERE keep_until < %s"
-                f" LIMIT {PRUNE_BATCH}) RETURNING ranges),"
+                f" ORDER BY id LIMIT {PRUNE_BATCH}) RETURNING chain, id, hash, ranges),"
                 " marks AS (INSERT INTO pruned (counter, period, upto)"
                 " SELECT r->>0, r->>1, max((r->>3)::bigint)"
                 " FROM gone, json_array_elements(gone.ranges) AS r GROUP BY 1, 2"
                 " ON CONFLICT (counter, period) DO UPDATE"
-                " SET upto = greatest(pruned.upto, excluded.upto))"
+                " SET upto = greatest(pruned.upto, excluded.upto)),"
+                # where each chain now starts: the first kept row follows the last pruned one
+                " starts AS (INSERT INTO chain_starts (chain, after_id, after_hash)"
+                " SELECT DISTINCT ON (chain) chain, id, hash FROM gone ORDER BY chain, id DESC"
+                " ON CONFLICT (chain) DO UPDATE SET after_id = excluded.after_id,"
+                " after_hash = excluded.after_hash, pruned_at = now()"
+                " WHERE chain_starts.after_id < excluded.after_id)"
                 " SELECT count(*) FROM gone",
                 (now,),
             )
@@ -718,6 +749,19 @@ class PostgresStore:
             (days, name),
         )
         return _counter(rows[0]) if rows else None
+
+    async def highest(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        # The counter's newest rows hold its period's highest value (ranges rise in commit
+        # order); a period no recent row holds has no floor, and is not refused.
+        found = await self._fetch(
+            "SELECT p->>0, p->>1, (SELECT max((r->>3)::bigint) FROM (SELECT f.ranges"
+            "  FROM allocation_frames f WHERE f.counters @> ARRAY[p->>0]"
+            "  ORDER BY f.id DESC LIMIT 20) AS f, json_array_elements(f.ranges) AS r"
+            "  WHERE r->>0 = p->>0 AND r->>1 = p->>1)"
+            " FROM json_array_elements(%s::json) AS p",
+            (rows(pairs),),
+        )
+        return {(c, p): int(top) for c, p, top in found if top is not None}
 
     async def trail(self, name: str) -> tuple[list[Link], dict[str, int]]:
         rows = await self._fetch(
@@ -805,48 +849,19 @@ class PostgresStore:
         )
         return [VoidRow(*row) for row in rows]
 
-    async def verify(self, name: str | None) -> dict[str, Any]:
-        chains = (
-            " AND chain IN (SELECT DISTINCT chain FROM allocation_frames"
-            " WHERE counters @> ARRAY[%(name)s])"
-            if name
-            else ""
-        )
-        rows = await self._fetch(
-            "SELECT id, chain, hash, prev,"
-            " hash = sha256(prev || ledger_content(stream, shard, sequence, ranges, detail,"
-            "  committed_at, keep_until)) AS sound,"
-            " lag(hash) OVER (PARTITION BY chain ORDER BY id) AS before"
-            " FROM allocation_frames WHERE chain IS NOT NULL" + chains + " ORDER BY chain, id",
-            {"name": name},
-        )
-        heads: dict[str, str] = {}
-        first_bad: dict[str, Any] | None = None
-        for id, chain, hash, prev, sound, before in rows:
-            heads[chain] = bytes(hash).hex()
-            if first_bad is not None:
-                continue
-            if not sound:
-                first_bad = {
-                    "row": id,
-                    "chain": chain,
-                    "why": "its content does not match its hash",
-                }
-            elif before is not None and bytes(before) != bytes(prev):
-                first_bad = {
-                    "row": id,
-                    "chain": chain,
-                    "why": "it does not follow the row before it in its chain (a row was "
-                    "removed, inserted or changed before it)",
-                }
-        return {
-            "counter": name,
-            "rows": len(rows),
-            "chains": len(heads),
-            "ok": first_bad is None,
-            "first_bad": first_bad,
-            "heads": heads,
-        }
+    async def verify(
+        self, name: str | None, anchors: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        async with self._connection() as conn:
+            return await pgtrail.verify(conn, name, anchors)
+
+    async def heads(self) -> dict[str, dict[str, Any]]:
+        async with self._connection() as conn:
+            return await pgtrail.heads(conn)
+
+    async def mark_edges(self, stream: str, silent: float, keep_s: float) -> int:
+        async with self._connection() as conn:
+            return await pgtrail.mark_edges(conn, stream, silent, keep_s)
 
     async def add_key(self, key: Key) -> Key:
         try:

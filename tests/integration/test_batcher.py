@@ -150,7 +150,7 @@ async def test_a_frame_that_loses_its_lease_rolls_back(store: PostgresStore, nam
     assert await store.acquire(stream, "s", "b", ttl=30) is not None
     with pytest.raises(LeaseLost):
         async with store.frame() as tx:
-            await tx.allocate({(name, ""): 5})
+            await tx.allocate({(name, ""): 5}, {})
             await tx.checkpoint(stale, "1", [audit((name, "", 1, 5))])
     assert await store.allocated(name, "") == 0  # nothing allocated by the fenced-out owner
 
@@ -170,13 +170,13 @@ async def test_a_plain_frame_is_fenced_and_audited_in_one_statement(
     owner = await store.acquire(stream, "s", "b", ttl=30)
     assert owner is not None
     with pytest.raises(LeaseLost):
-        await store.allocate_plain(stale, "1", [(name, "", 5, 100, CLASS)], [audit()])
+        await store.allocate_plain(stale, "1", [(name, "", 5, 100, CLASS, 0)], [audit()])
     assert await store.allocated(name, "") == 0
 
     first = await store.allocate_plain(
-        owner, "1", [(name, "", 5, 100, CLASS), (other, "", 2, 1, CLASS)], [audit()]
+        owner, "1", [(name, "", 5, 100, CLASS, 0), (other, "", 2, 1, CLASS, 0)], [audit()]
     )
-    second = await store.allocate_plain(owner, "2", [(name, "", 3, 100, CLASS)], [audit()])
+    second = await store.allocate_plain(owner, "2", [(name, "", 3, 100, CLASS, 0)], [audit()])
     assert first == {(name, ""): 5, (other, ""): 2} and second == {(name, ""): 8}
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         cur = await conn.execute(
@@ -208,7 +208,7 @@ async def test_prune_drops_expired_keys_and_old_audit_rows(
     lease = await store.acquire(f"prune-{name}", "s", "me", ttl=30)
     assert isinstance(lease, Lease)
     async with store.frame() as tx:
-        await tx.allocate({(name, ""): 3})
+        await tx.allocate({(name, ""): 3}, {})
         await tx.remember([Claim(name, "k", 3, 1, 3, datetime.now(UTC).date())], retention=60)
         await tx.dead_letter([DeadLetter(lease.stream, "s", "1", "bad", b"x")])
         await tx.checkpoint(lease, "1", [audit((name, "", 1, 3))])

@@ -196,6 +196,10 @@ def test_the_template_deploys_to_moto_cloudformation(
     assert stream["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE"
     table = dynamodb.describe_table(TableName=made["ReplyTable"])["Table"]
     assert table["KeySchema"] == [{"AttributeName": "k", "KeyType": "HASH"}]
+    # the audit chains' heads (issue 29): moto's CloudFormation makes the bucket but does not
+    # apply its ObjectLockConfiguration; tests/unit/test_template.py checks the template's, and
+    # tests/integration/test_anchors.py the lock on a bucket made with it
+    s3.head_bucket(Bucket=made["AnchorBucket"])
     function = session.client("lambda").get_function(FunctionName=made["EdgeFunction"])
     configuration = function["Configuration"]
     assert configuration["Handler"] == "functions.handler.handler"

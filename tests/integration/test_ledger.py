@@ -317,3 +317,30 @@ async def seen(database_url: str, edge: str) -> tuple[bool, bool] | None:
         cursor = await sql.execute("SELECT ended_at IS NOT NULL FROM edges WHERE id = %s", (edge,))
         row = await cursor.fetchone()
     return (True, bool(row[0])) if row else None
+
+
+@pytest.mark.parametrize(
+    ("reset", "period", "form"),
+    [
+        ("yearly", "2026-12", "YYYY"),
+        ("monthly", "2026", "YYYY-MM"),
+        ("daily", "2026-02-30", "YYYY-MM-DD"),
+        ("never", "2026", "''"),
+    ],
+)
+async def test_a_report_for_a_period_the_counter_cannot_hold_is_422(
+    client: httpx.AsyncClient, name: str, reset: str, period: str, form: str
+) -> None:
+    """Not "no values yet, unexplained 0": a period of another form is refused, naming the
+    counter's reset and the form its periods take (issue 29)."""
+    await client.post("/counters", json={"name": name, "reset": reset})
+    await take(client, name, 3)
+    refused = await client.get(f"/counters/{name}/report", params={"period": period})
+    detail = problem(refused, 422, "invalid-request")["detail"]
+    assert f"resets {reset}" in detail and form in detail, detail
+    voided = await client.post(
+        f"/counters/{name}/void", json={"first": 1, "reason": "x", "period": period}
+    )
+    problem(voided, 422, "invalid-request")
+    found = await client.get(f"/counters/{name}/report")  # the current period: its own form
+    assert found.status_code == 200 and found.json()["issued"] == 3, found.text

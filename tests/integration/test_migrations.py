@@ -63,3 +63,38 @@ async def test_004_keeps_every_range_of_the_old_audit_rows(fresh: str) -> None:
             " FROM allocations ORDER BY frame, first"
         )
         assert sorted(await cur.fetchall()) == sorted(old)
+
+
+async def test_012_chains_the_rows_from_before_the_ledger(fresh: str) -> None:
+    """Rows written before the hash chains (no chain, no hash) become a chain per shard, so that
+    none is outside every chain; the trail then verifies sound, and chain may never be NULL."""
+    from infra.adapters.postgres import PostgresStore
+
+    async with await psycopg.AsyncConnection.connect(fresh, autocommit=True) as conn:
+        await conn.execute(
+            "CREATE TABLE schema_migrations (version integer PRIMARY KEY,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version, sql in migrations():
+            if version < 12:
+                await conn.execute(sql.encode())
+                await conn.execute("INSERT INTO schema_migrations VALUES (%s)", (version,))
+        await conn.execute("INSERT INTO counters VALUES ('a', 1, '{value}', 'never', 'UTC')")
+        await conn.execute("INSERT INTO counter_values VALUES ('a', '', 9)")
+        for first, last, shard in ((1, 5, "0"), (6, 6, "0"), (7, 9, "1")):
+            await conn.execute(
+                "INSERT INTO allocation_frames (stream, shard, sequence, ranges, keep_until)"
+                " VALUES ('s', %s, '1', %s::json, now() + interval '1 day')",
+                (shard, f'[["a", "", {first}, {last}]]'),
+            )
+    assert await migrate(fresh) == [v for v, _ in migrations() if v >= 12]
+    store = PostgresStore(fresh)
+    try:
+        found = await store.verify(None)
+    finally:
+        await store.close()
+    assert found["ok"], found["breaches"]
+    assert sorted(found["heads"]) == ["s/0/legacy", "s/1/legacy"]
+    async with await psycopg.AsyncConnection.connect(fresh, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.NotNullViolation):
+            await conn.execute("UPDATE allocation_frames SET chain = NULL")

@@ -409,3 +409,23 @@ def test_the_fargate_edge_needs_numerators_keys_and_a_certificate() -> None:
     asserted = [a["Assert"] for a in rules["Assertions"]]
     assert {"Fn::Equals": [{"Ref": "Authorizer"}, "NONE"]} in asserted
     assert {"Fn::Not": [{"Fn::Equals": [{"Ref": "CertificateArn"}, ""]}]} in asserted
+
+
+def test_the_anchor_bucket_locks_every_record_in_compliance_mode() -> None:
+    """The audit chains' heads (issue 29): Object Lock in compliance mode for the retention
+    chosen, the batchers may only put under heads/, and they are told where."""
+    found = template()
+    bucket = found["Resources"]["AnchorBucket"]
+    assert bucket["DeletionPolicy"] == "Retain"
+    lock = bucket["Properties"]["ObjectLockConfiguration"]
+    assert bucket["Properties"]["ObjectLockEnabled"] is True
+    assert lock["Rule"]["DefaultRetention"] == {
+        "Mode": "COMPLIANCE",
+        "Days": {"Ref": "AnchorRetentionDays"},
+    }
+    role = found["Resources"]["BatcherTaskRole"]["Properties"]["Policies"]
+    (anchor,) = [p for p in role if p["PolicyName"] == "anchor-heads"]
+    (statement,) = anchor["PolicyDocument"]["Statement"]
+    assert statement["Action"] == "s3:PutObject"
+    env = variables()["batcher"]
+    assert env["ANCHOR_TO"] == {"Fn::Sub": "s3://${AnchorBucket}/heads/"}

@@ -1,0 +1,92 @@
+"""The Anchors port: where batchers keep the audit chains' heads outside Postgres, append-only.
+
+A JSON-lines file locally (each record a line, flushed and synced), and on AWS an S3 bucket with
+Object Lock in compliance mode (template.yaml's AnchorBucket): each record an object of its own
+under `prefix`, which no one — not the account's root — can delete or overwrite until its
+retention ends. `numerator audit verify --heads` reads either form back (docs/invoices.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+from botocore.exceptions import BotoCoreError, ClientError, ConnectionError
+
+from infra.errors import AwsRefused, AwsUnavailable
+
+
+class FileAnchors:
+    """Heads as JSON lines appended to a file: for one machine, and for tests."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"FileAnchors({str(self.path)!r})"
+
+    async def keep(self, record: Mapping[str, Any]) -> None:
+        await asyncio.to_thread(self._append, orjson.dumps(record) + b"\n")
+
+    def _append(self, line: bytes) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.open("ab") as out:
+            out.write(line)
+            out.flush()
+            os.fsync(out.fileno())
+
+
+class S3Anchors:
+    """Heads as objects in an S3 bucket with Object Lock: `prefix` + time + batcher, one per
+    record. The bucket's default retention (compliance mode) locks each one as it is written."""
+
+    def __init__(self, client: Any, bucket: str, prefix: str = "") -> None:
+        self.client, self.bucket, self.prefix = client, bucket, prefix
+
+    def __repr__(self) -> str:
+        return f"S3Anchors('s3://{self.bucket}/{self.prefix}')"
+
+    async def keep(self, record: Mapping[str, Any]) -> None:
+        key = f"{self.prefix}{record['at']}-{record['by']}.json"
+        body = orjson.dumps(record)
+        try:
+            await asyncio.to_thread(
+                self.client.put_object,
+                Bucket=self.bucket,
+                Key=key,
+                Body=body,
+                ContentType="application/json",
+                ChecksumAlgorithm="SHA256",  # S3 wants a checksum on a put to a locked bucket
+            )
+        except ConnectionError as exc:  # botocore's errors stay in this module
+            raise AwsUnavailable(f"cannot keep the heads in s3://{self.bucket}: {exc}") from exc
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            raise AwsRefused(code, f"cannot keep the heads in s3://{self.bucket}: {exc}") from exc
+        except BotoCoreError as exc:
+            name = type(exc).__name__
+            raise AwsRefused(name, f"cannot keep the heads in s3://{self.bucket}: {exc}") from exc
+
+
+def anchors_to(where: str, env: Mapping[str, str] | None = None) -> FileAnchors | S3Anchors | None:
+    """The sink ANCHOR_TO names: s3://bucket/prefix, a path, or '' for none. `env` names the
+    endpoint and credentials as boto3's variables do (moto, LocalStack)."""
+    if not where:
+        return None
+    if where.startswith("s3://"):
+        import boto3
+
+        bucket, _, prefix = where[5:].partition("/")
+        env = env or {}
+        session = boto3.session.Session(
+            aws_access_key_id=env.get("AWS_ACCESS_KEY_ID"),
+            aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
+            region_name=env.get("AWS_DEFAULT_REGION"),
+        )
+        client = session.client("s3", endpoint_url=env.get("AWS_ENDPOINT_URL"))
+        return S3Anchors(client, bucket, prefix)
+    return FileAnchors(Path(where))

@@ -1,0 +1,301 @@
+"""What `numerator audit verify` checks, over rows read from Postgres in one snapshot. No I/O.
+
+The audit rows (`allocation_frames`) are the source of truth: each is a link of a hash chain
+named `stream/shard/class`. Verify checks that every chain is whole (each row's hash covers its
+content, each row follows the one before it, the first kept row follows where retention pruned
+the chain, or starts it), and that every other table the report or the sweep reads agrees with
+the chains: `voids`, `confirmations`, `counter_values` (a counter's last value) and `edges` (the
+ends of edges, which decide `unsure`). A disagreement is a breach naming the table and the row.
+Given heads anchored earlier outside Postgres, it also proves the trail still holds them and
+only extends them; an anchor older than a chain's first kept row is reported as pruned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+EDGE_MARKS = "edges"
+"""The shard name of the chains that hold the ends of edges, `stream/edges/marks`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One audit row as verify reads it: `sound` when its hash covers its content; `named`
+    when its `counters` column is what its ranges, voids and confirmations name."""
+
+    id: int
+    chain: str
+    hash: bytes
+    prev: bytes
+    sound: bool
+    member: bool
+    named: bool
+    at: datetime
+    keep_until: datetime
+    ranges: list[list[Any]] = field(default_factory=list)
+    voids: list[list[Any]] = field(default_factory=list)
+    confirms: list[list[Any]] = field(default_factory=list)
+    marks: list[list[Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where retention left a chain: rows up to `after_id` are gone, the last with `after_hash`."""
+
+    after_id: int
+    after_hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Breach:
+    table: str
+    row: Any
+    why: str
+    chain: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"table": self.table, "row": self.row, "why": self.why}
+        if self.chain is not None:
+            out["chain"] = self.chain
+        return out
+
+
+def chains(rows: Sequence[Row], starts: Mapping[str, Start]) -> list[Breach]:
+    """Each chain whole, from its first kept row to its head (rows in id order)."""
+    out: list[Breach] = []
+    last: dict[str, Row] = {}
+    for row in rows:
+        why = _row(row, last.get(row.chain), starts.get(row.chain))
+        if why:
+            out.append(Breach("allocation_frames", row.id, why, row.chain))
+        last[row.chain] = row
+    return out
+
+
+def _row(row: Row, before: Row | None, start: Start | None) -> str | None:
+    if not row.member:
+        return "its chain is not named by its stream and shard (the row was moved to another chain)"
+    if not row.sound:
+        return "its content does not match its hash"
+    if not row.named:
+        return "its counters column does not name what its ranges, voids and confirmations hold"
+    if before is not None:
+        if before.hash != row.prev:
+            return (
+                "it does not follow the row before it in its chain (a row was removed, "
+                "inserted or changed before it)"
+            )
+        return None
+    if start is None:
+        if row.prev:
+            return (
+                "it is its chain's first row but follows a row the trail does not hold, and "
+                "retention never pruned this chain (rows were deleted before it, or it was "
+                "moved here from another chain)"
+            )
+        return None
+    if row.prev != start.after_hash or row.id <= start.after_id:
+        return (
+            f"it is its chain's first kept row but does not follow row {start.after_id}, the "
+            "last one retention pruned (rows were deleted after it)"
+        )
+    return None
+
+
+def heads(rows: Iterable[Row]) -> dict[str, dict[str, Any]]:
+    """Each chain's head: its newest row, that row's hash, and when it was written."""
+    out: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        out[row.chain] = {"row": row.id, "hash": row.hash.hex(), "at": row.at.isoformat()}
+    return out
+
+
+def voids(rows: Sequence[Row], table: Sequence[tuple[Any, ...]], now: datetime) -> list[Breach]:
+    """The `voids` table against the voids the chains hold: `table` as (counter, period, first,
+    last, reason, who, keep_until). What retention is about to prune is left out."""
+    chained = {
+        (v[0], v[1], v[2]): (v[3], v[4], v[5], row)
+        for row in rows
+        for v in row.voids
+        if row.keep_until >= now
+    }
+    out: list[Breach] = []
+    for counter, period, first, last, reason, who, keep in table:
+        key = (counter, period, first)
+        found = chained.pop(key, None)
+        named = f"{counter}/{period}/{first}"
+        if found is None:
+            if keep >= now:
+                out.append(Breach("voids", named, "no audit row holds this void (forged)"))
+        elif found[:3] != (last, reason, who):
+            out.append(
+                Breach(
+                    "voids",
+                    named,
+                    f"says {first}-{last} {reason!r} by {who!r}; audit row {found[3].id} says "
+                    f"{first}-{found[0]} {found[1]!r} by {found[2]!r}",
+                )
+            )
+    for (counter, period, first), (_, _, _, row) in chained.items():
+        named = f"{counter}/{period}/{first}"
+        out.append(Breach("voids", named, f"is missing; audit row {row.id} holds this void"))
+    return out
+
+
+def confirmations(
+    rows: Sequence[Row], table: Sequence[tuple[Any, ...]], now: datetime
+) -> list[Breach]:
+    """The `confirmations` table against the chains: `table` as (counter, period, first, last,
+    who, keep_until)."""
+    chained = {
+        (c[0], c[1], c[2], c[3]): (c[4], row)
+        for row in rows
+        for c in row.confirms
+        if row.keep_until >= now
+    }
+    out: list[Breach] = []
+    for counter, period, first, last, who, keep in table:
+        found = chained.pop((counter, period, first, last), None)
+        named = f"{counter}/{period}/{first}-{last}"
+        if found is None:
+            if keep >= now:
+                out.append(Breach("confirmations", named, "no audit row holds it (forged)"))
+        elif found[0] != who:
+            why = f"says by {who!r}; audit row {found[1].id} says by {found[0]!r}"
+            out.append(Breach("confirmations", named, why))
+    for (counter, period, first, last), (_, row) in chained.items():
+        named = f"{counter}/{period}/{first}-{last}"
+        out.append(Breach("confirmations", named, f"is missing; audit row {row.id} holds it"))
+    return out
+
+
+def highest(rows: Iterable[Row]) -> dict[tuple[str, str], tuple[int, int]]:
+    """The highest value the chains hold for each (counter, period), and the row holding it."""
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for row in rows:
+        for name, period, _, last in row.ranges:
+            found = out.get((name, period))
+            if found is None or last > found[0]:
+                out[(name, period)] = (last, row.id)
+    return out
+
+
+def counter_values(
+    rows: Sequence[Row],
+    table: Sequence[tuple[str, str, int, int]],
+    pruned: Mapping[tuple[str, str], int],
+) -> list[Breach]:
+    """Each counter's last value (`counter_values`, as (counter, period, allocated, start))
+    against the highest value its chains hold (or retention pruned)."""
+    top = highest(rows)
+    out: list[Breach] = []
+    for counter, period, allocated, start in table:
+        last = start - 1 + allocated
+        named = f"{counter}/{period}"
+        found = top.pop((counter, period), None)
+        if found is not None and last < found[0]:
+            why = (
+                f"says the last value handed out is {last}, but audit row {found[1]} holds "
+                f"values up to {found[0]}: moved back, it would hand them out again"
+            )
+            out.append(Breach("counter_values", named, why))
+            continue
+        held = max(found[0] if found else start - 1, pruned.get((counter, period), start - 1))
+        if last > held:
+            why = (
+                f"says the last value handed out is {last}, but the trail holds values only "
+                f"up to {held}"
+            )
+            out.append(Breach("counter_values", named, why))
+    for (counter, period), (value, row) in top.items():
+        why = f"is missing; audit row {row} holds values up to {value}"
+        out.append(Breach("counter_values", f"{counter}/{period}", why))
+    return out
+
+
+def marks(rows: Iterable[Row]) -> tuple[dict[str, tuple[int, list[Any]]], list[Breach]]:
+    """The end of each edge the chains hold (the first mark), and a breach for each later
+    mark of the same edge that says otherwise. A mark is [edge, seen_us, settled_us, ended_us]
+    (ended_us null: the edge died)."""
+    found: dict[str, tuple[int, list[Any]]] = {}
+    out: list[Breach] = []
+    for row in rows:
+        for mark in row.marks:
+            first = found.get(mark[0])
+            if first is None:
+                found[mark[0]] = (row.id, mark)
+            elif first[1] != mark:
+                why = f"marks edge {mark[0]} ended a second time, unlike row {first[0]}"
+                out.append(Breach("allocation_frames", row.id, why, row.chain))
+    return found, out
+
+
+def edges(rows: Sequence[Row], table: Sequence[tuple[Any, ...]]) -> list[Breach]:
+    """The `edges` table against the ends the chains hold: `table` as (id, seen_us, settled_us,
+    ended_us, marked). An edge that spoke again after it was marked dead (a paused process
+    that went on) is no breach: the mark stands, the report reads it."""
+    ends, out = marks(rows)
+    for edge, seen, settled, ended, marked in table:
+        found = ends.get(edge)
+        if found is None:
+            if marked is not None:
+                why = f"says audit row {marked} marked its end; no audit row did"
+                out.append(Breach("edges", edge, why))
+            continue
+        row, (_, m_seen, m_settled, m_ended) = found
+        if m_ended is not None:
+            if ended != m_ended:
+                why = (
+                    f"says ended_at {_us(ended)}; audit row {row} marked it ended at {_us(m_ended)}"
+                )
+                out.append(Breach("edges", edge, why))
+        elif seen <= m_seen and (ended is not None or settled != m_settled):
+            why = (
+                f"says ended_at {_us(ended)}, settled_at {_us(settled)}; audit row {row} marked "
+                f"it dead, settled at {_us(m_settled)}"
+            )
+            out.append(Breach("edges", edge, why))
+    return out
+
+
+def anchored(
+    given: Mapping[str, Mapping[str, Any]],
+    rows: Sequence[Row],
+    starts: Mapping[str, Start],
+) -> tuple[list[Breach], list[str], list[str]]:
+    """Heads anchored earlier ({chain: {"row": id, "hash": hex}}) against the trail: each must
+    still be a row of its chain with the same hash (the chain then extends it, as `chains`
+    checks every row follows the one before); one retention has pruned past is `pruned`.
+    Returns the breaches, the chains whose anchor holds, and those pruned past it."""
+    by_id = {row.id: row for row in rows}
+    out: list[Breach] = []
+    held: list[str] = []
+    pruned: list[str] = []
+    for chain, head in sorted(given.items()):
+        row_id, digest = int(head["row"]), str(head["hash"]).lower()
+        row = by_id.get(row_id)
+        if row is not None and row.chain == chain and row.hash.hex() == digest:
+            held.append(chain)
+            continue
+        start = starts.get(chain)
+        if row is None and start is not None and start.after_id >= row_id:
+            pruned.append(chain)
+        elif row is None:
+            why = (
+                f"the anchored head, row {row_id}, is gone: the chain was truncated or its "
+                "last rows deleted"
+            )
+            out.append(Breach("allocation_frames", row_id, why, chain))
+        else:
+            why = f"is not the anchored head {digest[:16]}…: the chain was rewritten up to it"
+            out.append(Breach("allocation_frames", row_id, why, chain))
+    return out, held, pruned
+
+
+def _us(value: int | None) -> str:
+    if value is None:
+        return "none"
+    return datetime.fromtimestamp(value / 1e6, UTC).isoformat()

@@ -481,15 +481,18 @@ async def _apply_frame(
             )
 
 
-def holders(sharers: Sequence[Live], replies: Sequence[Reply]) -> list[tuple[str, str, str]]:
-    """(counter, Idempotency-Key, reply key) of each key answered again in this frame, to the
-    last of its records that got its values (pure): the record that now holds them."""
-    held: dict[tuple[str, str], str] = {}
+def holders(sharers: Sequence[Live], replies: Sequence[Reply]) -> list[tuple[str, str, str, float]]:
+    """(counter, Idempotency-Key, reply key, sent) of each key answered again in this frame, to
+    the last sent of its records that got its values (pure): the record that may hold them."""
+    held: dict[tuple[str, str], tuple[str, float]] = {}
     for one, reply in zip(sharers, replies, strict=True):
-        key = one.record.idempotency_key
-        if key is not None and reply.error is None:
-            held[(one.record.counter, key)] = one.record.key
-    return [(counter, key, holder) for (counter, key), holder in held.items()]
+        record, key = one.record, one.record.idempotency_key
+        if key is None or reply.error is not None:
+            continue
+        before = held.get((record.counter, key))
+        if before is None or before[1] <= record.sent:
+            held[(record.counter, key)] = (record.key, record.sent)
+    return [(counter, key, *holder) for (counter, key), holder in held.items()]
 
 
 def split_cancels(cancels: Sequence[Cancel]) -> tuple[list[tuple[str, str, str]], list[Cancel]]:
@@ -688,6 +691,7 @@ def hand_out(
                     last,
                     one.day,
                     record.key,
+                    record.sent,
                 )
             )
     return out

@@ -109,6 +109,8 @@ class Claim:
     last: int
     day: date
     holder: str = ""
+    held_since: float = 0.0
+    """When the holder's request was sent (its edge's clock, Unix seconds)."""
 
 
 @dataclass(slots=True)
@@ -166,9 +168,9 @@ class FrameTransaction(Protocol):
 
     async def remember(self, claims: Sequence[Claim], retention: float) -> None: ...
 
-    async def hand_over(self, holders: Sequence[tuple[str, str, str]]) -> None:
-        """Each (counter, Idempotency-Key, reply key): the key's values were answered again, to
-        that record (a retry), which now holds them."""
+    async def hand_over(self, holders: Sequence[tuple[str, str, str, float]]) -> None:
+        """Each (counter, Idempotency-Key, reply key, sent): the key's values were answered
+        again, to that record (a retry), which now holds them if it was sent after the holder."""
 
     async def free(self, holders: Sequence[tuple[str, str, str]]) -> list[Claim]:
         """Forget each (counter, Idempotency-Key) still held by the record of that reply key,

@@ -225,7 +225,7 @@ class PostgresFrame:
         if len(reserved) == len(keys):
             return {}
         cur = await self.conn.execute(
-            "SELECT i.counter, i.key, i.count, i.first, i.last, i.day, i.holder"
+            "SELECT i.counter, i.key, i.count, i.first, i.last, i.day, i.holder, i.held_since"
             " FROM idempotency_keys i"
             " JOIN json_array_elements(%s::json) AS k ON i.counter = k->>0 AND i.key = k->>1"
             " WHERE i.expires_at > now()",
@@ -259,26 +259,30 @@ class PostgresFrame:
             return
         await self.conn.execute(
             "INSERT INTO idempotency_keys"
-            " (counter, key, count, first, last, day, holder, expires_at)"
+            " (counter, key, count, first, last, day, holder, held_since, expires_at)"
             " SELECT c->>0, c->>1, (c->>2)::int, (c->>3)::bigint, (c->>4)::bigint,"
-            " (c->>5)::date, c->>6, now() + make_interval(secs => %s)"
+            " (c->>5)::date, c->>6, (c->>7)::float8, now() + make_interval(secs => %s)"
             " FROM json_array_elements(%s::json) AS c"
             " ON CONFLICT (counter, key) DO UPDATE SET count = excluded.count,"
             " first = excluded.first, last = excluded.last, day = excluded.day,"
-            " holder = excluded.holder, expires_at = excluded.expires_at",
+            " holder = excluded.holder, held_since = excluded.held_since,"
+            " expires_at = excluded.expires_at",
             (
                 retention,
-                rows((c.counter, c.key, c.count, c.first, c.last, c.day, c.holder) for c in claims),
+                rows(
+                    (c.counter, c.key, c.count, c.first, c.last, c.day, c.holder, c.held_since)
+                    for c in claims
+                ),
             ),
         )
 
-    async def hand_over(self, holders: Sequence[tuple[str, str, str]]) -> None:
+    async def hand_over(self, holders: Sequence[tuple[str, str, str, float]]) -> None:
         if not holders:
             return
         await self.conn.execute(
-            "UPDATE idempotency_keys i SET holder = h->>2"
+            "UPDATE idempotency_keys i SET holder = h->>2, held_since = (h->>3)::float8"
             " FROM json_array_elements(%s::json) AS h"
-            " WHERE i.counter = h->>0 AND i.key = h->>1",
+            " WHERE i.counter = h->>0 AND i.key = h->>1 AND i.held_since <= (h->>3)::float8",
             (rows(holders),),
         )
 
@@ -289,7 +293,8 @@ class PostgresFrame:
             "DELETE FROM idempotency_keys i USING json_array_elements(%s::json) AS h"
             " WHERE i.counter = h->>0 AND i.key = h->>1 AND i.holder = h->>2"
             " AND i.expires_at > now()"
-            " RETURNING i.counter, i.key, i.count, i.first, i.last, i.day, i.holder",
+            " RETURNING i.counter, i.key, i.count, i.first, i.last, i.day, i.holder,"
+            " i.held_since",
             (rows(holders),),
         )
         return [Claim(*row) for row in await cur.fetchall()]

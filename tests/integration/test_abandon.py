@@ -197,7 +197,7 @@ async def test_a_cancel_after_a_takeover_voids_what_the_previous_owner_applied(
 
 async def keyed(stack: EmbeddedStack, name: str, key: str, count: int = 2) -> Record:
     """A keyed request's record, put and answered; the record (its reply key names it)."""
-    record = Record(reply_key(), name, count, key, who="key:k")
+    record = Record(reply_key(), name, count, key, who="key:k", sent=time.time())
     stack.replies.expect(record.key)
     await stack.stream.put([record])
     reply = await stack.replies.wait(record.key, 5)
@@ -260,3 +260,28 @@ async def test_a_cancel_that_comes_after_a_retry_was_answered_voids_nothing(
             await until(voided, within=5)
     assert retry.json()["first"] == 1 and retry.json()["last"] == 2
     assert found["voided"] == {} and found["unexplained_gaps"] == 0, found
+
+
+async def test_a_try_applied_after_its_own_retry_does_not_take_its_values_back(
+    settings: Settings, name: str
+) -> None:
+    """Two edges, two batchers (embedded --workers 2): a keyed try whose client was cut can be
+    applied after the retry that delivered its key's values. It shares them, but the hold stays
+    with the retry, sent later; the cut try's cancel voids nothing (the matrix found value 1114
+    delivered and void)."""
+    async with EmbeddedStack(settings) as stack:
+        transport = httpx.ASGITransport(app=stack.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name})
+            now = time.time()
+            cut = Record(reply_key(), name, 1, "order-3", who="key:k", sent=now - 0.01)
+            retry = Record(reply_key(), name, 1, "order-3", who="key:k", sent=now)
+            for record in (retry, cut):  # the retry is applied first
+                stack.replies.expect(record.key)
+                await stack.stream.put([record])
+                assert (await stack.replies.wait(record.key, 5)).first == 1
+            await stack.edge.give_up(cut)
+            await client.post(f"/counters/{name}/next")  # a frame after the cancel's
+            await asyncio.sleep(0.2)
+            found = await report(client, name)
+    assert found["voided"] == {} and found["delivered"] == 2, found

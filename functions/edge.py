@@ -35,7 +35,11 @@ SETTLE_EVERY_S = 0.1
 ALIVE_EVERY_S): if it dies, the values issued to it after that moment are listed `unsure`, so
 this bounds them to a few tenths of a second of its traffic."""
 LAMBDA_MARGIN_S = 0.5  # answered this long before the Lambda invocation's own time runs out
-CANCEL_PUT_S = 0.4  # a cancel is put within this, inside LAMBDA_MARGIN_S
+CANCEL_PUT_S = 0.4  # a Lambda invocation's cancel is put within this, inside LAMBDA_MARGIN_S
+TELL_S = 10.0
+"""A long-running edge's cancel is put within this (the batcher allows CANCEL_MARGIN_S for it to
+arrive): 0.4 s was shorter than a put to a slow stream takes, and a cancel lost that way left a
+keyed request's values issued to no one."""
 
 
 def nothing() -> None:
@@ -78,6 +82,9 @@ class Edge:
     """The requests for values this edge holds (for `living`)."""
     pending: set[asyncio.Task[None]] = field(default_factory=set, init=False)
     """Cancels on their way, from requests whose own task was cancelled."""
+    tell_s: float = TELL_S
+    """How long a cancel (or a void of values no one took) may take to put: CANCEL_PUT_S in a
+    Lambda invocation, which must end in time."""
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -106,10 +113,10 @@ class Edge:
         await self._tell(Void(reply_key(), counter, first, last, ABANDONED, None, who, day=day))
 
     async def _tell(self, demand: Cancel | Void) -> None:
-        """Put a record no one awaits the answer of, within CANCEL_PUT_S (so that a Lambda
+        """Put a record no one awaits the answer of, within `tell_s` (so that a Lambda
         invocation ends in time); one that cannot be put is logged."""
         try:
-            async with asyncio.timeout(CANCEL_PUT_S):
+            async with asyncio.timeout(self.tell_s):
                 await self.stream.put((demand,))
         except (NumeratorError, TimeoutError) as exc:
             log.warning(

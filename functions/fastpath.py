@@ -119,7 +119,7 @@ async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Rep
     edge.metrics.records_put.inc()
     try:
         return await edge.replies.wait(record.key, timeout)
-    except ReplyTimeout:
+    except (ReplyTimeout, AwsRefused):  # no one will read what comes
         if isinstance(record, Record):
             await edge.give_up(record)
         raise

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
-from infra.errors import NumeratorError, ReplyTimeout
+from infra.errors import AwsRefused, NumeratorError, ReplyTimeout
 from infra.observe.metrics import Metrics
 from infra.ports import Replies, Stream
 from infra.wire import MAX_RECORD_COUNT, BadReply, Record, Reply, reply_key
@@ -161,7 +161,7 @@ class Front:
     async def _deliver(self, record: Record, waiters: list[Waiter]) -> None:
         try:
             reply = await self.replies.wait(record.key, max(w.until for w in waiters) - time.time())
-        except ReplyTimeout as exc:
+        except (ReplyTimeout, AwsRefused) as exc:
             _fail(waiters, exc)
             await self.give_up(record)  # every request went: none will read what comes
             return

@@ -18,7 +18,7 @@ from aws_lambda_powertools.logging.utils import copy_config_to_registered_logger
 from mangum import Mangum
 
 from functions.app import create_app
-from functions.edge import Edge
+from functions.edge import CANCEL_PUT_S, Edge
 from infra.adapters.serverless import aws_ports
 from infra.errors import SettingsError
 from infra.observe.emf import Emf
@@ -67,6 +67,7 @@ def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) 
         settings=settings,
         metrics=metrics,
         health=Health(aws.edge_checks(store)),
+        tell_s=CANCEL_PUT_S,
     )
     return Mangum(create_app(edge), lifespan="off")
 

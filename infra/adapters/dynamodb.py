@@ -21,7 +21,7 @@ from typing import Any
 
 from infra.adapters.aws import Calls
 from infra.backoff import Retries
-from infra.errors import AwsUnavailable, NumeratorError, ReplyTimeout
+from infra.errors import AwsRefused, AwsUnavailable, NumeratorError, ReplyTimeout
 from infra.observe.metrics import Metrics
 from infra.wire import BadReply, Reply, decode_reply, encode
 
@@ -30,6 +30,7 @@ log = logging.getLogger("numerator.replies")
 WRITE_BATCH, READ_BATCH = 25, 100
 WRITE_ATTEMPTS = 8
 FIRST_STEP, GROWTH, LONGEST_STEP = 0.025, 1.5, 0.25
+WARN_EVERY_S = 5.0
 TICK_S = 0.02  # the poller reads at most once a tick: keys due within one tick share a call
 
 
@@ -60,6 +61,7 @@ class DynamoReplies:
         self.client, self.calls, self.table, self.metrics = client, calls, table, metrics
         self.ttl, self.expected = ttl, expected
         self._poller = _Poller()
+        self._warned, self._failed = -WARN_EVERY_S, 0
 
     async def ping(self) -> None:
         """Describe the reply table (for /healthz): AwsUnavailable, or MissingResource, if it
@@ -132,6 +134,15 @@ class DynamoReplies:
             chunks = [due[i : i + READ_BATCH] for i in range(0, len(due), READ_BATCH)]
             await asyncio.gather(*(self._read(chunk) for chunk in chunks))
 
+    def _warn(self, exc: NumeratorError) -> None:
+        """Say a read failed, once every WARN_EVERY_S at most: a refusing table fails every
+        tick, and a line each flooded the log."""
+        now = time.monotonic()
+        self._failed += 1
+        if now - self._warned >= WARN_EVERY_S:
+            log.warning("cannot read replies (%d failed reads): %s", self._failed, exc)
+            self._warned, self._failed = now, 0
+
     async def _read(self, keys: list[str]) -> None:
         try:
             out = await self.calls(
@@ -144,8 +155,15 @@ class DynamoReplies:
                     }
                 },
             )
+        except AwsRefused as exc:  # read again, it is refused again: its waiters are told now
+            self._warn(exc)
+            for key in keys:
+                wait = self._poller.waits.get(key)
+                if wait is not None and not wait.future.done():
+                    wait.future.set_exception(exc)
+            return
         except NumeratorError as exc:  # the keys are read again at their next step
-            log.warning("cannot read replies: %s", exc)
+            self._warn(exc)
             return
         waits = self._poller.waits
         for item in out.get("Responses", {}).get(self.table, []):

@@ -169,8 +169,9 @@ async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
 ) -> None:
     """Issue 28, finding 6: DynamoDB refusing every BatchGetItem (AccessDenied) while its
     DescribeTable answers. The edge's /healthz turns red naming the refusal within seconds and
-    green again once calls work; a refused put is answered 502 backend-refused, without
-    Retry-After, after one try (a refusal is not retried)."""
+    green again once calls work; a request whose reply cannot be read, and one whose put is
+    refused, are answered 502 backend-refused naming it, without Retry-After, after one try
+    (a refusal is not retried)."""
     settings, _ = aws
     async with running(settings, name, reply_timeout_s=1.0) as (edge, client, _):
         assert (await client.get("/healthz")).status_code == 200
@@ -195,7 +196,8 @@ async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
             return (await client.get("/healthz")).status_code == 200
 
         await until(green, within=10)
-    assert [r.status_code for r in cut] == [504] * 3 and reads.calls >= 1
+    assert [r.status_code for r in cut] == [502] * 3 and reads.calls >= 1, [r.text for r in cut]
+    assert all("retry-after" not in r.headers and denied in r.json()["detail"] for r in cut)
     print(f"/healthz red {took:.2f} s after the refusals began")
     assert [r.status_code for r in refused] == [502, 502], [r.text for r in refused]
     assert all("retry-after" not in r.headers for r in refused)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import dataclasses
 import json
 import random
 import select
@@ -38,6 +39,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -65,6 +67,7 @@ class Attempt:
     content_type: str = ""
     cut_ms: float | None = None  # the client cut it after this many ms
     error: str = ""  # why no answer came, when the client did not cut it
+    wall: float = 0.0  # time.time() when it was sent, to match the audit rows' times
 
     @property
     def delivered(self) -> bool:
@@ -296,14 +299,7 @@ def accounted(
         else:
             tally.exempt += 1
     for key, lost in sorted(lost_keyed.items()):
-        tries = [
-            str(a.status)
-            if a.status
-            else f"cut {a.cut_ms:.0f} ms"
-            if a.cut_ms is not None
-            else a.error
-            for a in by_key.get(key, [])
-        ]
+        tries = [outcome(a) for a in by_key.get(key, [])]
         broken.append(
             f"(d) {counter}: {lost[:10]} of key {key} received by no one, neither void nor "
             f"unsure (its tries: {tries or 'none in the history'})"
@@ -319,9 +315,39 @@ def accounted(
             f"(d) {counter}: {len(loose)} values received by no one, neither void nor unsure "
             f"(e.g. {loose[:10]}), against {budget} of cuts within {watch_after_s * 1000:.0f} ms"
             f"; unkeyed cuts at {[round(c) for c in cuts][:20]} ms, {failed} values of failed "
-            "connections"
+            f"connections; the requests that may have taken them: {suspects(mine, loose, found)}"
         )
     return broken
+
+
+def outcome(a: Attempt) -> str:
+    if a.cut_ms is not None:
+        return f"cut {a.cut_ms:.0f} ms"
+    return str(a.status) if a.status is not None else a.error
+
+
+def suspects(mine: Sequence[Attempt], loose: list[int], found: Records) -> list[str]:
+    """For the first runs of values nobody received: the unanswered requests of as many values
+    under way when the audit row that issued them was written (a diagnosis, not a rule)."""
+    out = []
+    rows = [r for r in found.export if r["status"] == "issued"]
+    for row in rows:
+        if len(out) >= 8:
+            break
+        if not any(v in span(row) for v in loose[:50]):
+            continue
+        at = datetime.fromisoformat(row["at"]).timestamp()
+        size = row["last"] - row["first"] + 1
+        near = [
+            outcome(a)
+            for a in mine
+            if a.key is None
+            and not a.delivered
+            and a.count == size
+            and a.wall - 0.05 <= at <= a.wall + (a.ended - a.sent) + 0.05
+        ]
+        out.append(f"{row['first']}-{row['last']} at {row['at'][11:23]}: {near[:4]}")
+    return out
 
 
 def exact(
@@ -462,7 +488,7 @@ class Client:
             reader, writer = await asyncio.wait_for(
                 asyncio.open_connection("127.0.0.1", self.port), 5
             )
-            a.sent = time.monotonic()
+            a.sent, a.wall = time.monotonic(), time.time()
             writer.write(request_bytes(self.port, counter, count, key))
             await writer.drain()
             reading = asyncio.ensure_future(reader.read(65536))
@@ -526,6 +552,16 @@ def answered(writer: asyncio.StreamWriter) -> bool:
         return False
     readable, _, _ = select.select([sock.fileno()], [], [], 0)
     return bool(readable)
+
+
+def dump(path: Any, history: Sequence[Attempt], records: dict[str, Records]) -> None:
+    """The history and the records as JSON, to read a failure at leisure."""
+    body = {
+        "history": [dataclasses.asdict(a) for a in history],
+        "records": {c: dataclasses.asdict(r) for c, r in records.items()},
+    }
+    with open(path, "w") as out:
+        json.dump(body, out)
 
 
 # The service's records

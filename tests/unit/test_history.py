@@ -41,6 +41,7 @@ def records(
             "status": "issued",
             "reason": "",
             "idempotency_key": keys.get(v, ""),
+            "at": "2026-12-02T02:00:00+00:00",
             "delivery": "unsure" if v in unsure else "",
         }
         for v in range(1, last + 1)

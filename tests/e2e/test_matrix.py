@@ -1,0 +1,213 @@
+"""The fault matrix (DESIGN.md, "How the guarantees are proven"): {embedded, AWS server edge, AWS
+Lambda edge} x {1, 2 workers} x {one worker SIGKILLed; clients cutting at random 0-300 ms and
+retrying keyed requests; a batcher SIGSTOPped past its lease (AWS); Postgres stopped 8 s;
+DynamoDB refusing 8 s (AWS)}. Each cell is a bounded run of recorded clients on two fresh
+counters of one stack (`numerator up` started once per path and worker count, its faults in
+turn, the worker's death last), held by the history checker (tests/history.py) against the
+completeness report, the audit export and `audit verify`. Each cell prints its counts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import psutil
+import pytest
+
+from numerator import local
+from tests.awsfaults import AwsFaults
+from tests.conftest import temporary_pgserver
+from tests.e2e.service import Service
+from tests.e2e.test_postgres_restart import start as start_postgres
+from tests.e2e.test_postgres_restart import stop as stop_postgres
+from tests.history import Client, dump, settle
+
+pytestmark = pytest.mark.slow
+
+LEASE_TTL_S = 3.0
+CLIENTS = 12
+LOAD_S = 8.0  # seconds of load in a cell without an outage
+OUTAGE_S = 8.0  # Postgres stopped, DynamoDB refusing
+FROZEN_S = LEASE_TTL_S + 3  # a batcher SIGSTOPped past its lease
+UNSURE_WINDOW_S = 0.3  # values received yet listed unsure: at most this much of traffic
+
+
+@dataclass(frozen=True)
+class Shape:
+    path: str  # embedded, server (AWS server edge) or lambda (AWS Lambda edge)
+    workers: int
+
+    @property
+    def aws(self) -> bool:
+        return self.path != "embedded"
+
+    def __str__(self) -> str:
+        return f"{self.path}-{self.workers}w"
+
+
+FAULTS = ("cuts", "postgres", "dynamodb", "frozen", "kill")  # in this order on one stack
+AWS_ONLY = {"dynamodb", "frozen"}
+SHAPES = [Shape(p, w) for p in ("embedded", "server", "lambda") for w in (1, 2)]
+CELLS = [
+    pytest.param(shape, fault, id=f"{shape}-{fault}")
+    for shape in SHAPES
+    for fault in FAULTS
+    if shape.aws or fault not in AWS_ONLY
+]
+
+
+class Stack:
+    """`numerator up` on a Postgres of its own (to stop it), with --aws on a moto server of its
+    own behind the fault proxy (to refuse DynamoDB's calls)."""
+
+    def __init__(self, shape: Shape, running: contextlib.ExitStack) -> None:
+        self.shape = shape
+        self.postgres = running.enter_context(temporary_pgserver())
+        args = ["--database-url", self.postgres.get_uri(), "--workers", str(shape.workers)]
+        self.faults: AwsFaults | None = None
+        if shape.aws:
+            moto = running.enter_context(local.moto_server())
+            self.faults = AwsFaults(moto.url)
+            running.callback(self.faults.stop)
+            args += ["--aws", self.faults.url, "--batchers", "2", "--edge", shape.path]
+        self.service = Service(*args, env={"LEASE_TTL_S": str(LEASE_TTL_S)})
+        running.callback(self.service.stop)
+
+    def children(self, marker: str | None) -> list[psutil.Process]:
+        """`up`'s own processes: batchers (`marker` "numerator batcher"), or its HTTP workers
+        (None: every child that is no batcher)."""
+        found = []
+        for child in psutil.Process(self.service.process.pid).children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                line = " ".join(child.cmdline())
+                if (marker in line) if marker else ("batcher" not in line):
+                    found.append(child)
+        return found
+
+    def lease_holder(self) -> psutil.Process:
+        """A batcher that holds a shard's lease."""
+        for batcher in self.children("numerator batcher"):
+            line = batcher.cmdline()
+            port = line[line.index("--port") + 1]
+            metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            held = sum(
+                float(row.split()[-1])
+                for row in metrics.splitlines()
+                if row.startswith("numerator_leases_held")
+            )
+            if held > 0:
+                return batcher
+        raise AssertionError("no batcher holds a lease")
+
+
+@pytest.fixture(scope="module")
+def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
+    with contextlib.ExitStack() as running:
+        yield Stack(request.param, running)
+
+
+async def fault(stack: Stack, kind: str, said: list[str]) -> float:
+    """Inject `kind` while the clients run; how long the clients run in all."""
+    began = time.monotonic()
+
+    def note(what: str) -> None:
+        said.append(f"{time.monotonic() - began:5.1f}s {what}")
+
+    if kind == "postgres":
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(stop_postgres, stack.postgres)
+        note("Postgres stopped")
+        await asyncio.sleep(OUTAGE_S)
+        await asyncio.to_thread(start_postgres, stack.postgres)
+        note("Postgres started")
+        return OUTAGE_S + 5
+    if kind == "dynamodb":
+        assert stack.faults is not None
+        await asyncio.sleep(1.0)
+        stack.faults.refuse(True)
+        note("DynamoDB refusing")
+        await asyncio.sleep(OUTAGE_S)
+        stack.faults.refuse(False)
+        note("DynamoDB answering")
+        return OUTAGE_S + 5
+    if kind == "frozen":
+        await asyncio.sleep(1.0)
+        batcher = stack.lease_holder()
+        batcher.send_signal(signal.SIGSTOP)
+        note(f"batcher {batcher.pid} SIGSTOPped")
+        await asyncio.sleep(FROZEN_S)
+        batcher.send_signal(signal.SIGCONT)
+        note(f"batcher {batcher.pid} SIGCONTed")
+        return FROZEN_S + 5
+    if kind == "kill":
+        await asyncio.sleep(2.0)
+        workers = stack.children(None)
+        assert workers, "no HTTP worker found"
+        workers[0].send_signal(signal.SIGKILL)
+        note(f"worker {workers[0].pid} SIGKILLed (of {[w.pid for w in workers]})")
+        return LOAD_S
+    return LOAD_S
+
+
+@pytest.mark.parametrize(("stack", "kind"), CELLS, indirect=["stack"])
+def test_cell(stack: Stack, kind: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    shape = stack.shape
+    counters = [f"{kind}-a", f"{kind}-b"]
+    assert stack.service.process.poll() is None, f"`up` is gone:\n{stack.service.said()[-3000:]}"
+    for name in counters:
+        made = httpx.post(stack.service.url + "/counters", json={"name": name}, timeout=30)
+        assert made.status_code == 201, made.text
+    client = Client(
+        stack.service.port, counters, cut_ms=(0, 300) if kind == "cuts" else None, seed=28
+    )
+    said: list[str] = []
+
+    async def run() -> None:
+        seconds = LOAD_S + 20  # bounded; the fault says how long in fact
+        load = asyncio.create_task(client.run(CLIENTS, seconds))
+        length = await fault(stack, kind, said)
+        await asyncio.sleep(max(0.0, length - (time.monotonic() - began)))
+        client.stop()
+        await load
+
+    began = time.monotonic()
+    asyncio.run(run())
+    took = time.monotonic() - began
+    rate = sum(len(a.values) for a in client.history if a.delivered) / len(counters) / took
+    try:
+        broken, tally, records = settle(
+            stack.service.url,
+            client.history,
+            counters,
+            cuts_cancel=shape.path != "lambda",
+            unsure_slack=math.ceil(rate * UNSURE_WINDOW_S),
+        )
+    except httpx.HTTPError as exc:
+        pytest.fail(f"the records could not be read ({exc!r}):\n{stack.service.said()[-3000:]}")
+    print(f"\nCELL {shape}-{kind} ({took:.0f} s): {tally.line()}")
+    for line in said:
+        print(f"  {line}")
+    for line in broken[:40]:
+        print(f"  BROKEN {line}")
+    if broken:
+        kept = tmp_path_factory.mktemp("matrix") / f"{shape}-{kind}.json"
+        dump(kept, client.history, records)
+        print(f"  the history and the records: {kept}")
+    alive = stack.service.process.poll() is None
+    assert not broken and alive, "\n".join(
+        broken[:40] + ([] if alive else [f"`up` exited:\n{stack.service.said()[-3000:]}"])
+    )
+
+
+def test_cells_cover_the_matrix() -> None:
+    """Every cell DESIGN.md names: 3 paths x 2 worker counts x 5 faults, less the AWS-only
+    faults on the embedded path."""
+    assert len(CELLS) == 3 * 2 * 5 - 2 * 2
+    shapes = {str(c.values[0]) for c in CELLS}
+    assert shapes == {f"{p}-{w}w" for p in ("embedded", "server", "lambda") for w in (1, 2)}

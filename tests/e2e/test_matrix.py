@@ -11,10 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import signal
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import psutil
@@ -106,10 +109,36 @@ class Stack:
         raise AssertionError("no batcher holds a lease")
 
 
+class Stacks:
+    """One stack at a time: the cells run in the order CELLS lists them, a shape's in a row."""
+
+    def __init__(self) -> None:
+        self.running = contextlib.ExitStack()
+        self.current: Stack | None = None
+
+    def of(self, shape: Shape) -> Stack:
+        if self.current is None or self.current.shape != shape:
+            self.running.close()
+            self.current = None
+            self.current = Stack(shape, self.running)
+        return self.current
+
+
 @pytest.fixture(scope="module")
-def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
-    with contextlib.ExitStack() as running:
-        yield Stack(request.param, running)
+def stacks() -> Iterator[Stacks]:
+    made = Stacks()
+    with made.running:
+        yield made
+    made.running.close()
+
+
+@pytest.fixture(scope="module")
+def kept() -> Path:
+    """Where a failed cell's history and records are written (outside pytest's rotating
+    temporary folders, so that they outlive other runs)."""
+    folder = Path(tempfile.gettempdir()) / f"numerator-matrix-{os.getpid()}"
+    folder.mkdir(exist_ok=True)
+    return folder
 
 
 async def fault(stack: Stack, kind: str, said: list[str]) -> float:
@@ -155,9 +184,9 @@ async def fault(stack: Stack, kind: str, said: list[str]) -> float:
     return LOAD_S
 
 
-@pytest.mark.parametrize(("stack", "kind"), CELLS, indirect=["stack"])
-def test_cell(stack: Stack, kind: str, tmp_path_factory: pytest.TempPathFactory) -> None:
-    shape = stack.shape
+@pytest.mark.parametrize(("shape", "kind"), CELLS)
+def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
+    stack = stacks.of(shape)
     counters = [f"{kind}-a", f"{kind}-b"]
     assert stack.service.process.poll() is None, f"`up` is gone:\n{stack.service.said()[-3000:]}"
     for name in counters:
@@ -196,9 +225,8 @@ def test_cell(stack: Stack, kind: str, tmp_path_factory: pytest.TempPathFactory)
     for line in broken[:40]:
         print(f"  BROKEN {line}")
     if broken:
-        kept = tmp_path_factory.mktemp("matrix") / f"{shape}-{kind}.json"
-        dump(kept, client.history, records)
-        print(f"  the history and the records: {kept}")
+        dump(kept / f"{shape}-{kind}.json", client.history, records)
+        print(f"  the history and the records: {kept / f'{shape}-{kind}.json'}")
     alive = stack.service.process.poll() is None
     assert not broken and alive, "\n".join(
         broken[:40] + ([] if alive else [f"`up` exited:\n{stack.service.said()[-3000:]}"])

@@ -21,7 +21,7 @@ from infra.observe.health import ALIVE_EVERY_S, Health, responds
 from infra.observe.metrics import Metrics
 from infra.ports import Replies, Store, Stream
 from infra.settings import Auth, Settings
-from infra.wire import EDGE, Cancel, Record, Void, reply_key
+from infra.wire import Cancel, Record, Void, edge_id, reply_key
 
 if TYPE_CHECKING:  # the Lambda edge is deployed without the server's modules
     from infra.observe.workers import Workers
@@ -126,9 +126,9 @@ class Edge:
         async def beat() -> None:
             while True:
                 try:
-                    await self.store.edge_seen(EDGE, self.flight.mark())
+                    await self.store.edge_seen(edge_id(), self.flight.mark())
                 except NumeratorError as exc:
-                    log.warning("could not say edge %s is alive: %s", EDGE, exc)
+                    log.warning("could not say edge %s is alive: %s", edge_id(), exc)
                 await asyncio.sleep(ALIVE_EVERY_S)
 
         try:
@@ -136,9 +136,9 @@ class Edge:
                 yield
         finally:
             try:
-                await self.store.edge_seen(EDGE, self.flight.mark(), ended=True)
+                await self.store.edge_seen(edge_id(), self.flight.mark(), ended=True)
             except NumeratorError as exc:
-                log.warning("could not say edge %s stopped: %s", EDGE, exc)
+                log.warning("could not say edge %s stopped: %s", edge_id(), exc)
 
     @asynccontextmanager
     async def following_keys(self) -> AsyncIterator[None]:

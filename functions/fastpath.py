@@ -113,6 +113,10 @@ async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Rep
     except Unavailable:
         edge.replies.forget(record.key)
         raise
+    except asyncio.CancelledError:  # the client went away while the record was being put
+        if isinstance(record, Record):
+            edge.give_up_later(record)  # it may be on the stream: a put runs to its end
+        raise
     edge.metrics.records_put.inc()
     try:
         return await edge.replies.wait(record.key, timeout)

@@ -81,8 +81,11 @@ class Front:
         try:
             # On a timeout (or the client gone) the answer is cancelled: a request whose frame
             # has not gone out leaves it and allocates nothing; one whose frame has, has its
-            # values voided, abandoned, when they come (_deliver).
-            return await asyncio.wait_for(waiter.answer, timeout)
+            # values voided, abandoned, when they come (_deliver). Not asyncio.wait_for: a cancel
+            # that lands once the answer is in swallows the cancel and returns the answer, which
+            # then went to a client that had left, neither received nor void.
+            async with asyncio.timeout(timeout):
+                return await waiter.answer
         except TimeoutError:
             self._leave(counter, waiter)
             raise ReplyTimeout(f"no reply within {timeout:g}s") from None

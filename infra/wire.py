@@ -7,6 +7,7 @@ DynamoDB they travel as the JSON that `encode` writes and `decode_*` reads.
 from __future__ import annotations
 
 import itertools
+import os
 import uuid
 from dataclasses import dataclass
 from datetime import date
@@ -25,8 +26,21 @@ know as a poison record (dead-lettered) or a bad reply (502), never as a crash."
 
 
 # Reply keys: unique across processes (the prefix) and within one (the sequence), cheap to make.
-_PREFIX = uuid.uuid4().hex[:16]
+# Drawn again in every child a fork makes: granian forks its workers from a process that has
+# imported this module, and two workers with one prefix wrote each other's replies (the same
+# keys in one reply table) and answered as one edge.
+_PREFIX = ""
 _SEQUENCE = itertools.count(1)
+
+
+def _draw() -> None:
+    global _PREFIX, _SEQUENCE
+    _PREFIX = uuid.uuid4().hex[:16]
+    _SEQUENCE = itertools.count(1)
+
+
+_draw()
+os.register_at_fork(after_in_child=_draw)
 
 
 def reply_key() -> str:
@@ -34,8 +48,10 @@ def reply_key() -> str:
     return f"{_PREFIX}-{next(_SEQUENCE)}"
 
 
-EDGE = _PREFIX
-"""This process's edge, as the audit trail names it: the prefix of the reply keys it makes."""
+def edge_id() -> str:
+    """This process's edge, as the audit trail and the `edges` table name it: the prefix of the
+    reply keys it makes, its own in every process."""
+    return _PREFIX
 
 
 def edge_of(key: str) -> str:

@@ -108,7 +108,10 @@ class DynamoReplies:
         if poller.task is None or poller.task.done():
             poller.task = asyncio.get_running_loop().create_task(self._poll())
         try:
-            return await asyncio.wait_for(asyncio.shield(waiting.future), timeout)
+            # Not asyncio.wait_for: it returns a reply that came as the wait was cancelled (its
+            # client gone), swallowing the cancel, so that no one gave those values up.
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(waiting.future)
         except TimeoutError:
             raise ReplyTimeout(f"no reply within {timeout:g}s") from None
         finally:

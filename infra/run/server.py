@@ -69,6 +69,10 @@ def serve(
         workers=workers,
         factory=True,
         log_access=False,
+        # A worker that dies (SIGKILL, the OOM killer) is started again while the others serve;
+        # granian's default stopped the whole service, and `up` with it. One that dies again
+        # within 5.5 s of its restart is a crash loop: then granian stops.
+        respawn_failed_workers=True,
         backlog=BACKLOG,
         backpressure=settings.edge.max_connections,
         runtime_threads=RUNTIME_THREADS,

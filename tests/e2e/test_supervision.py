@@ -114,3 +114,31 @@ def test_an_endpoint_that_dies_turns_health_red_and_next_answers_cleanly(tmp_pat
     assert answered < 30
     assert said["status"] == "degraded", said
     assert said["stream"].startswith("down") and said["replies"].startswith("down"), said
+
+
+def workers_of(service: Service) -> list[psutil.Process]:
+    """The granian workers serving `service`: forks of its main process (batchers and moto
+    server are children of their own command lines)."""
+    main = psutil.Process(service.process.pid)
+    return [p for p in main.children() if p.cmdline() == main.cmdline()]
+
+
+@pytest.mark.parametrize("path", [(), ("--aws", "moto"), ("--aws", "moto", "--edge", "lambda")])
+def test_a_killed_worker_is_started_again_while_the_other_serves(path: tuple[str, ...]) -> None:
+    """Guarantee 7: SIGKILL one of two workers; `up` and the other worker keep serving, a new
+    worker takes the dead one's place; no value is repeated or out of order across it."""
+    with Service(*path, "--ephemeral", "--workers", "2") as service:
+        assert httpx.post(service.url + "/counters", json={"name": "w"}, timeout=30).is_success
+        before = [next_value(service, "w") for _ in range(4)]
+        victim, survivor = workers_of(service)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait(10)
+        during = [next_value(service, "w") for _ in range(4)]  # the survivor answers
+        wait_for(lambda: len(workers_of(service)) == 2, 20, "a new worker")
+        assert survivor.is_running() and service.process.poll() is None
+        after = [next_value(service, "w") for _ in range(20)]
+        health = httpx.get(service.url + "/healthz", timeout=10)
+        assert health.status_code == 200, health.text
+    values = before + during + after
+    assert len(set(values)) == len(values) and values == sorted(values), values
+    assert "Respawning worker" in service.output

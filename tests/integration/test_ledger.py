@@ -15,7 +15,6 @@ import httpx
 import psycopg
 import pytest
 
-import functions.edge as edge_module
 from infra import wire
 from infra.adapters.postgres import PostgresStore
 from infra.ledger import SKEW_S
@@ -266,7 +265,7 @@ async def test_values_of_an_edge_that_died_are_listed_as_unsure(
     after is void, not unsure."""
     assert (await client.post("/counters", json={"name": name})).status_code == 201
     await take(client, name, 2)  # this process's edge: alive
-    dead = f"dead{name[2:]}"
+    dead, live = f"dead{name[2:]}", wire.edge_id()
     monkeypatch.setattr(wire, "_PREFIX", dead)  # the requests below come through `dead`
     await take(client, name, 2)  # 3-4: answered before `dead` last said all were answered
     await asyncio.sleep(SKEW_S + 0.2)
@@ -294,14 +293,14 @@ async def test_values_of_an_edge_that_died_are_listed_as_unsure(
     rows = (await client.get(f"/counters/{name}/audit")).json()["rows"]
     marked = [(r["first"], r["last"]) for r in rows if r["delivery"] == "unsure"]
     assert marked == [(5, 7), (8, 8)]
-    assert {r["edge"] for r in rows if r["status"] == "issued"} == {wire.EDGE, dead}
+    assert {r["edge"] for r in rows if r["status"] == "issued"} == {live, dead}
 
 
 async def test_an_edge_that_stops_cleanly_leaves_nothing_unsure(
     stack: EmbeddedStack, database_url: str, monkeypatch: Any
 ) -> None:
     me = f"clean{uuid.uuid4().hex[:11]}"
-    monkeypatch.setattr(edge_module, "EDGE", me)
+    monkeypatch.setattr(wire, "_PREFIX", me)
     async with stack.edge.living():
         await until(lambda: seen(database_url, me), within=5)
         assert await seen(database_url, me) == (True, False)

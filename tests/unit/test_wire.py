@@ -81,3 +81,23 @@ def test_unreadable_replies_raise_bad_reply(raw: bytes) -> None:
 def test_every_record_and_reply_carries_the_wire_version() -> None:
     assert encode(Record("k", "inv")).startswith(b'{"v":1,')
     assert encode(Reply("k", "inv", error=ReplyError.EXPIRED)).startswith(b'{"v":1,')
+
+
+def test_a_forked_child_makes_reply_keys_and_an_edge_of_its_own() -> None:
+    """Guarantee 1: granian forks its workers after this module is imported; each must draw its
+    own prefix, or two workers' keys collide in the one reply table."""
+    import os
+
+    from infra.wire import edge_id, reply_key
+
+    before = reply_key()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: say its edge and its first key, then leave at once
+        os.write(write, f"{edge_id()} {reply_key()}".encode())
+        os._exit(0)
+    os.close(write)
+    said = os.read(read, 200).decode().split()
+    os.waitpid(child, 0)
+    assert said[0] != edge_id() and said[0] != before.rpartition("-")[0]
+    assert said[1].startswith(said[0] + "-") and said[1] != reply_key()

@@ -308,14 +308,22 @@ def accounted(
     tally.exempt += min(len(loose), budget)
     if len(loose) > budget:
         cuts = sorted(a.cut_ms for a in mine if a.key is None and a.cut_ms is not None)
+        later = sum(
+            a.count
+            for a in mine
+            if a.key is None
+            and a.cut_ms is not None
+            and watch_after_s <= a.cut_ms / 1000 < 2 * watch_after_s
+        )
         failed = sum(
             a.count for a in mine if a.key is None and a.status is None and a.cut_ms is None
         )
         broken.append(
             f"(d) {counter}: {len(loose)} values received by no one, neither void nor unsure "
             f"(e.g. {loose[:10]}), against {budget} of cuts within {watch_after_s * 1000:.0f} ms"
-            f"; unkeyed cuts at {[round(c) for c in cuts][:20]} ms, {failed} values of failed "
-            f"connections; the requests that may have taken them: {suspects(mine, loose, found)}"
+            f" ({later} more of cuts within twice that); unkeyed cuts at "
+            f"{[round(c) for c in cuts][:20]} ms, {failed} values of failed connections; the "
+            f"requests that may have taken them: {suspects(mine, loose, found)}"
         )
     return broken
 

@@ -17,7 +17,8 @@ counter, read after the run. `check` names every rule the history and the record
     was issued; `unsure` tight (few values listed unsure that a client did receive);
 (f) `audit verify` sound;
 (g) a reply is of the counter asked for and holds the count asked for, consecutive values;
-(h) every answer is a value or a clean 5xx problem (no 4xx, no 500, no other body).
+(h) every answer is a value or a clean 5xx problem (no 4xx, no 500, no other body), and comes
+    (the client waits 30 s; REPLY_TIMEOUT_S is 5).
 
 The client (`Client`) speaks raw HTTP/1.1, one request a connection, so that a cut is exact: at
 its cut time it looks whether any byte of the answer has reached its socket, and reads the
@@ -48,6 +49,7 @@ from functions.fastpath import WATCH_AFTER_S
 from infra.observe.health import EDGE_DEAD_S
 
 PROBLEM = "application/problem+json"
+UNANSWERED = "no answer within"
 CLEAN = frozenset({502, 503, 504})
 """The statuses of a clean failure: the service could not hand out a value now."""
 
@@ -153,6 +155,8 @@ def answers(history: Iterable[Attempt]) -> list[str]:
     """(g) and (h), each answer by itself."""
     broken = []
     for a in history:
+        if a.error.startswith(f"TimeoutError: {UNANSWERED}"):
+            broken.append(f"(h) {a.counter}: {a.error}")
         if a.status is None:
             continue
         if a.status == 200:
@@ -500,7 +504,7 @@ class Client:
             writer.write(request_bytes(self.port, counter, count, key))
             await writer.drain()
             reading = asyncio.ensure_future(reader.read(65536))
-            done, _ = await asyncio.wait([reading], timeout=cut)
+            done, _ = await asyncio.wait([reading], timeout=self.timeout if cut is None else cut)
             if not done and not answered(writer):
                 reading.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -508,6 +512,9 @@ class Client:
                 a.ended = time.monotonic()
                 a.cut_ms = (a.ended - a.sent) * 1000
                 return a
+            if not done and cut is None:
+                reading.cancel()
+                raise TimeoutError(f"{UNANSWERED} {self.timeout:g} s")
             raw = await asyncio.wait_for(reading, self.timeout)
             if raw:  # the rest, to the end: Connection: close
                 raw += await asyncio.wait_for(reader.read(), self.timeout)

@@ -14,6 +14,7 @@ import math
 import os
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ import httpx
 import psutil
 import pytest
 
+from infra.observe.health import EDGE_DEAD_S
 from numerator import local
 from tests.awsfaults import AwsFaults
 from tests.conftest import temporary_pgserver
@@ -81,6 +83,17 @@ class Stack:
             args += ["--aws", self.faults.url, "--batchers", "2", "--edge", shape.path]
         self.service = Service(*args, env={"LEASE_TTL_S": str(LEASE_TTL_S)})
         running.callback(self.service.stop)
+        # What `up` prints is read all along: a full pipe would stop its workers mid-log.
+        self.reading = True
+        drain = threading.Thread(target=self._drain, daemon=True)
+        drain.start()
+        running.callback(drain.join)
+        running.callback(setattr, self, "reading", False)
+
+    def _drain(self) -> None:
+        while self.reading and self.service.process.poll() is None:
+            self.service.said()
+            time.sleep(0.1)
 
     def children(self, marker: str | None) -> list[psutil.Process]:
         """`up`'s own processes: batchers (`marker` "numerator batcher"), or its HTTP workers
@@ -89,7 +102,7 @@ class Stack:
         for child in psutil.Process(self.service.process.pid).children():
             with contextlib.suppress(psutil.NoSuchProcess):
                 line = " ".join(child.cmdline())
-                if (marker in line) if marker else ("batcher" not in line):
+                if (marker in line) if marker else ("numerator batcher" not in line):
                     found.append(child)
         return found
 
@@ -216,6 +229,7 @@ def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
             counters,
             cuts_cancel=shape.path != "lambda",
             unsure_slack=math.ceil(rate * UNSURE_WINDOW_S),
+            within=EDGE_DEAD_S + 10 if kind == "kill" else 3.0,
         )
     except httpx.HTTPError as exc:
         pytest.fail(f"the records could not be read ({exc!r}):\n{stack.service.said()[-3000:]}")

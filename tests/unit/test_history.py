@@ -232,3 +232,8 @@ def test_a_single_and_a_batch_answer_are_read() -> None:
     body = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
     parse(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + body, many)
     assert many.values == (3, 4)
+
+
+def test_a_request_never_answered_breaks_h() -> None:
+    never = Attempt("a", 1, None, 0.0, 30.0, error="TimeoutError: no answer within 30 s")
+    assert rules([never], {"a": records(0)}) == {"(h)"}

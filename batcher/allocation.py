@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from infra.counters import Counter
-from infra.ledger import NOT_CONFIRMED
+from infra.ledger import ABANDONED, NOT_CONFIRMED
 from infra.ports import (
     Audit,
     Claim,
@@ -409,14 +409,19 @@ async def _apply_frame(
         handed = hand_out(takers, wanted, totals, counters)
         out.add(handed)
         found.update(((claim.counter, claim.key), claim) for claim in handed.claims)
-        out.replies.extend(share(sharers, found))
-        abandoned = abandon(classified.cancels, basis.recent, counters, keep)
+        replies = share(sharers, found)
+        out.replies.extend(replies)
+        await tx.remember(handed.claims, basis.retention)
+        await tx.hand_over(holders(sharers, replies))
+        held, plain = split_cancels(classified.cancels)
+        released = await tx.free(held) if held else []
+        abandoned = abandon(plain, basis.recent, counters, keep)
+        abandoned += freed(released, classified.cancels, counters, keep)
         made = await _void(tx, classified.voids, abandoned, keep, basis.now, out)
         confirmed = await _confirm(tx, classified.confirms, keep, basis.now, out)
         rows = audits(takers, made, counters, keep, confirmed)
         for name, period, first, last in handed.ranges:
             rows[counters[name].keeping(keep)[0]].ranges.append((name, period, first, last))
-        await tx.remember(handed.claims, basis.retention)
         await tx.dead_letter(classified.letters)
         await tx.checkpoint(basis.lease, entries[-1].sequence, list(rows.values()))
         await tx.published(basis.published)
@@ -427,6 +432,58 @@ async def _apply_frame(
                 entries[-1].sequence,
                 encode_replies(out.replies),
             )
+
+
+def holders(sharers: Sequence[Live], replies: Sequence[Reply]) -> list[tuple[str, str, str]]:
+    """(counter, Idempotency-Key, reply key) of each key answered again in this frame, to the
+    last of its records that got its values (pure): the record that now holds them."""
+    held: dict[tuple[str, str], str] = {}
+    for one, reply in zip(sharers, replies, strict=True):
+        key = one.record.idempotency_key
+        if key is not None and reply.error is None:
+            held[(one.record.counter, key)] = one.record.key
+    return [(counter, key, holder) for (counter, key), holder in held.items()]
+
+
+def split_cancels(cancels: Sequence[Cancel]) -> tuple[list[tuple[str, str, str]], list[Cancel]]:
+    """The cancels of requests with an Idempotency-Key, as (counter, key, reply key), and the
+    others (pure). A keyed request's values are voided only while it still holds them: a retry
+    may have been answered them since (docs/invoices.md: a cancel and a retry)."""
+    keyed, plain = [], []
+    for cancel in cancels:
+        if cancel.idempotency_key is None:
+            plain.append(cancel)
+        else:
+            keyed.append((cancel.counter, cancel.idempotency_key, cancel.key))
+    return keyed, plain
+
+
+def freed(
+    released: Sequence[Claim],
+    cancels: Sequence[Cancel],
+    counters: Mapping[str, Counter],
+    keep: float,
+) -> list[VoidAsk]:
+    """The voids, reason `abandoned`, of the keyed requests' values their cancels released."""
+    who = {cancel.key: cancel.who for cancel in cancels}
+    asks = []
+    for claim in released:
+        counter = counters.get(claim.counter)
+        if counter is None:
+            continue
+        asks.append(
+            VoidAsk(
+                claim.counter,
+                counter.reset.period(claim.day),
+                claim.first,
+                claim.last,
+                ABANDONED,
+                who.get(claim.holder, ""),
+                counter.start,
+                counter.keeping(keep)[1],
+            )
+        )
+    return asks
 
 
 def abandon(
@@ -448,7 +505,7 @@ def abandon(
         name, period, first, last = found
         keep_s = counter.keeping(keep)[1]
         asks.append(
-            VoidAsk(name, period, first, last, "abandoned", cancel.who, counter.start, keep_s)
+            VoidAsk(name, period, first, last, ABANDONED, cancel.who, counter.start, keep_s)
         )
     return asks
 
@@ -576,7 +633,15 @@ def hand_out(
         out.taken.append((record.key, (counter.name, one.period, first, last)))
         if record.idempotency_key:
             out.claims.append(
-                Claim(counter.name, record.idempotency_key, record.count, first, last, one.day)
+                Claim(
+                    counter.name,
+                    record.idempotency_key,
+                    record.count,
+                    first,
+                    last,
+                    one.day,
+                    record.key,
+                )
             )
     return out
 

@@ -30,7 +30,14 @@ from batcher.frame import Frame, State, collect_for
 from infra.backoff import Backoff, Retries
 from infra.clock import utc_now
 from infra.counters import Counter
-from infra.errors import LeaseLost, NumeratorError, ShardEnded, StoreError, Unavailable
+from infra.errors import (
+    AwsRefused,
+    LeaseLost,
+    NumeratorError,
+    ShardEnded,
+    StoreError,
+    Unavailable,
+)
 from infra.ledger import NOT_CONFIRMED
 from infra.observe.health import ALIVE_EVERY_S
 from infra.observe.metrics import Metrics
@@ -483,14 +490,19 @@ class Batcher:
         the next try, and take them out of the frame: they allocate nothing. On a durable stream
         a replay finds them expired, so they never allocate later either."""
         doomed = frame.drop(cutoff)
-        if doomed:
+        if not doomed:
+            return
+        try:
             await self.replies.publish(
                 [
                     Reply(r.key, r.counter, error=ReplyError.UNAVAILABLE, detail=problem)
                     for r in doomed
                 ]
             )
-            self.metrics.records_out.inc(len(doomed))
+        except NumeratorError as exc:  # their edges answer 504 and cancel: nothing allocated
+            log.warning("could not answer %d records 'unavailable': %s", len(doomed), exc)
+            return
+        self.metrics.records_out.inc(len(doomed))
 
     async def _commit(self, frame: Frame, lease: Lease) -> Outcome:
         durable = self.stream.durable
@@ -566,6 +578,9 @@ class Batcher:
                 break
             except Unavailable as exc:
                 log.warning("replies not published (%s); retrying", exc)
+            except AwsRefused as exc:  # tried again, it is refused again
+                log.error("%d replies not published: %s", len(frame.replies), exc)
+                return False
         else:
             log.error("dropped %d replies after 5 tries", len(frame.replies))
             return False

@@ -92,20 +92,30 @@ def address(scope: Scope) -> str:
 
 def foreign(scope: Scope) -> str | None:
     """Why a request from this machine may be a web page's acting for the local user, not the
-    user's own (None: it is not): a `Host` that is not a loopback name or address, an `Origin`
-    other than the service's own, or a browser's `Sec-Fetch-Site` saying another site sent it."""
-    host = origin = site = None
+    user's own (None: it is not): a `Host` that is not one loopback name or address (parsed as
+    a browser writes it: no user part, a numeric port, any case), an `Origin` other than the
+    service's own (scheme included) or, without one, a `Referer` from another origin, or a
+    browser's `Sec-Fetch-Site` saying another site sent it."""
+    hosts, origin, referer, site = [], None, None, None
     for header, value in scope["headers"]:
         if header == b"host":
-            host = value.decode("latin-1")
+            hosts.append(value.decode("latin-1"))
         elif header == b"origin":
             origin = value.decode("latin-1")
+        elif header == b"referer":
+            referer = value.decode("latin-1")
         elif header == b"sec-fetch-site":
-            site = value.decode("latin-1")
+            site = value.decode("latin-1").lower()
+    if len(hosts) > 1:
+        return f"it has {len(hosts)} Host headers"
+    host = hosts[0] if hosts else None
     if host is not None and not local(host):
         return f"its Host, {host[:100]!r}, is not a loopback name or address"
-    if origin is not None and origin.lower() not in own_origins(host):
+    own = own_origin(scope.get("scheme", "http"), host)
+    if origin is not None and origin.lower() != own:
         return f"its Origin, {origin[:100]!r}, is not this service's own"
+    if origin is None and referer is not None and not same_origin(referer, own):
+        return f"its Referer, {referer[:100]!r}, is another site's page"
     if site in ("cross-site", "same-site"):
         return f"the browser says another site sent it (Sec-Fetch-Site: {site})"
     return None
@@ -118,17 +128,35 @@ def local(host: str) -> bool:
 
 
 def hostname(host: str) -> str:
-    """The name or address in a Host header, without its port: `[::1]:8190` -> `::1`."""
-    if host.startswith("["):
-        return host[1 : host.find("]")] if "]" in host else host
-    return host.rpartition(":")[0] if host.count(":") == 1 else host
+    """The name or address in a Host header, without its port, lower-case: `[::1]:8190` ->
+    `::1`, `LOCALHOST` -> `localhost`; '' for a header no browser writes (a user part, a port
+    that is not a number, a bare IPv6 address), which no loopback check passes."""
+    host = host.strip().lower()
+    bracketed = host.startswith("[")
+    if bracketed:
+        end = host.find("]")
+        name, rest = (host[1:end], host[end + 1 :]) if end > 0 else ("", "")
+    else:
+        name, colon, port = host.partition(":")
+        rest = colon + port
+    if rest and not (rest.startswith(":") and rest[1:].isdigit()):
+        return ""
+    if not name or any(c in name for c in "@/\\?#%[] " + ("" if bracketed else ":")):
+        return ""
+    return name
 
 
-def own_origins(host: str | None) -> tuple[str, ...]:
-    if host is None:
-        return ()
-    host = host.lower()
-    return (f"http://{host}", f"https://{host}")
+def own_origin(scheme: str, host: str | None) -> str | None:
+    """The Origin a page of this service sends (None: no Host to make it from)."""
+    return None if host is None else f"{scheme}://{host.strip().lower()}"
+
+
+def same_origin(url: str, own: str | None) -> bool:
+    """Whether a Referer's page is the service's own."""
+    if own is None:
+        return False
+    url = url.lower()
+    return url == own or url.startswith(own + "/")
 
 
 def pages_refused(scope: Scope) -> Problem | None:

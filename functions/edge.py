@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from functions.front import Front
 from functions.limits import KeyRate
 from infra.clock import utc_now
 from infra.errors import NumeratorError
+from infra.ledger import ABANDONED
 from infra.observe.health import ALIVE_EVERY_S, Health, responds
 from infra.observe.metrics import Metrics
 from infra.ports import Replies, Store, Stream
@@ -28,6 +30,10 @@ if TYPE_CHECKING:  # the Lambda edge is deployed without the server's modules
 
 log = logging.getLogger("numerator.edge")
 
+SETTLE_EVERY_S = 0.1
+"""While it serves requests, an edge says since when all were answered this often (idle, every
+ALIVE_EVERY_S): if it dies, the values issued to it after that moment are listed `unsure`, so
+this bounds them to a few tenths of a second of its traffic."""
 LAMBDA_MARGIN_S = 0.5  # answered this long before the Lambda invocation's own time runs out
 CANCEL_PUT_S = 0.4  # a cancel is put within this, inside LAMBDA_MARGIN_S
 
@@ -97,7 +103,7 @@ class Edge:
     async def abandon(self, counter: str, first: int, last: int, day: date, who: str) -> None:
         """Void values an edge got but could not deliver (a front frame's requests whose client
         went away), reason `abandoned`."""
-        await self._tell(Void(reply_key(), counter, first, last, "abandoned", None, who, day=day))
+        await self._tell(Void(reply_key(), counter, first, last, ABANDONED, None, who, day=day))
 
     async def _tell(self, demand: Cancel | Void) -> None:
         """Put a record no one awaits the answer of, within CANCEL_PUT_S (so that a Lambda
@@ -124,12 +130,16 @@ class Edge:
         moment as `unsure`, their replies may not have reached their clients."""
 
         async def beat() -> None:
+            said = 0.0
             while True:
-                try:
-                    await self.store.edge_seen(edge_id(), self.flight.mark())
-                except NumeratorError as exc:
-                    log.warning("could not say edge %s is alive: %s", edge_id(), exc)
-                await asyncio.sleep(ALIVE_EVERY_S)
+                now = time.monotonic()
+                if self.flight.busy or now - said >= ALIVE_EVERY_S:
+                    said = now
+                    try:
+                        await self.store.edge_seen(edge_id(), self.flight.mark())
+                    except NumeratorError as exc:
+                        log.warning("could not say edge %s is alive: %s", edge_id(), exc)
+                await asyncio.sleep(SETTLE_EVERY_S)
 
         try:
             async with running(beat(), "edge-alive"):

@@ -30,7 +30,7 @@ from functions.problems import (
     unavailable,
 )
 from infra.counters import template
-from infra.errors import ReplyTimeout, StreamFull, Unavailable
+from infra.errors import AwsRefused, ReplyTimeout, StreamFull, Unavailable
 from infra.settings import loopback
 from infra.wire import BadReply, Record, Reply, Void, reply_key
 
@@ -47,14 +47,11 @@ async def take(
     `who` sent it (a key id or an address): the Idempotency-Keys it may send are limited."""
     metrics = edge.metrics
     metrics.next_requests.inc()
-    epoch = edge.flight.begin()
     try:
         body = await _take(edge, name, count, key, timeout, who)
     except Problem as problem:
         metrics.responses.inc(str(problem.status))
         raise
-    finally:
-        edge.flight.end(epoch)
     metrics.responses.inc("200")
     return body
 
@@ -97,6 +94,8 @@ async def replied(work: Awaitable[Reply], retry_after: int) -> Reply:
         return await work
     except StreamFull as exc:
         raise unavailable(f"the batcher is saturated: {exc}", retry_after) from None
+    except AwsRefused as exc:  # the same call would be refused again: no Retry-After
+        raise Problem(Kind.BACKEND_REFUSED, f"{exc.code}: {exc}") from None
     except Unavailable as exc:
         raise unavailable(str(exc), retry_after) from None
     except ReplyTimeout as exc:
@@ -110,7 +109,7 @@ async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Rep
     edge.replies.expect(record.key)
     try:
         await edge.stream.put((record,))
-    except Unavailable:
+    except (Unavailable, AwsRefused):
         edge.replies.forget(record.key)
         raise
     except asyncio.CancelledError:  # the client went away while the record was being put
@@ -301,6 +300,22 @@ class FastPath:
         request: tuple[str, str, str | None, int, dict[str, str]],
     ) -> None:
         """Answer POST /counters/{name}/next: its values, or its problem."""
+        # The request is held (edge.flight: what the ledger lists `unsure` if this process dies)
+        # until its answer is handed to the server, not only until its values came.
+        epoch = edge.flight.begin()
+        try:
+            await self._next(edge, scope, receive, send, request)
+        finally:
+            edge.flight.end(epoch)
+
+    async def _next(
+        self,
+        edge: Edge,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        request: tuple[str, str, str | None, int, dict[str, str]],
+    ) -> None:
         who, counter, key, length, query = request
         path = scope["path"]
         try:

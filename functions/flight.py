@@ -6,8 +6,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-MARGIN_S = 1.0
-"""A request answered this little before a mark may still be on its way to its client."""
+MARGIN_S = 0.1
+"""A request ended (its answer handed to the HTTP server) this little before a mark may still be
+on its way to its client: the server writes it to the socket within milliseconds."""
 
 
 class Flight:
@@ -19,11 +20,14 @@ class Flight:
         self.epoch = 0
         self.began = {0: clock()}
         self.holding = {0: 0}
+        self.busy = False
+        """Whether a request began since the last mark."""
 
     def begin(self) -> int:
         """A request begins; the epoch to end it in."""
         epoch = self.epoch
         self.holding[epoch] += 1
+        self.busy = True
         return epoch
 
     def end(self, epoch: int) -> None:
@@ -33,6 +37,7 @@ class Flight:
         """Open a new epoch; the moment (Unix seconds) before which every request this edge
         began has been answered, less MARGIN_S (an answer being written as its request ends)."""
         now = self.clock()
+        self.busy = False
         held = [self.began[e] for e, n in self.holding.items() if n]
         for epoch in [e for e, n in self.holding.items() if not n]:
             del self.holding[epoch], self.began[epoch]

@@ -104,7 +104,7 @@ async def mark(request: Request, kind: type[Void]) -> Response:
     if kind is Void:
         if not isinstance(reason, str) or not REASON.fullmatch(reason):
             raise invalid("reason", "must be 1 to 200 characters, no control characters")
-        if reason in ledger.SYSTEM_REASONS:
+        if ledger.reserved(reason):
             raise invalid("reason", f"{reason!r} is numerator's own reason; say why in your words")
     counter = await counter_of(edge, request.path_params["name"])
     period = period_of(counter, body.get("period"), edge)

@@ -11,7 +11,7 @@ from infra.counters import MAX_RETENTION, MAX_START, MAX_TEMPLATE, NAME, TEMPLAT
 from infra.keys import MAX_PATTERN, MAX_SCOPES
 from infra.keys import NAME as KEY_NAME
 from infra.keys import PATTERN as SCOPE_PATTERN
-from infra.ledger import SYSTEM_REASONS
+from infra.ledger import reserved_pattern
 from infra.wire import MAX_COUNT, MAX_VALUE
 
 PROBLEM = {"$ref": "#/components/responses/Problem"}
@@ -105,7 +105,7 @@ PERIOD_PARAM = {
 REASON = {
     "type": "string",
     "pattern": f"^{REASON_PATTERN.pattern}$",
-    "not": {"enum": sorted(SYSTEM_REASONS)},
+    "not": {"pattern": reserved_pattern()},
     "description": "why, for the audit trail (numerator's own reasons are refused)",
     "example": "invoice cancelled: order 17 refunded",
 }

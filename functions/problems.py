@@ -36,6 +36,7 @@ class Kind(Enum):
     UNAVAILABLE = "unavailable", 503, "The service cannot take this request now"
     REPLY_TIMEOUT = "reply-timeout", 504, "No reply in time"
     BAD_REPLY = "bad-reply", 502, "The batcher's reply could not be read"
+    BACKEND_REFUSED = "backend-refused", 502, "Kinesis or DynamoDB refused the edge's call"
     UNAUTHORIZED = "unauthorized", 401, "No valid API key"
     FORBIDDEN = "forbidden", 403, "The API key does not allow this"
     CROSS_SITE = "cross-site", 403, "A web page may not act for this machine's user"

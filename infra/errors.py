@@ -14,8 +14,8 @@ NumeratorError
 │   ├── StoreUnavailable   Postgres is down or refused the transaction
 │   ├── StreamFull         the stream will not take more records now (back-pressure, throttling)
 │   ├── LeaseLost          another batcher owns the shard (fencing)
-│   ├── AwsUnavailable     Kinesis or DynamoDB cannot be reached, or throttles past its retries
-│   └── AwsRefused         Kinesis or DynamoDB refused the call (access, validation): not retried
+│   └── AwsUnavailable     Kinesis or DynamoDB cannot be reached, or throttles past its retries
+├── AwsRefused             Kinesis or DynamoDB refused the call (access, validation): not retried
 ├── MissingResource        the stream or table named in the settings does not exist
 ├── ShardEnded             a closed shard (after a reshard) has been read to its end
 └── ReplyTimeout           no reply came within the reply timeout (504)
@@ -99,7 +99,10 @@ class ShardEnded(NumeratorError):
     pass
 
 
-class AwsRefused(Unavailable):
+class AwsRefused(NumeratorError):
+    """Not Unavailable: a retry gets the same refusal (a policy, a key, a malformed call), so
+    nothing retries it and the edge answers it without Retry-After."""
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code

@@ -22,11 +22,27 @@ from typing import Any
 
 from infra.counters import Counter
 
-NOT_DELIVERED = frozenset({"abandoned"})
+ABANDONED = "abandoned"
+NOT_DELIVERED = frozenset({ABANDONED})
 """Void reasons that say no client received the values."""
 NOT_CONFIRMED = "not-confirmed"
-SYSTEM_REASONS = frozenset({"abandoned", NOT_CONFIRMED})
+SYSTEM_REASONS = frozenset({ABANDONED, NOT_CONFIRMED})
 """Reasons numerator gives itself; a user's void names its own."""
+
+
+def reserved(reason: str) -> bool:
+    """Whether a user's reason reads as one of numerator's own (`Abandoned`, ` abandoned `):
+    a report's reader could not tell them apart."""
+    return " ".join(reason.split()).casefold() in SYSTEM_REASONS
+
+
+def reserved_pattern() -> str:
+    """`reserved` as an ECMA regular expression, for the OpenAPI schema."""
+    words = [
+        "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in reason)
+        for reason in sorted(SYSTEM_REASONS)
+    ]
+    return rf"^\s*(?:{'|'.join(words)})\s*$"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +58,10 @@ class Link:
     prev: str
 
 
-SKEW_S = 1.0
-"""How far an edge's clock may be behind Postgres's, for `EdgeEnd.holds`."""
+SKEW_S = 0.1
+"""How late an edge's settled moment may be written, for `EdgeEnd.holds`: the edge gives it as
+an age, which Postgres turns into its own time when the statement runs (infra/adapters/postgres:
+edge_seen), later than the edge measured it by the statement's trip."""
 
 
 @dataclass(frozen=True, slots=True)

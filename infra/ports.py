@@ -99,7 +99,8 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """An idempotency key and the range it was answered with."""
+    """An idempotency key and the range it was answered with; `holder`: the reply key of the
+    record it was last answered to (the one whose cancel may still void it)."""
 
     counter: str
     key: str
@@ -107,6 +108,7 @@ class Claim:
     first: int
     last: int
     day: date
+    holder: str = ""
 
 
 @dataclass(slots=True)
@@ -159,6 +161,15 @@ class FrameTransaction(Protocol):
         many values each period has handed out after the addition."""
 
     async def remember(self, claims: Sequence[Claim], retention: float) -> None: ...
+
+    async def hand_over(self, holders: Sequence[tuple[str, str, str]]) -> None:
+        """Each (counter, Idempotency-Key, reply key): the key's values were answered again, to
+        that record (a retry), which now holds them."""
+
+    async def free(self, holders: Sequence[tuple[str, str, str]]) -> list[Claim]:
+        """Forget each (counter, Idempotency-Key) still held by the record of that reply key,
+        whose request was cancelled; the claims forgotten, whose values are to be voided. A key
+        answered to a retry since is kept: its values were delivered."""
 
     async def dead_letter(self, letters: Sequence[DeadLetter]) -> None: ...
 

@@ -31,7 +31,14 @@ from botocore.exceptions import (
 )
 
 from infra.backoff import Retries
-from infra.errors import AwsRefused, AwsUnavailable, MissingResource, SettingsError
+from infra.errors import (
+    AwsRefused,
+    AwsUnavailable,
+    MissingResource,
+    NumeratorError,
+    SettingsError,
+)
+from infra.observe.health import Outcomes
 from infra.observe.metrics import Metrics
 from infra.settings import Settings
 
@@ -88,16 +95,28 @@ class Calls:
     def __init__(self, threads: int, metrics: Metrics, attempts: int = 6, cap: float = 1.0):
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="aws")
         self.metrics, self.attempts, self.cap = metrics, attempts, cap
+        self.outcomes = Outcomes()
+        """How each kind of call last ended, for /healthz."""
 
     async def __call__(
         self, method: Callable[..., dict[str, Any]], /, tries: int = 0, **kwargs: Any
     ) -> Any:
         """`method(**kwargs)` (boto3's parameters are CamelCase), tried up to `tries` times
         (0: the `attempts` this was made with; 1 for a health check, which must answer now)."""
-        loop = asyncio.get_running_loop()
         name = getattr(method, "__name__", "call")
+        try:
+            out = await self._tried(name, method, tries or self.attempts, kwargs)
+        except NumeratorError as exc:
+            self.outcomes.failed(name, str(exc))
+            raise
+        self.outcomes.worked(name)
+        return out
+
+    async def _tried(
+        self, name: str, method: Callable[..., dict[str, Any]], tries: int, kwargs: Any
+    ) -> Any:
+        loop = asyncio.get_running_loop()
         problem = ""
-        tries = tries or self.attempts
         async for _ in Retries(tries, cap=self.cap):
             self.metrics.aws_calls.inc(name)
             try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import AsyncIterator, Collection, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -204,7 +205,7 @@ class PostgresFrame:
         if len(reserved) == len(keys):
             return {}
         cur = await self.conn.execute(
-            "SELECT i.counter, i.key, i.count, i.first, i.last, i.day"
+            "SELECT i.counter, i.key, i.count, i.first, i.last, i.day, i.holder"
             " FROM idempotency_keys i"
             " JOIN json_array_elements(%s::json) AS k ON i.counter = k->>0 AND i.key = k->>1"
             " WHERE i.expires_at > now()",
@@ -231,15 +232,41 @@ class PostgresFrame:
         if not claims:
             return
         await self.conn.execute(
-            "INSERT INTO idempotency_keys (counter, key, count, first, last, day, expires_at)"
+            "INSERT INTO idempotency_keys"
+            " (counter, key, count, first, last, day, holder, expires_at)"
             " SELECT c->>0, c->>1, (c->>2)::int, (c->>3)::bigint, (c->>4)::bigint,"
-            " (c->>5)::date, now() + make_interval(secs => %s)"
+            " (c->>5)::date, c->>6, now() + make_interval(secs => %s)"
             " FROM json_array_elements(%s::json) AS c"
             " ON CONFLICT (counter, key) DO UPDATE SET count = excluded.count,"
             " first = excluded.first, last = excluded.last, day = excluded.day,"
-            " expires_at = excluded.expires_at",
-            (retention, rows((c.counter, c.key, c.count, c.first, c.last, c.day) for c in claims)),
+            " holder = excluded.holder, expires_at = excluded.expires_at",
+            (
+                retention,
+                rows((c.counter, c.key, c.count, c.first, c.last, c.day, c.holder) for c in claims),
+            ),
         )
+
+    async def hand_over(self, holders: Sequence[tuple[str, str, str]]) -> None:
+        if not holders:
+            return
+        await self.conn.execute(
+            "UPDATE idempotency_keys i SET holder = h->>2"
+            " FROM json_array_elements(%s::json) AS h"
+            " WHERE i.counter = h->>0 AND i.key = h->>1",
+            (rows(holders),),
+        )
+
+    async def free(self, holders: Sequence[tuple[str, str, str]]) -> list[Claim]:
+        if not holders:
+            return []
+        cur = await self.conn.execute(
+            "DELETE FROM idempotency_keys i USING json_array_elements(%s::json) AS h"
+            " WHERE i.counter = h->>0 AND i.key = h->>1 AND i.holder = h->>2"
+            " AND i.expires_at > now()"
+            " RETURNING i.counter, i.key, i.count, i.first, i.last, i.day, i.holder",
+            (rows(holders),),
+        )
+        return [Claim(*row) for row in await cur.fetchall()]
 
     async def dead_letter(self, letters: Sequence[DeadLetter]) -> None:
         if not letters:
@@ -515,11 +542,14 @@ class PostgresStore:
         return int(rows[0][0])
 
     async def edge_seen(self, edge: str, settled: float, ended: bool = False) -> None:
+        # As an age on Postgres's clock, which dates the values issued: the edge's own clock may
+        # be off by more than the moment's whole margin.
         await self._fetch(
-            "INSERT INTO edges (id, settled_at) VALUES (%s, to_timestamp(%s))"
+            "INSERT INTO edges (id, settled_at)"
+            " VALUES (%s, now() - make_interval(secs => %s))"
             " ON CONFLICT (id) DO UPDATE SET seen_at = now(), settled_at = excluded.settled_at,"
             " ended_at = CASE WHEN %s THEN now() END RETURNING 1",
-            (edge, settled, ended),
+            (edge, max(0.0, time.time() - settled), ended),
         )
 
     async def dead_edges(self, edges: Collection[str], silent: float) -> dict[str, EdgeEnd]:

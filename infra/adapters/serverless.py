@@ -26,7 +26,11 @@ class AwsPorts:
 
     def checks(self) -> dict[str, Check]:
         """/healthz's checks of the stream and the reply table."""
-        return {"stream": responds(self.stream.ping), "replies": responds(self.replies.ping)}
+        return {
+            "stream": responds(self.stream.ping),
+            "replies": responds(self.replies.ping),
+            "calls": self.calls.outcomes.check,
+        }
 
     def edge_checks(self, store: Store) -> dict[str, Check]:
         """An edge's /healthz on the AWS path: Postgres, the stream, the reply table, and a

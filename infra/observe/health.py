@@ -87,6 +87,35 @@ class Health:
         return OK if wrong is None else f"down: {wrong}"
 
 
+OUTCOME_S = 5.0  # a call that failed this recently, and has not worked since, turns health red
+
+
+class Outcomes:
+    """The latest outcome of each kind of call a process makes for real — records put, the
+    stream read, replies written and read — so that /healthz sees the data plane, not only the
+    cheap calls it makes itself: a table that answers DescribeTable but refuses every
+    BatchGetItem left every client a 504 under a green /healthz. Only a call that was refused,
+    or failed past its retries, counts as failed; one retried to success is a success."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.latest: dict[str, tuple[float, str | None]] = {}
+
+    def worked(self, call: str) -> None:
+        self.latest[call] = (self.clock(), None)
+
+    def failed(self, call: str, why: str) -> None:
+        self.latest[call] = (self.clock(), why)
+
+    async def check(self) -> str | None:
+        """A Check: None, or each call whose latest outcome, within OUTCOME_S, failed."""
+        now = self.clock()
+        wrong = [
+            why for at, why in self.latest.values() if why is not None and now - at < OUTCOME_S
+        ]
+        return "; ".join(sorted(wrong)) or None
+
+
 def healthy(report: Mapping[str, str]) -> bool:
     return all(answer == OK for answer in report.values())
 

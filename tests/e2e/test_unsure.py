@@ -15,7 +15,7 @@ import pytest
 
 from infra.observe.health import EDGE_DEAD_S
 from tests.e2e.service import Service, data_dir
-from tests.e2e.test_supervision import child
+from tests.e2e.test_supervision import child, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def test_values_issued_to_an_edge_killed_while_it_waited_are_listed_as_unsure(
             edge.send_signal(signal.SIGKILL)
             batcher.send_signal(signal.SIGCONT)  # it applies them; no edge reads the replies
             cut = [one.result(60) for one in waiting]
-        service.process.wait(60)
+        wait_for(lambda: "Respawning worker" in service.said(), 20, "a new worker")
     finally:
         service.stop()
     assert cut == [None, None, None], "the edge died before it answered"

@@ -193,3 +193,70 @@ async def test_a_cancel_after_a_takeover_voids_what_the_previous_owner_applied(
             found = await report(client, name)
     assert found["voided"] == {"abandoned": 2} and found["delivered"] == 0
     assert found["unexplained_gaps"] == 0
+
+
+async def keyed(stack: EmbeddedStack, name: str, key: str, count: int = 2) -> Record:
+    """A keyed request's record, put and answered; the record (its reply key names it)."""
+    record = Record(reply_key(), name, count, key, who="key:k")
+    stack.replies.expect(record.key)
+    await stack.stream.put([record])
+    reply = await stack.replies.wait(record.key, 5)
+    assert reply.error is None, reply
+    return record
+
+
+async def test_a_keyed_request_cancelled_frees_its_key_and_a_retry_takes_new_values(
+    settings: Settings, name: str
+) -> None:
+    """Issue 28, finding 2: the first try of a keyed request is cut (its values void,
+    abandoned); the retry with the same key must not be answered those void values — it takes
+    new ones, and a value is either delivered or void, never both."""
+    async with EmbeddedStack(settings) as stack:
+        transport = httpx.ASGITransport(app=stack.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name})
+            first = await keyed(stack, name, "order-1")  # values 1-2, then its client went
+            await stack.edge.give_up(first)
+
+            async def voided() -> bool:
+                return (await report(client, name))["voided"] == {"abandoned": 2}
+
+            await until(voided, within=5)
+            retry = await client.post(
+                f"/counters/{name}/next?count=2", headers={"Idempotency-Key": "order-1"}
+            )
+            again = await client.post(
+                f"/counters/{name}/next?count=2", headers={"Idempotency-Key": "order-1"}
+            )
+            found = await report(client, name)
+    assert retry.json()["first"] == 3 and again.json() == retry.json()
+    assert found["voided"] == {"abandoned": 2} and found["delivered"] == 2
+    assert found["unexplained_gaps"] == 0
+
+
+async def test_a_cancel_that_comes_after_a_retry_was_answered_voids_nothing(
+    settings: Settings, name: str
+) -> None:
+    """The other order: the retry was answered the key's values before the first try's cancel
+    arrived; the cancel voids nothing (the values were delivered, to the retry)."""
+    async with EmbeddedStack(settings) as stack:
+        transport = httpx.ASGITransport(app=stack.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name})
+            first = await keyed(stack, name, "order-2")
+            retry = await client.post(
+                f"/counters/{name}/next?count=2", headers={"Idempotency-Key": "order-2"}
+            )
+            await stack.edge.give_up(first)  # late: the retry holds the values now
+            await client.post(f"/counters/{name}/next")  # a frame after the cancel's
+            await asyncio.sleep(0.2)
+            found = await report(client, name)
+            cut = await keyed(stack, name, "order-2")  # the key's third try: held by it now
+            await stack.edge.give_up(cut)
+
+            async def voided() -> bool:
+                return (await report(client, name))["voided"] == {"abandoned": 2}
+
+            await until(voided, within=5)
+    assert retry.json()["first"] == 1 and retry.json()["last"] == 2
+    assert found["voided"] == {} and found["unexplained_gaps"] == 0, found

@@ -18,6 +18,7 @@ from infra.adapters.postgres import PostgresStore
 from infra.settings import Settings
 from numerator.stack import BatcherStack, EdgeStack
 from tests.aws import Throttle
+from tests.checks import until
 
 TIMEOUT = 10.0
 
@@ -27,7 +28,7 @@ async def running(
     settings: Settings, name: str, **changes: Any
 ) -> AsyncIterator[tuple[EdgeStack, httpx.AsyncClient, BatcherStack]]:
     """A batcher and a server edge on this test's stream and table, and a client of the edge."""
-    own = settings.but(reply_timeout_s=TIMEOUT, **changes)
+    own = settings.but(**{"reply_timeout_s": TIMEOUT, **changes})
     async with BatcherStack(own) as batcher, EdgeStack(own) as edge:
         transport = httpx.ASGITransport(app=edge.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
@@ -161,3 +162,43 @@ async def test_auto_front_frames_go_out_once_the_stream_is_free(
     assert held.status_code == 200 and waited >= 1.5, waited  # fixed: the whole frame
     assert sorted(values(got)) == list(range(2, 42))
     assert put < 41, "the burst shared records while puts were out"
+
+
+async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    """Issue 28, finding 6: DynamoDB refusing every BatchGetItem (AccessDenied) while its
+    DescribeTable answers. The edge's /healthz turns red naming the refusal within seconds and
+    green again once calls work; a refused put is answered 502 backend-refused, without
+    Retry-After, after one try (a refusal is not retried)."""
+    settings, _ = aws
+    async with running(settings, name, reply_timeout_s=1.0) as (edge, client, _):
+        assert (await client.get("/healthz")).status_code == 200
+        denied = "AccessDeniedException"
+        with Throttle(edge.aws.clients.dynamodb, "BatchGetItem", denied) as reads:
+            cut = await burst(client, name, 3)
+
+            async def red() -> bool:
+                answer = await client.get("/healthz")
+                return answer.status_code == 503 and denied in answer.json()["calls"]
+
+            took = await until(red, within=5)
+        kinesis = edge.aws.clients.kinesis
+        with (
+            Throttle(kinesis, "PutRecords", denied) as puts,
+            Throttle(kinesis, "PutRecord", denied) as put,
+        ):
+            refused = await burst(client, name, 2)
+
+        async def green() -> bool:
+            await burst(client, name, 1)
+            return (await client.get("/healthz")).status_code == 200
+
+        await until(green, within=10)
+    assert [r.status_code for r in cut] == [504] * 3 and reads.calls >= 1
+    print(f"/healthz red {took:.2f} s after the refusals began")
+    assert [r.status_code for r in refused] == [502, 502], [r.text for r in refused]
+    assert all("retry-after" not in r.headers for r in refused)
+    assert {r.json()["type"].rsplit(":", 1)[-1] for r in refused} == {"backend-refused"}
+    assert denied in refused[0].json()["detail"]
+    assert puts.calls + put.calls == 1, "one put for the frame of two, tried once"

@@ -165,7 +165,7 @@ def test_hand_out_splits_each_delta_in_arrival_order_and_claims_the_keyed() -> N
         ("c", 14, 16),
     ]
     assert handed.ranges == [("inv", "2026", 11, 16)] and handed.allocated == 6
-    assert handed.claims == [Claim("inv", "k", 1, 13, 13, NOW.date())]
+    assert handed.claims == [Claim("inv", "k", 1, 13, 13, NOW.date(), "b")]  # held by "b"
     assert dict(handed.taken)["c"] == ("inv", "2026", 14, 16)
 
 

@@ -84,3 +84,21 @@ async def test_a_scrape_never_waits_on_a_hanging_check() -> None:
     await asyncio.sleep(0.6)  # the run ends: the hanging check timed out
     later = await health.recent(wait=0.05)
     assert later["store"].startswith("down: no answer within 0.5") and later["stream"] == "ok"
+
+
+async def test_outcomes_are_red_while_a_call_last_failed_and_green_once_it_works() -> None:
+    from infra.observe.health import OUTCOME_S, Outcomes
+
+    now = [100.0]
+    outcomes = Outcomes(lambda: now[0])
+    assert await outcomes.check() is None
+    outcomes.worked("put_record")
+    outcomes.failed("batch_get_item", "batch_get_item: AccessDeniedException: no")
+    assert await outcomes.check() == "batch_get_item: AccessDeniedException: no"
+    now[0] += OUTCOME_S - 0.1
+    assert await outcomes.check() is not None, "still red within OUTCOME_S"
+    outcomes.worked("batch_get_item")
+    assert await outcomes.check() is None, "a call that works again"
+    outcomes.failed("put_record", "put_record: gave up after 6 tries")
+    now[0] += OUTCOME_S
+    assert await outcomes.check() is None, "a failure older than OUTCOME_S"

@@ -119,11 +119,14 @@ def check(
     *,
     watch_after_s: float = WATCH_AFTER_S,
     cuts_cancel: bool = True,
+    deaths_listed: bool = True,
     unsure_slack: int = 0,
 ) -> tuple[list[str], Tally]:
     """The rules `history` and `records` (by counter) break, each a line that begins with its
-    letter, and the run's counts. `cuts_cancel` is False on the Lambda edge; `unsure_slack` is
-    how many received values the report may list unsure (what a moment of traffic carries)."""
+    letter, and the run's counts. `cuts_cancel` is False on the Lambda edge; `deaths_listed`
+    False excepts the values of requests whose connection failed (an edge that dies and cannot
+    list them unsure: a Lambda container); `unsure_slack` is how many received values the report
+    may list unsure (what a moment of traffic carries)."""
     broken: list[str] = []
     tally = Tally(requests=len(history))
     for a in history:
@@ -144,7 +147,9 @@ def check(
             continue
         mine = [a for a in history if a.counter == counter]
         got = {v for (c, v) in received if c == counter}
-        broken += accounted(counter, mine, got, found, watch_after_s, cuts_cancel, tally)
+        broken += accounted(
+            counter, mine, got, found, watch_after_s, cuts_cancel, deaths_listed, tally
+        )
         broken += exact(counter, got, found, unsure_slack, tally)
         if found.verify.get("ok") is not True:
             broken.append(f"(f) {counter}: audit verify is not sound: {found.verify}")
@@ -268,6 +273,7 @@ def accounted(
     found: Records,
     watch_after_s: float,
     cuts_cancel: bool,
+    deaths_listed: bool,
     tally: Tally,
 ) -> list[str]:
     """(c) and (d) for one counter."""
@@ -286,7 +292,9 @@ def accounted(
     keyed = {v: row["idempotency_key"] for row in found.export for v in span(row)}
 
     def excepted(a: Attempt) -> bool:
-        return a.cut_ms is not None and (not cuts_cancel or a.cut_ms / 1000 < watch_after_s)
+        if a.cut_ms is None:
+            return not deaths_listed and a.status is None
+        return not cuts_cancel or a.cut_ms / 1000 < watch_after_s
 
     by_key: dict[str, list[Attempt]] = {}
     for a in mine:

@@ -37,7 +37,7 @@ pytestmark = pytest.mark.slow
 
 LEASE_TTL_S = 3.0
 CLIENTS = 12
-LOAD_S = 8.0  # seconds of load in a cell without an outage
+LOAD_S = 6.0  # seconds of load in a cell without an outage
 OUTAGE_S = 8.0  # Postgres stopped, DynamoDB refusing
 FROZEN_S = LEASE_TTL_S + 3  # a batcher SIGSTOPped past its lease
 UNSURE_WINDOW_S = 0.3  # values received yet listed unsure: at most this much of traffic
@@ -131,9 +131,15 @@ class Stacks:
 
     def of(self, shape: Shape) -> Stack:
         if self.current is None or self.current.shape != shape:
+            began = time.monotonic()
             self.running.close()
+            stopped = time.monotonic()
             self.current = None
             self.current = Stack(shape, self.running)
+            print(
+                f"\nSTACK {shape}: the last stopped in {stopped - began:.1f} s, this one started "
+                f"in {time.monotonic() - stopped:.1f} s"
+            )
         return self.current
 
 
@@ -168,7 +174,7 @@ async def fault(stack: Stack, kind: str, said: list[str]) -> float:
         await asyncio.sleep(OUTAGE_S)
         await asyncio.to_thread(start_postgres, stack.postgres)
         note("Postgres started")
-        return OUTAGE_S + 5
+        return OUTAGE_S + 4
     if kind == "dynamodb":
         assert stack.faults is not None
         await asyncio.sleep(1.0)
@@ -177,7 +183,7 @@ async def fault(stack: Stack, kind: str, said: list[str]) -> float:
         await asyncio.sleep(OUTAGE_S)
         stack.faults.refuse(False)
         note("DynamoDB answering")
-        return OUTAGE_S + 5
+        return OUTAGE_S + 4
     if kind == "frozen":
         await asyncio.sleep(1.0)
         batcher = stack.lease_holder()
@@ -186,7 +192,7 @@ async def fault(stack: Stack, kind: str, said: list[str]) -> float:
         await asyncio.sleep(FROZEN_S)
         batcher.send_signal(signal.SIGCONT)
         note(f"batcher {batcher.pid} SIGCONTed")
-        return FROZEN_S + 5
+        return FROZEN_S + 4
     if kind == "kill":
         await asyncio.sleep(2.0)
         workers = stack.children(None)

@@ -237,3 +237,10 @@ def test_a_single_and_a_batch_answer_are_read() -> None:
 def test_a_request_never_answered_breaks_h() -> None:
     never = Attempt("a", 1, None, 0.0, 30.0, error="TimeoutError: no answer within 30 s")
     assert rules([never], {"a": records(0)}) == {"(h)"}
+
+
+def test_a_death_that_cannot_be_listed_is_excepted_only_when_said() -> None:
+    died = Attempt("a", 1, None, 0.2, 0.3, error="closed without an answer")
+    history = [got("a", [1], 0.0, 0.1), died]
+    assert rules(history, {"a": records(2)}) == {"(d)"}
+    assert rules(history, {"a": records(2)}, deaths_listed=False) == set()

@@ -46,8 +46,11 @@ def database(url: str | None = None) -> Iterator[Postgres]:
 
 
 @contextmanager
-def serve(target: str, db: Postgres, workers: int, env: dict[str, str]) -> Iterator[Target]:
-    """Start `target` on `db` and yield it once /healthz answers; stop it with SIGINT."""
+def serve(
+    target: str, db: Postgres, workers: int, env: dict[str, str], tree: str | None = None
+) -> Iterator[Target]:
+    """Start `target` on `db` and yield it once /healthz answers; stop it with SIGINT. `tree`:
+    a checkout of another version (a git worktree) to run numerator from instead of this one."""
     port = free_port()
     environment = {**os.environ, **env, "DATABASE_URL": db.url}
     if target == "numerator":
@@ -57,7 +60,9 @@ def serve(target: str, db: Postgres, workers: int, env: dict[str, str]) -> Itera
         command = [sys.executable, "-m", "bench.baseline", mode, "--database-url", db.url]
     command += ["--port", str(port), "--workers", str(workers)]
     url = f"http://127.0.0.1:{port}"
-    with started(command, environment, url + "/healthz", target) as (process, _):
+    if tree is not None:  # its packages first: `python -m` puts the working directory first
+        environment["PYTHONPATH"] = tree
+    with started(command, environment, url + "/healthz", target, cwd=tree) as (process, _):
         settings: dict[str, object] = {
             "workers": workers,
             "back_frame_ms": Settings.from_env(environment).frames.back_frame_ms,

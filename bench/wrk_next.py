@@ -36,6 +36,14 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=int, default=1, help="service worker processes")
     parser.add_argument("--counters", type=int, default=1000, help="the many-counters case")
     parser.add_argument(
+        "--against",
+        metavar="TREE",
+        help="instead: /next on the hot counter (and /ping) from this tree and from TREE, a "
+        "checkout of another version (git worktree add TREE REV), both served at once on one "
+        "Postgres, in alternating rounds (--rounds): the A/B of a change",
+    )
+    parser.add_argument("--rounds", type=int, default=10, help="rounds of --against")
+    parser.add_argument(
         "--keys",
         type=int,
         default=0,
@@ -52,6 +60,9 @@ def main() -> None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
     if args.keys:
         keys_cost(args)
+        return
+    if args.against:
+        against(args)
         return
     # The service inherits this environment (bench.local.serve); these are the settings in it.
     env = {k: v for k, v in os.environ.items() if k in SETTINGS and k not in NOT_HERE}
@@ -141,6 +152,44 @@ def keys_cost(args: argparse.Namespace) -> None:
                     f"{rates[1] / rates[0]:>7.2f}",
                     flush=True,
                 )
+
+
+def against(args: argparse.Namespace) -> None:
+    """/ping and /next on one hot counter from this tree (B) and another (A), served at once on
+    one Postgres and driven in turn, round by round: each rate and B's ratio to A's."""
+    connections = [int(c) for c in args.connections.split(",")]
+    with (
+        local.database() as db,
+        local.serve("numerator", db, args.workers, {}, tree=args.against) as a,
+        local.serve("numerator", db, args.workers, {}) as b,
+    ):
+        local.create_counters(a.url, ["hot"])
+        for url in (a.url, b.url):  # warm up
+            wrk.run(url + "/counters/hot/next", 64, 2, args.threads)
+        print(
+            f"A: {args.against}, B: this tree; workers={args.workers} wrk -t{args.threads}, "
+            f"{args.duration:g}s each, POST, loopback"
+        )
+        print(f"{'round':>5} {'conns':>6} {'route':>6} {'A rps':>9} {'B rps':>9} {'B/A':>6}")
+        ratios: dict[tuple[int, str], list[float]] = {}
+        for round_ in range(1, args.rounds + 1):
+            for c in connections:
+                for route, path in (("next", "/counters/hot/next"), ("ping", "/ping")):
+                    order = (a, b) if round_ % 2 else (b, a)  # who goes first alternates too
+                    rates = {
+                        t.url: wrk.run(t.url + path, c, args.duration, args.threads) for t in order
+                    }
+                    ratio = rates[b.url] / rates[a.url]
+                    ratios.setdefault((c, route), []).append(ratio)
+                    print(
+                        f"{round_:>5} {c:>6} {route:>6} {rates[a.url]:>9,.0f} "
+                        f"{rates[b.url]:>9,.0f} {ratio:>6.2f}",
+                        flush=True,
+                    )
+        for (c, route), found in sorted(ratios.items()):
+            found.sort()
+            mean = sum(found) / len(found)
+            print(f"{c:>6} {route:>6}: B/A mean {mean:.3f}, median {found[len(found) // 2]:.3f}")
 
 
 if __name__ == "__main__":

@@ -543,14 +543,16 @@ class PostgresStore:
 
     async def edge_seen(self, edge: str, settled: float, ended: bool = False) -> None:
         # As an age on Postgres's clock, which dates the values issued: the edge's own clock may
-        # be off by more than the moment's whole margin.
-        await self._fetch(
-            "INSERT INTO edges (id, settled_at)"
-            " VALUES (%s, now() - make_interval(secs => %s))"
-            " ON CONFLICT (id) DO UPDATE SET seen_at = now(), settled_at = excluded.settled_at,"
-            " ended_at = CASE WHEN %s THEN now() END RETURNING 1",
-            (edge, max(0.0, time.time() - settled), ended),
-        )
+        # be off by more than the moment's whole margin. Measured once a connection is in hand,
+        # so that a wait for one does not move the moment later.
+        async with self._connection() as conn:
+            await conn.execute(
+                "INSERT INTO edges (id, settled_at)"
+                " VALUES (%s, now() - make_interval(secs => %s))"
+                " ON CONFLICT (id) DO UPDATE SET seen_at = now(),"
+                " settled_at = excluded.settled_at, ended_at = CASE WHEN %s THEN now() END",
+                (edge, max(0.0, time.time() - settled), ended),
+            )
 
     async def dead_edges(self, edges: Collection[str], silent: float) -> dict[str, EdgeEnd]:
         if not edges:

@@ -92,11 +92,12 @@ def started(
     what: str,
     signum: int = signal.SIGINT,
     patience: float = 30.0,
+    cwd: str | None = None,
 ) -> Iterator[tuple[Process, IO[str]]]:
-    """`command` started with its output in a temporary file, yielded (with that file) once
-    `url` answers 200; stopped with `signum`, and killed after `patience` seconds."""
+    """`command` started (in `cwd`) with its output in a temporary file, yielded (with that
+    file) once `url` answers 200; stopped with `signum`, and killed after `patience` seconds."""
     with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
         try:
             wait_ready(process, url, what, log)
             yield process, log

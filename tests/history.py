@@ -349,7 +349,7 @@ def outcome(a: Attempt) -> str:
 def suspects(mine: Sequence[Attempt], loose: list[int], found: Records) -> list[str]:
     """For the first runs of values nobody received: the unanswered requests of as many values
     under way when the audit row that issued them was written (a diagnosis, not a rule)."""
-    out = []
+    out: list[str] = []
     rows = [r for r in found.export if r["status"] == "issued"]
     for row in rows:
         if len(out) >= 8:

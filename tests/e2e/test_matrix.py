@@ -19,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psutil
@@ -160,30 +161,75 @@ def kept() -> Path:
     return folder
 
 
-async def fault(stack: Stack, kind: str, said: list[str]) -> float:
+@dataclass
+class Timeline:
+    """What a cell's fault did and when (monotonic), and /healthz during an outage."""
+
+    began: float
+    said: list[str]
+    killed: float | None = None
+    health: list[tuple[float, int]] | None = None
+
+    def note(self, what: str) -> None:
+        self.said.append(f"{time.monotonic() - self.began:5.1f}s {what}")
+
+    async def sample(self, url: str, stop: asyncio.Event) -> None:
+        """/healthz every 0.25 s until `stop` (guarantee 9: red within seconds; printed)."""
+        self.health = []
+        began = time.monotonic()
+        async with httpx.AsyncClient(timeout=2) as client:
+            while not stop.is_set():
+                try:
+                    status = (await client.get(url + "/healthz")).status_code
+                except httpx.HTTPError:
+                    status = 0
+                self.health.append((time.monotonic() - began, status))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.25)
+
+    def healthline(self) -> str:
+        if not self.health:
+            return ""
+        red = [at for at, status in self.health if status != 200]
+        first = f", the first {red[0]:.1f} s into the outage" if red else ""
+        return f"/healthz during the outage: {len(red)} of {len(self.health)} not 200{first}"
+
+
+async def outage(stack: Stack, line: Timeline, start: Any, end: Any, what: str) -> float:
+    await asyncio.sleep(1.0)
+    stop = asyncio.Event()
+    await asyncio.to_thread(start)
+    line.note(f"{what}: begins")
+    sampling = asyncio.create_task(line.sample(stack.service.url, stop))
+    await asyncio.sleep(OUTAGE_S)
+    stop.set()
+    await sampling
+    await asyncio.to_thread(end)
+    line.note(f"{what}: ends")
+    return OUTAGE_S + 4
+
+
+async def fault(stack: Stack, kind: str, line: Timeline) -> float:
     """Inject `kind` while the clients run; how long the clients run in all."""
-    began = time.monotonic()
-
-    def note(what: str) -> None:
-        said.append(f"{time.monotonic() - began:5.1f}s {what}")
-
+    note = line.note
     if kind == "postgres":
-        await asyncio.sleep(1.0)
-        await asyncio.to_thread(stop_postgres, stack.postgres)
-        note("Postgres stopped")
-        await asyncio.sleep(OUTAGE_S)
-        await asyncio.to_thread(start_postgres, stack.postgres)
-        note("Postgres started")
-        return OUTAGE_S + 4
+        return await outage(
+            stack,
+            line,
+            lambda: stop_postgres(stack.postgres),
+            lambda: start_postgres(stack.postgres),
+            "Postgres stopped",
+        )
     if kind == "dynamodb":
-        assert stack.faults is not None
-        await asyncio.sleep(1.0)
-        stack.faults.refuse(True)
-        note("DynamoDB refusing")
-        await asyncio.sleep(OUTAGE_S)
-        stack.faults.refuse(False)
-        note("DynamoDB answering")
-        return OUTAGE_S + 4
+        faults = stack.faults
+        assert faults is not None
+        return await outage(
+            stack,
+            line,
+            lambda: faults.refuse(True),
+            lambda: faults.refuse(False),
+            "DynamoDB refusing",
+        )
     if kind == "frozen":
         await asyncio.sleep(1.0)
         batcher = stack.lease_holder()
@@ -198,6 +244,7 @@ async def fault(stack: Stack, kind: str, said: list[str]) -> float:
         workers = stack.children(None)
         assert workers, "no HTTP worker found"
         workers[0].send_signal(signal.SIGKILL)
+        line.killed = time.monotonic()
         note(f"worker {workers[0].pid} SIGKILLed (of {[w.pid for w in workers]})")
         return LOAD_S
     return LOAD_S
@@ -214,20 +261,32 @@ def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
     client = Client(
         stack.service.port, counters, cut_ms=(0, 300) if kind == "cuts" else None, seed=28
     )
-    said: list[str] = []
+    began = time.monotonic()
+    line = Timeline(began, [])
 
     async def run() -> None:
         seconds = LOAD_S + 20  # bounded; the fault says how long in fact
         load = asyncio.create_task(client.run(CLIENTS, seconds))
-        length = await fault(stack, kind, said)
+        length = await fault(stack, kind, line)
         await asyncio.sleep(max(0.0, length - (time.monotonic() - began)))
         client.stop()
         await load
 
-    began = time.monotonic()
     asyncio.run(run())
     took = time.monotonic() - began
-    rate = sum(len(a.values) for a in client.history if a.delivered) / len(counters) / took
+    # What a moment of traffic carries: the values a counter got a second, over the second
+    # before the worker's death (when it died), else over the run.
+    since, until = (line.killed - 1.0, line.killed) if line.killed else (began, began + took)
+    rate = max(
+        sum(len(a.values) for a in client.history if a.delivered and a.counter == c)
+        if not line.killed
+        else sum(
+            len(a.values)
+            for a in client.history
+            if a.delivered and a.counter == c and since <= a.ended < until
+        )
+        for c in counters
+    ) / (until - since)
     try:
         broken, tally, records = settle(
             stack.service.url,
@@ -240,10 +299,11 @@ def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
     except httpx.HTTPError as exc:
         pytest.fail(f"the records could not be read ({exc!r}):\n{stack.service.said()[-3000:]}")
     print(f"\nCELL {shape}-{kind} ({took:.0f} s): {tally.line()}")
-    for line in said:
-        print(f"  {line}")
-    for line in broken[:40]:
-        print(f"  BROKEN {line}")
+    for said in [*line.said, line.healthline()]:
+        if said:
+            print(f"  {said}")
+    for one in broken[:40]:
+        print(f"  BROKEN {one}")
     if broken:
         dump(kept / f"{shape}-{kind}.json", client.history, records)
         print(f"  the history and the records: {kept / f'{shape}-{kind}.json'}")

@@ -544,12 +544,12 @@ class Client:
         counter = self.random.choice(self.counters)
         count = self.random.randint(2, 5) if self.random.random() < self.batch else 1
         key = uuid.uuid4().hex if self.random.random() < self.keyed else None
-        for _ in range(1 + (self.retries if key else 0)):
+        for tries in range(1 + (self.retries if key else 0)):
             a = await self.attempt(counter, count, key)
             if key is None or a.delivered or (a.status is not None and a.status not in CLEAN):
                 return
-            if a.status is None and a.cut_ms is None:  # the connection failed: a moment
-                await asyncio.sleep(0.1)
+            if a.status is None and a.cut_ms is None:  # the connection failed: a worker
+                await asyncio.sleep(0.25 * 2**tries)  # starting again takes a moment
 
     async def loop(self) -> None:
         while time.monotonic() < self.until:

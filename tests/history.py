@@ -99,12 +99,14 @@ class Tally:
     unsure: int = 0
     unsure_received: int = 0  # values listed unsure that a client did receive
     exempt: int = 0  # values neither received, void nor unsure, of cuts the rules except
+    pairs: int = 0  # pairs of operations in real-time order that rule (b) held
 
     def line(self) -> str:
         return (
             f"requests {self.requests}, values delivered {self.delivered}, cut {self.cut}, "
             f"failed {self.failed}, issued {self.issued}, void {self.void}, unsure {self.unsure} "
-            f"({self.unsure_received} of them received), excepted {self.exempt}; "
+            f"({self.unsure_received} of them received), excepted {self.exempt}, "
+            f"order pairs {self.pairs}; "
             f"answers {dict(sorted(self.statuses.items()))}"
         )
 
@@ -139,7 +141,8 @@ def check(
     received = holders(history)
     tally.delivered = sum(len(a.values) for a in history if a.delivered)
     broken += unique(received)
-    broken += ordered(history)
+    order, tally.pairs = ordered(history)
+    broken += order
     for counter in sorted({a.counter for a in history} | set(records)):
         found = records.get(counter)
         if found is None:
@@ -242,9 +245,11 @@ def operations(history: Iterable[Attempt]) -> list[Operation]:
     return ops
 
 
-def ordered(history: Iterable[Attempt]) -> list[str]:
-    """(b): for each B, every operation completed before B was invoked holds smaller values."""
+def ordered(history: Iterable[Attempt]) -> tuple[list[str], int]:
+    """(b): for each B, every operation completed before B was invoked holds smaller values;
+    and how many such pairs there were (a check that saw none proved nothing)."""
     broken = []
+    pairs = 0
     by_counter: dict[str, list[Operation]] = {}
     for op in operations(history):
         by_counter.setdefault(op.counter, []).append(op)
@@ -256,6 +261,7 @@ def ordered(history: Iterable[Attempt]) -> list[str]:
             highest.append(op if not highest or op.last > highest[-1].last else highest[-1])
         for b in ops:
             i = bisect.bisect_left(ends, b.invoked)
+            pairs += i
             if i and highest[i - 1].last >= b.first:
                 a = highest[i - 1]
                 broken.append(
@@ -263,7 +269,7 @@ def ordered(history: Iterable[Attempt]) -> list[str]:
                     f"{(b.invoked - a.completed) * 1000:.0f} ms before a request got "
                     f"{b.first}-{b.last} was sent"
                 )
-    return broken
+    return broken, pairs
 
 
 def accounted(

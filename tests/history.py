@@ -38,7 +38,7 @@ import select
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -122,13 +122,14 @@ def check(
     watch_after_s: float = WATCH_AFTER_S,
     cuts_cancel: bool = True,
     deaths_listed: bool = True,
-    unsure_slack: int = 0,
+    unsure_slack: int | Mapping[str, int] = 0,
 ) -> tuple[list[str], Tally]:
     """The rules `history` and `records` (by counter) break, each a line that begins with its
     letter, and the run's counts. `cuts_cancel` is False on the Lambda edge; `deaths_listed`
     False excepts the values of requests whose connection failed (an edge that dies and cannot
-    list them unsure: a Lambda container); `unsure_slack` is how many received values the report
-    may list unsure (what a moment of traffic carries)."""
+    list them unsure: a Lambda container); `unsure_slack` is how many values the report may list
+    unsure (by counter, or one for all): the requests in flight when an edge died and what a
+    moment of traffic carries."""
     broken: list[str] = []
     tally = Tally(requests=len(history))
     for a in history:
@@ -153,7 +154,8 @@ def check(
         broken += accounted(
             counter, mine, got, found, watch_after_s, cuts_cancel, deaths_listed, tally
         )
-        broken += exact(counter, got, found, unsure_slack, tally)
+        slack = unsure_slack if isinstance(unsure_slack, int) else unsure_slack.get(counter, 0)
+        broken += exact(counter, got, found, slack, tally)
         if found.verify.get("ok") is not True:
             broken.append(f"(f) {counter}: audit verify is not sound: {found.verify}")
     return broken, tally
@@ -420,10 +422,11 @@ def exact(
     if report["delivered"] != delivered:
         broken.append(f"(e) {counter}: delivered {report['delivered']}, from its lists {delivered}")
     doubted = len(unsure & got)
-    if doubted > unsure_slack:
+    if len(unsure) > unsure_slack:
         broken.append(
-            f"(e) {counter}: {doubted} values listed unsure were received (more than "
-            f"{unsure_slack}, what the moment before a death carries)"
+            f"(e) {counter}: {len(unsure)} values listed unsure, {doubted} of them received "
+            f"(more than {unsure_slack}: the requests in flight at a death and what 0.3 s of "
+            "traffic carries)"
         )
     tally.issued += len(issued)
     tally.void += len(void)

@@ -41,7 +41,7 @@ CLIENTS = 12
 LOAD_S = 6.0  # seconds of load in a cell without an outage
 OUTAGE_S = 8.0  # Postgres stopped, DynamoDB refusing
 FROZEN_S = LEASE_TTL_S + 3  # a batcher SIGSTOPped past its lease
-UNSURE_WINDOW_S = 0.3  # values received yet listed unsure: at most this much of traffic
+UNSURE_WINDOW_S = 0.3  # values listed unsure: those in flight and this much of traffic
 
 
 @dataclass(frozen=True)
@@ -287,6 +287,14 @@ def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
         )
         for c in counters
     ) / (until - since)
+    flying = {  # the values of the requests under way when the worker died
+        c: sum(
+            a.count
+            for a in client.history
+            if a.counter == c and line.killed and a.sent <= line.killed < a.ended
+        )
+        for c in counters
+    }
     if line.killed:  # the dead worker's values are listed unsure once it has been silent so long
         time.sleep(max(0.0, line.killed + EDGE_DEAD_S + 2.0 - time.monotonic()))
     try:
@@ -295,7 +303,7 @@ def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
             client.history,
             counters,
             cuts_cancel=shape.path != "lambda",
-            unsure_slack=math.ceil(rate * UNSURE_WINDOW_S),
+            unsure_slack={c: math.ceil(rate * UNSURE_WINDOW_S) + flying[c] for c in counters},
             within=EDGE_DEAD_S + 10 if kind == "kill" else 3.0,
         )
     except httpx.HTTPError as exc:

@@ -147,7 +147,7 @@ def test_a_value_nobody_received_neither_void_nor_unsure_breaks_d() -> None:
     history = [got("a", [1], 0.0, 0.1), cut("a", 160, 0.2)]
     assert rules(history, {"a": records(2)}) == {"(d)"}
     assert rules(history, {"a": records(2, void=((2, 2, "abandoned"),))}) == set()
-    assert rules(history, {"a": records(2, doubt=((2, 2),))}) == set()
+    assert rules(history, {"a": records(2, doubt=((2, 2),))}, unsure_slack=1) == set()
 
 
 def test_a_cut_within_watch_after_s_is_excepted_and_no_more_than_its_count() -> None:

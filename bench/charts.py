@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import escape
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf")
@@ -61,30 +61,49 @@ def line_chart(
     height: int = 280,
     x_names: dict[float, str] | None = None,
     log_y: bool = False,
+    right: list[Series] | None = None,
+    right_label: str = "",
+    x_range: tuple[float, float] | None = None,
 ) -> str:
-    """A chart of `series` (name, [(x, y)]); `log_y` plots y on a log10 scale (y ≥ 0.1)."""
+    """A chart of `series` (name, [(x, y)]) on the left axis, and of `right` (dashed) on an axis
+    of its own on the right, for a quantity of another unit or size; `log_y` plots the left
+    axis's y on a log10 scale (y ≥ 0.1); `x_range` fixes the x axis (the run's seconds), and
+    points outside it are left out."""
     if log_y:
         series = [(name, [(x, math.log10(max(y, 0.1))) for x, y in data]) for name, data in series]
-    left, right, top, bottom = 64, 150, 30, 44
+    right = right or []
+    if x_range is not None:
+        low, high = x_range
+        series, right = (
+            [(name, [(x, y) for x, y in data if low <= x <= high]) for name, data in group]
+            for group in (series, right)
+        )
+    left, margin, top, bottom = 64, 150 + (48 if right else 0), 30, 44
     points = [p for _, data in series for p in data]
     head = (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" role="img" aria-label="{escape(title)}">'
         f'<text x="{left}" y="18" font-size="14" font-weight="bold">{escape(title)}</text>'
     )
-    if not points:
+    every = points + [p for _, data in right for p in data]
+    if not every:
         return head + f'<text x="{left}" y="{top + 40}">no data</text></svg>'
-    x_ticks = (
-        sorted(x_names) if x_names else ticks(min(p[0] for p in points), max(p[0] for p in points))
-    )
+    if x_names:
+        x_ticks = sorted(x_names)
+    elif x_range is not None:
+        x_ticks = [t for t in ticks(*x_range) if t <= x_range[1] + 1e-9]
+        if x_ticks[-1] < x_range[1]:
+            x_ticks.append(x_range[1])  # the run's end, where the axis ends
+    else:
+        x_ticks = ticks(min(p[0] for p in every), max(p[0] for p in every))
     if log_y:
         y_ticks = [float(t) for t in range(-1, math.ceil(max(p[1] for p in points)) + 1)]
     else:
-        y_ticks = ticks(0.0, max(max(p[1] for p in points), 1e-9))
+        y_ticks = ticks(0.0, max([p[1] for p in points] + [1e-9]))
     plot = Plot(
         left,
         top,
-        width - left - right,
+        width - left - margin,
         height - top - bottom,
         x_ticks[0],
         x_ticks[-1],
@@ -93,9 +112,30 @@ def line_chart(
     )
     parts = [head, *grid(plot, x_ticks, y_ticks, x_names, log_y)]
     parts += axes(plot, x_label, y_label, height)
-    parts += lines(plot, series)
+    legend = 56 if right else 0  # past the right axis's labels
+    parts += lines(plot, series, legend=legend)
+    if right:
+        r_ticks = ticks(0.0, max([p[1] for _, data in right for p in data] + [1e-9]))
+        other = replace(plot, y0=r_ticks[0], y1=r_ticks[-1])
+        parts += right_axis(other, r_ticks, right_label)
+        parts += lines(other, right, first=len(series), dashed=True, legend=legend)
     parts.append("</svg>")
     return "".join(parts)
+
+
+def right_axis(plot: Plot, y_ticks: list[float], name: str) -> list[str]:
+    """The right axis's tick labels and name (its grid lines would cross the left one's)."""
+    edge = plot.left + plot.width
+    middle = plot.top + plot.height / 2
+    parts = [
+        f'<text x="{edge + 6}" y="{plot.sy(y) + 4:.1f}" font-size="11">{label(y)}</text>'
+        for y in y_ticks
+    ]
+    parts.append(
+        f'<text x="{edge + 44}" y="{middle}" font-size="12" text-anchor="middle" '
+        f'transform="rotate(90 {edge + 44} {middle})">{escape(name)} (dashed)</text>'
+    )
+    return parts
 
 
 def grid(
@@ -138,21 +178,25 @@ def axes(plot: Plot, x_label: str, y_label: str, height: int) -> list[str]:
     ]
 
 
-def lines(plot: Plot, series: list[Series]) -> list[str]:
-    """Each series as a line, and its name in the legend on the right."""
+def lines(
+    plot: Plot, series: list[Series], first: int = 0, dashed: bool = False, legend: int = 0
+) -> list[str]:
+    """Each series as a line (`dashed`: on the right axis), and its name in the legend, `legend`
+    pixels right of the plot; `first` is the first series' place in the legend and colours."""
     parts = []
-    for n, (name, data) in enumerate(series):
+    dash = ' stroke-dasharray="5 2"' if dashed else ""
+    legend += plot.left + plot.width
+    for n, (name, data) in enumerate(series, start=first):
         color = COLORS[n % len(COLORS)]
         if data:
             path = " ".join(f"{plot.sx(x):.1f},{plot.sy(y):.1f}" for x, y in data)
             parts.append(
-                f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.8"/>'
+                f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.8"{dash}/>'
             )
         ly = plot.top + 14 + n * 18
-        right = plot.left + plot.width
         parts.append(
-            f'<rect x="{right + 12}" y="{ly - 9}" width="12" height="3" '
-            f'fill="{color}"/><text x="{right + 30}" y="{ly - 4}" '
+            f'<line x1="{legend + 12}" x2="{legend + 26}" y1="{ly - 7.5}" y2="{ly - 7.5}" '
+            f'stroke="{color}" stroke-width="3"{dash}/><text x="{legend + 30}" y="{ly - 4}" '
             f'font-size="11">{escape(name)}</text>'
         )
     return parts

@@ -169,6 +169,13 @@ def run(args: argparse.Namespace) -> None:
         args.edge = args.edge or "server"
     if not args.url and not args.local:
         fail("say where: --url URL (a running numerator), --local or --aws moto (start one)")
+    if args.url:
+        from numerator.client import BadURL, checked_url
+
+        try:
+            args.url = checked_url(args.url)
+        except BadURL as exc:
+            fail(str(exc))
     if args.compare and not args.local:
         fail("--compare starts the baselines itself: use it with --local")
     try:

@@ -137,8 +137,14 @@ def sweep(runs: list[dict[str, Any]]) -> str:
     )
 
 
+def run_axis(run: dict[str, Any]) -> tuple[float, float]:
+    """The x axis of a run's charts: its seconds, not past its end."""
+    return 0.0, float(max(math.ceil(float(run["summary"]["duration_s"]) - 0.5), 1))
+
+
 def charts(run: dict[str, Any]) -> str:
-    span = math.ceil(float(run["summary"]["duration_s"]) - 0.5)
+    run_x = run_axis(run)
+    span = int(run_x[1])
     client = [s for s in run["client"]["per_second"] if s["second"] < max(span, 1)]
     service = run["service"]["per_second"]
     rates: list[Series] = [
@@ -153,35 +159,74 @@ def charts(run: dict[str, Any]) -> str:
         (name, [(s["second"], s["latency_ms"][key]) for s in client if s["ok"]])
         for key, name in (("p50", "p50"), ("p95", "p95"), ("p99", "p99"), ("max", "max"))
     ]
-    frames: list[Series] = [
+    frame_size: list[Series] = [
         (
             "frame size (mean)",
             [(s["t"], s["frame_size_mean"]) for s in service if s.get("frame_size_mean")],
-        ),
-        ("transactions / s", [(s["t"], s.get("transactions", 0)) for s in service]),
+        )
     ]
-    resources: list[Series] = [
-        ("service CPU %", [(s["t"], s["cpu_pct"]) for s in service if "cpu_pct" in s]),
-        ("service RSS MB", [(s["t"], s["rss_mb"]) for s in service if "rss_mb" in s]),
+    transactions: list[Series] = [
+        ("transactions / s", [(s["t"], s.get("transactions", 0)) for s in service])
+    ]
+    cpu: list[Series] = [
+        ("service CPU %", [(s["t"], s["cpu_pct"]) for s in service if "cpu_pct" in s])
     ]
     tiers = sorted({k for s in service for k in s if k.startswith("cpu_pct:")})
     if len(tiers) > 1:  # the AWS path: whether the edge, the stream, the batcher or Postgres
-        resources += [
+        cpu += [
             (f"CPU % {k.split(':', 1)[1]}", [(s["t"], s.get(k, 0.0)) for s in service])
             for k in tiers
         ]
+    memory: list[Series] = [
+        ("service RSS MB", [(s["t"], s["rss_mb"]) for s in service if "rss_mb" in s])
+    ]
     return "".join(
         [
             line_chart(
-                "Offered vs achieved rate, records in vs out", rates, "second", "per second"
+                "Offered vs achieved rate, records in vs out",
+                rates,
+                "second",
+                "per second",
+                x_range=run_x,
             ),
             line_chart(
-                "Latency percentiles over time (from scheduled send)", latency, "second", "ms"
+                "Latency percentiles over time (from scheduled send)",
+                latency,
+                "second",
+                "ms",
+                x_range=run_x,
             ),
-            line_chart("Frames: size and transactions", frames, "second", "records / count"),
-            line_chart("Service CPU and memory", resources, "second", "% / MB"),
+            "<p class='meta'>Each second's own percentiles. The table's p99 is over the whole "
+            "run's requests, and the console's running p99 is the worst second's of the last "
+            "5 s: a bad second moves the chart and the console, and the run's p99 by its "
+            "share of the requests only.</p>",
+            line_chart(
+                "Frames: size and transactions",
+                frame_size,
+                "second",
+                "records per frame",
+                right=transactions,
+                right_label="transactions / s",
+                x_range=run_x,
+            ),
+            line_chart(
+                "Service CPU and memory",
+                cpu,
+                "second",
+                "CPU % (100 = one core)",
+                right=memory,
+                right_label="RSS MB",
+                x_range=run_x,
+            ),
         ]
     )
+
+
+def counts(found: dict[str, Any]) -> str:
+    """Statuses or errors and how many of each, for people: `200: 1,998, 503: 2`."""
+    if not found:
+        return "none"
+    return ", ".join(f"{name}: {count:,}" for name, count in sorted(found.items()))
 
 
 def aws(run: dict[str, Any]) -> str:
@@ -227,12 +272,15 @@ def aws(run: dict[str, Any]) -> str:
         f"<p class='meta'>{totals.get('records_put', 0) / requests:.3f} records put per request "
         "(front frames put one per counter per frame)</p>"
         + table(rows, columns)
-        + line_chart("AWS calls per second, by call", calls, "second", "calls / s")
+        + line_chart(
+            "AWS calls per second, by call", calls, "second", "calls / s", x_range=run_axis(run)
+        )
         + line_chart(
             "The pipeline: lag, leases, takeovers, throttles, republished replies, dead letters",
             trouble,
             "second",
             "s / count per s",
+            x_range=run_axis(run),
         )
     )
 
@@ -289,8 +337,8 @@ def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:
         client = run["client"]
         sections.append(f"<h2>{escape(run['summary']['target'])}</h2>")
         sections.append(
-            f"<p class='meta'>statuses {escape(str(client['statuses']))} · errors "
-            f"{escape(str(client['errors']) if client['errors'] else 'none')} · missed sends "
+            f"<p class='meta'>statuses {escape(counts(client['statuses']))} · errors "
+            f"{escape(counts(client['errors']))} · missed sends "
             f"{client['missed_sends']} (worst {client['worst_late_ms']:.1f} ms late)</p>"
         )
         workers = run["settings"].get("workers") or 1

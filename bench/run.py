@@ -40,7 +40,9 @@ class Outputs:
 
 
 class Progress:
-    """A line a second: elapsed, offered and achieved rps, p99 so far, errors."""
+    """A line a second: elapsed, offered and achieved rps, the worst one-second p99 of the last
+    5 s (an early warning: the summary's p99 is over the whole run, and lower unless every second
+    was as bad), errors."""
 
     def __init__(self, target: str, schedule: Schedule, quiet: bool) -> None:
         self.target, self.schedule, self.quiet = target, schedule, quiet
@@ -68,7 +70,8 @@ class Progress:
         errors = out.bad + sum(out.errors.values())
         line = (
             f"[{self.target}] {elapsed:5.1f}/{self.seconds:.0f}s  offered {offered:7.0f}/s  "
-            f"achieved {achieved:7.0f}/s  p99 {p99:7.1f} ms  errors {errors}  "
+            f"achieved {achieved:7.0f}/s  p99 (worst second, last 5 s) {p99:7.1f} ms  "
+            f"errors {errors}  "
             f"missed {sum(s.missed for s in out.per_second.values())}"
         )
         print(
@@ -318,6 +321,10 @@ def table(runs: list[dict[str, Any]]) -> str:
             f"{s['latency_p95_ms']:>8.2f} {s['latency_p99_ms']:>8.2f} {s['bad_responses']:>8} "
             f"{s['errors']:>7} {s['missed_sends']:>7} {per_txn:>8}"
         )
+    lines.append(
+        "(percentiles over all of a run's requests; the lines while it ran showed the worst "
+        "second's p99 of the last 5 s)"
+    )
     return "\n".join(lines)
 
 

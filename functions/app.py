@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from functions import ledger, routes
+from functions import index, ledger, routes
 from functions.edge import Edge
 from functions.fastpath import FastPath
 from functions.problems import Kind, Problem, handle_problem, unavailable
@@ -55,6 +55,7 @@ def create_app(edge: Edge | None = None, lifespan: Lifespan | None = None) -> Fa
 
     app = Starlette(
         routes=[
+            Route("/", index.index, methods=["GET"]),
             Route("/counters", routes.counters, methods=["GET", "POST"]),
             Route("/counters/{name}", routes.counter, methods=["GET", "PATCH"]),
             Route("/counters/{name}/next", routes.next_values, methods=["POST"]),

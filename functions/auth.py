@@ -38,7 +38,8 @@ from infra.settings import loopback
 
 log = logging.getLogger("numerator.auth")
 
-OPEN = frozenset({"/healthz", "/ping", "/openapi.json"})  # health checks, the yardstick, the schema
+# health checks, the yardstick, the schema, and the static page about them at /
+OPEN = frozenset({"/healthz", "/ping", "/openapi.json", "/"})
 RETRY_S = 1.0  # after a failed reload, the next try waits this long
 STALE_WAIT_S = 0.2  # with a copy in hand, a request waits this long for a reload, then uses it
 MISS_LOOKUPS_PER_S = 20.0  # unknown keys looked up in Postgres, at most, per edge process
@@ -48,6 +49,11 @@ CHALLENGE = 'Bearer realm="numerator"'
 FIRST_KEY = (
     "no API key exists yet, so this numerator serves clients on its own machine only. "
     "Create the first key there: `numerator keys create NAME --scope admin`"
+)
+KEY_NEEDED = (
+    "API keys exist, so every client needs one, on this machine too: send Authorization: "
+    "Bearer nmr_… (the numerator command: --key or NUMERATOR_KEY; the Python client: key= or "
+    "NUMERATOR_KEY)"
 )
 
 
@@ -229,9 +235,7 @@ class Guard:
                         raise self.refuse(refused)
                     return sender
                 raise self.refuse(unauthorized(FIRST_KEY, invalid=False))
-            raise self.refuse(
-                unauthorized("this route needs an API key: Authorization: Bearer nmr_…", False)
-            )
+            raise self.refuse(unauthorized(KEY_NEEDED, invalid=False))
         key = self.verified.get(header) or await self.verify(header)
         kind, counter = needed
         if kind is Need.NEXT:

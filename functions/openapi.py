@@ -596,9 +596,17 @@ SCHEMA: dict[str, Any] = {
         "/openapi.json": {
             "get": {
                 "operationId": "getOpenapi",
-                "summary": "This document",
+                "summary": "This OpenAPI 3.1 document: every route, body and problem",
                 "security": [],
                 "responses": {"200": {"description": "OpenAPI 3.1"}, **OPEN_PROBLEMS},
+            }
+        },
+        "/": {
+            "get": {
+                "operationId": "getIndex",
+                "summary": "A page for a browser: what this is, these routes, where to read on",
+                "security": [],
+                "responses": {"200": {"description": "HTML, static"}, **OPEN_PROBLEMS},
             }
         },
     },
@@ -610,7 +618,7 @@ SCHEMA: dict[str, Any] = {
                 "scheme": "bearer",
                 "description": "An API key, `nmr_…` (`numerator keys create`). Before the first "
                 "key exists, clients on the service's own machine need none (protected mode); "
-                "once one exists, every route but /healthz, /ping and /openapi.json needs one.",
+                "once one exists, every route but /, /healthz, /ping and /openapi.json needs one.",
             }
         },
         "schemas": SCHEMAS,
@@ -627,7 +635,7 @@ TAGS = {
     "counters": ("createCounter", "listCounters", "getCounter", "changeRetention", "nextValues"),
     "ledger": ("voidValues", "confirmValues", "getReport", "exportAudit", "verifyAudit"),
     "keys": ("createKey", "listKeys", "revokeKey"),
-    "service": ("getHealth", "getMetrics", "ping", "pingPost", "getOpenapi"),
+    "service": ("getHealth", "getMetrics", "ping", "pingPost", "getOpenapi", "getIndex"),
 }
 """Each operation's group: a generated client's modules (api.counters.next_values, ...)."""
 

@@ -109,7 +109,7 @@ async def list_counters(request: Request) -> Response:
     limit = validation.page_size(request.query_params.get("limit"))
     after = request.query_params.get("after")
     if after is not None:
-        validation.name(after)
+        validation.name(after, "after")
     counters = await edge.store.page(after, limit + 1)
     more = len(counters) > limit
     counters = counters[:limit]

@@ -82,11 +82,13 @@ def repeated(pairs: list[tuple[str, Any]]) -> str:
     raise ValueError("no name is repeated")
 
 
-def name(value: str) -> str:
+def name(value: str, field: str = "name") -> str:
+    """A counter's name from the path (or the query's `field`); a 422 naming the field and the
+    value it refuses."""
     try:
         check_name(value)
     except InvalidCounter as exc:
-        raise invalid("name", exc.problem) from None
+        raise invalid(field, f"{value[:80]!r} {exc.problem}") from None
     return value
 
 

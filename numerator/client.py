@@ -19,8 +19,10 @@ client; only the sending (and the sleeping between tries) differs between the tw
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import random
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
@@ -36,6 +38,11 @@ TIMEOUT_S = 30.0
 long comes back as the service's 504 rather than as the client giving up."""
 DEADLINE_S = 60.0
 """All the tries of one call end within this."""
+REFUSED_DEADLINE_S = 3.0
+"""All the tries of one call end within this when nothing can answer: the connection to this
+machine was refused (nothing listens there; a restarting service is back within it), or the
+host's name does not resolve. Either way no request reached a service, and a person or a
+program is better told what to check now than after a minute of retries."""
 FIRST_WAIT_S = 0.1
 LONGEST_WAIT_S = 5.0
 RETRIED = frozenset({429, 502, 503, 504})
@@ -53,18 +60,27 @@ class Unreachable(NumeratorError):
     """No answer within the deadline: the service could not be reached, or did not answer."""
 
 
+class BadURL(NumeratorError, ValueError):
+    """The service's URL is not one the client can send to (no http:// or https://)."""
+
+
 class Problem(NumeratorError):
     """An RFC 9457 problem the service answered: `status`, `type` (stable, see
-    docs/problems.md), `title`, `detail`, and the whole body."""
+    docs/problems.md), `title`, `detail`, the `field` it names (a 422's), and the whole body."""
 
     def __init__(self, status: int, body: dict[str, Any]) -> None:
         self.status = status
         self.type = str(body.get("type", "about:blank"))
         self.title = str(body.get("title", ""))
         self.detail = str(body.get("detail", ""))
+        self.field = str(body["field"]) if body.get("field") is not None else None
         self.body = body
-        detail = f": {self.detail}" if self.detail else ""
-        super().__init__(f"{status} {self.title}{detail}")
+        detail = self.detail
+        if self.field and detail.startswith("must"):
+            detail = f"{self.field} {detail}"
+        elif self.field:
+            detail = f"{self.field}: {detail}" if detail else self.field
+        super().__init__(f"{status} {self.title}{': ' + detail if detail else ''}")
 
 
 class BadRequest(Problem):
@@ -336,11 +352,16 @@ class Retry:
 
     def __init__(self, deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
-        self.ends = clock() + deadline
+        self.began = clock()
+        self.ends = self.began + deadline
         self.tries = 0
 
     def left(self) -> float:
         return self.ends - self.clock()
+
+    def cut(self, deadline: float) -> None:
+        """End the tries `deadline` seconds after the first, if that is sooner."""
+        self.ends = min(self.ends, self.began + deadline)
 
     def wait(self, response: httpx.Response | None) -> float | None:
         """Seconds to wait before the next try; None: do not try again."""
@@ -355,9 +376,53 @@ class Retry:
 
 
 def _settings(url: str | None, key: str | None) -> tuple[str, dict[str, str]]:
-    url = (url or os.environ.get("NUMERATOR_URL") or DEFAULT_URL).rstrip("/")
+    url = checked_url(url or os.environ.get("NUMERATOR_URL") or DEFAULT_URL)
     key = key if key is not None else os.environ.get("NUMERATOR_KEY")
     return url, ({"Authorization": f"Bearer {key}"} if key else {})
+
+
+def checked_url(url: str) -> str:
+    """`url` without a trailing slash, if it is one the client can send to; else BadURL, at
+    once (`localhost:8080` would otherwise be retried as the scheme 'localhost')."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        guess = f"; did you mean http://{url}?" if not sep else ""
+        raise BadURL(f"the service's URL must start with http:// or https://, not {url!r}{guess}")
+    return url.rstrip("/")
+
+
+def nothing_answers(failure: Exception, url: str) -> str | None:
+    """Why no try of a call to `url` can succeed soon, if `failure` says so: the connection to
+    this machine was refused, or the host's name does not resolve. None: worth trying again."""
+    if not isinstance(failure, httpx.ConnectError):
+        return None
+    host = httpx.URL(url).host
+    cause: BaseException | None = failure
+    while cause is not None:
+        if isinstance(cause, socket.gaierror):
+            return (
+                f"cannot reach numerator at {url}: the name {host!r} does not resolve. Check "
+                "the address: --url, NUMERATOR_URL or the client's url="
+            )
+        if isinstance(cause, ConnectionRefusedError) or "refused" in str(cause).lower():
+            if not _loopback(host):
+                return None  # another machine's service may be restarting behind a balancer
+            return (
+                f"cannot reach numerator at {url}: nothing listens there (connection refused). "
+                "Is it running (`numerator up`)? Another address: --url, NUMERATOR_URL or the "
+                "client's url="
+            )
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _tls(url: str) -> bool:
@@ -422,6 +487,8 @@ class Client:
                 response = self.http.request(**call.request(retry.left(), self.timeout))
             except FAILED as exc:
                 failure = exc
+                if nothing_answers(exc, self.url):
+                    retry.cut(REFUSED_DEADLINE_S)
             wait = retry.wait(response)
             if wait is None:
                 return _end(call, response, failure, self.url)
@@ -530,6 +597,8 @@ class AsyncClient:
                 response = await self.http.request(**call.request(retry.left(), self.timeout))
             except FAILED as exc:
                 failure = exc
+                if nothing_answers(exc, self.url):
+                    retry.cut(REFUSED_DEADLINE_S)
             wait = retry.wait(response)
             if wait is None:
                 return _end(call, response, failure, self.url)
@@ -598,5 +667,7 @@ def existing(counter: Counter, fields: dict[str, Any], conflict: Conflict) -> Co
 def _end(call: Call[T], response: httpx.Response | None, failure: Exception | None, url: str) -> T:
     """The last try's outcome: its answer, its problem, or Unreachable."""
     if response is None:
-        raise Unreachable(f"cannot reach numerator at {url}: {failure}") from failure
+        assert failure is not None
+        why = nothing_answers(failure, url) or f"cannot reach numerator at {url}: {failure}"
+        raise Unreachable(why) from failure
     return call.answer(response)

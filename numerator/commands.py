@@ -53,7 +53,20 @@ def build_parser() -> argparse.ArgumentParser:
     add_ledger(commands, counters)
     add_bench(commands)
     add_plan(commands)
+    add_monitoring(commands)
     return parser
+
+
+def add_monitoring(commands: Any) -> None:
+    monitoring = commands.add_parser(
+        "monitoring",
+        help="write the Prometheus rules, the Grafana dashboard and their runbook to a folder",
+        description="Write rules.yml (alerts and SLO recording rules), dashboard.json (Grafana) "
+        "and docs/operations.md and docs/runbook.md (what each alert means; the rules link "
+        "there) into FOLDER, from the installed package.",
+    )
+    monitoring.add_argument("folder", type=Path, metavar="FOLDER", help="where to write them")
+    monitoring.set_defaults(run=later("numerator.shipped:run"))
 
 
 def add_up(commands: Any) -> None:

@@ -117,7 +117,11 @@ def show_key(key: dict[str, Any], as_json: bool) -> None:
             f"created key {key['name']} (id {key['id']}) with scopes {' '.join(key['scopes'])}",
             "its secret, shown this once (numerator keeps only a hash): store it now",
             key["secret"],
-            "use it as: Authorization: Bearer <secret>, or NUMERATOR_KEY=<secret> for this CLI",
+            "from now on every client needs a key, on this machine too (a command without one "
+            "gets 401); send it:",
+            f"  numerator's commands, its Python client: export NUMERATOR_KEY={key['secret']}",
+            "  one command:                              numerator … --key <secret>",
+            "  over HTTP:                                Authorization: Bearer <secret>",
         ]
     show(key, as_json, lines)
 

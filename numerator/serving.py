@@ -177,8 +177,9 @@ def serve_http(
     )
     print(
         f"metrics: http://{args.host}:{args.port}/metrics (Prometheus text format); to watch "
-        "them with the shipped alerts, see docs/operations.md: a scrape job on "
-        f"{args.host}:{args.port} and rule_files: [monitoring/rules.yml].",
+        "them with the shipped alerts, `numerator monitoring DIR` writes the rules, a Grafana "
+        f"dashboard and their runbook to DIR: a scrape job on {args.host}:{args.port} and "
+        "rule_files: [DIR/rules.yml] (DIR/docs/operations.md).",
         flush=True,
     )
     serve(app, args.host, args.port, args.workers, settings, env or {})
@@ -258,11 +259,12 @@ def run_migrate(args: argparse.Namespace) -> None:
 
 def run_aws_init(args: argparse.Namespace) -> None:
     from infra.adapters.aws import clients, create
+    from infra.run.process import aws_init_env
 
     settings = Settings.from_env()
     if args.shards is not None:
         settings = settings.but(shards=args.shards)
-    aws = {"AWS_ENDPOINT_URL": args.endpoint} if args.endpoint else {}
+    aws = aws_init_env(args.endpoint)
     made = create(clients(settings, aws), settings)
     print(
         f"stream {settings.aws.stream_name} and table {settings.aws.reply_table}: "

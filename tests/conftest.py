@@ -36,6 +36,18 @@ class Clock:
         self.now += timedelta(**delta)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The run fails if it leaves a process running (tests/leftovers.py), which is stopped."""
+    from tests.leftovers import describe, left_behind, stop
+
+    yield
+    left = left_behind(tmp_path_factory.getbasetemp(), os.getpid())
+    said = "; ".join(describe(p) for p in left)
+    stop(left)
+    assert not left, "left running by the tests (now stopped): " + said
+
+
 @contextmanager
 def temporary_pgserver() -> Iterator[Any]:
     """An embedded Postgres server (the pgserver object) in a folder deleted afterwards."""

@@ -41,6 +41,9 @@ def event(scope: Scope, body: bytes) -> dict[str, Any]:
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         headers[key] = f"{headers[key]},{text}" if key in headers else text
+    # API Gateway says how the client reached it, whatever the client sent: Mangum takes the
+    # request's scheme from it (https when absent), and the Origin check compares against it.
+    headers["x-forwarded-proto"] = scope.get("scheme", "http")
     query = scope["query_string"].decode("latin-1")
     path = scope["path"]
     client = scope.get("client") or ("127.0.0.1", 0)

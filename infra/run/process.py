@@ -35,6 +35,16 @@ def stand_in_aws(env: dict[str, str] | None = None) -> dict[str, str]:
     }
 
 
+def aws_init_env(endpoint: str | None, env: dict[str, str] | None = None) -> dict[str, str]:
+    """What `numerator aws init` talks to: at an endpoint (`endpoint`, else AWS_ENDPOINT_URL:
+    moto server or LocalStack), that endpoint with a stand-in's region and credentials where
+    `env` (default: this process's) sets none, as docs/aws.md runs it; without one, AWS itself,
+    with the region and credentials boto3 finds."""
+    env = dict(os.environ) if env is None else env
+    endpoint = endpoint or env.get("AWS_ENDPOINT_URL")
+    return {"AWS_ENDPOINT_URL": endpoint, **stand_in_aws(env)} if endpoint else {}
+
+
 def runtime_python() -> Path | None:
     """The Lambda runtime's Python (3.12) on this machine: pyenv's, else one on PATH that is not
     a pyenv shim (a shim answers only for the versions pyenv has selected)."""

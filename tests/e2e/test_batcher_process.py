@@ -50,6 +50,27 @@ def test_aws_init_creates_the_stream_and_table_once(aws: tuple[Settings, Any]) -
     found.kinesis.delete_stream(StreamName=settings.aws.stream_name + "-x")
 
 
+def test_aws_init_at_an_endpoint_needs_no_region_or_credentials(
+    aws: tuple[Settings, Any], aws_endpoint: str, tmp_path: Any
+) -> None:
+    """docs/aws.md's `numerator aws init --endpoint URL` as a new user runs it: no AWS variables
+    and no ~/.aws (a stand-in takes any region and credentials)."""
+    settings, found = aws
+    stream = settings.aws.stream_name + "-bare"
+    bare = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env = {**bare, "HOME": str(tmp_path), "STREAM_NAME": stream}
+    made = subprocess.run(
+        [sys.executable, "-m", "numerator", "aws", "init", "--endpoint", aws_endpoint],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert made.returncode == 0 and "created" in made.stdout, made.stderr
+    assert found.kinesis.describe_stream_summary(StreamName=stream)["StreamDescriptionSummary"]
+    found.kinesis.delete_stream(StreamName=stream)
+
+
 def test_the_batcher_serves_health_and_releases_its_lease_on_sigterm(
     aws: tuple[Settings, Any], database_url: str
 ) -> None:

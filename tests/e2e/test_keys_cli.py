@@ -56,6 +56,7 @@ def test_the_first_key_is_made_from_this_machine_and_then_every_client_needs_one
         assert made.returncode == 0, made.stderr
         secret = next(w for w in made.stdout.split() if w.startswith("nmr_"))
         assert "shown this once" in made.stdout
+        assert f"export NUMERATOR_KEY={secret}" in made.stdout and "--key" in made.stdout
 
         started = time.monotonic()
         while numerator("counters", "list", "--url", service.url).returncode == 0:
@@ -63,6 +64,7 @@ def test_the_first_key_is_made_from_this_machine_and_then_every_client_needs_one
             time.sleep(0.2)
         denied = numerator("counters", "list", "--url", service.url)
         assert "401" in denied.stderr and secret not in denied.stderr
+        assert "NUMERATOR_KEY" in denied.stderr and "--key" in denied.stderr, denied.stderr
 
         created = numerator("counters", "create", "inv", "--url", remote, key=secret)
         assert created.returncode == 0, created.stderr

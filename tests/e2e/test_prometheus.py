@@ -9,6 +9,7 @@ expressions are otherwise unchanged (monitoring/tests/ test them at full scale w
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -21,7 +22,7 @@ import httpx
 import pytest
 
 from infra.run.server import free_port
-from tests.e2e.service import Service, data_dir
+from tests.e2e.service import Service, data_dir, postgres_of
 from tests.tools import debian_tool
 
 pytestmark = pytest.mark.slow
@@ -126,6 +127,14 @@ def wait(check: Any, within: float, what: str) -> float:
     raise AssertionError(f"{what}: not within {within} s")
 
 
+def stop_postgres(data: Path) -> None:
+    """Stop the Postgres serving `data`, if one runs (SIGINT: Postgres's fast shutdown)."""
+    postgres = postgres_of(data)
+    if postgres is not None:
+        postgres.send_signal(signal.SIGINT)
+        postgres.wait(30)
+
+
 def test_the_availability_alert_fires_on_a_postgres_outage_and_resolves_after(
     tmp_path: Path, prometheus: tuple[str, Path]
 ) -> None:
@@ -135,32 +144,38 @@ def test_the_availability_alert_fires_on_a_postgres_outage_and_resolves_after(
     binary = debian_tool("prometheus", "prometheus")
     url, folder = prometheus
     data = data_dir(tmp_path)
-    with Service("--data-dir", data, env={"REPLY_TIMEOUT_S": "2"}) as service:
-        assert httpx.post(service.url + "/counters", json={"name": "p"}, timeout=30).is_success
-        server = pgserver.get_server(Path(data) / "pgdata", cleanup_mode=None)
-        process = start(binary, url, folder, service.url.removeprefix("http://"))
-        traffic = Traffic(service.url)
-        try:
-            wait(lambda: httpx.get(url + "/-/ready", timeout=2).status_code == 200, 60, "ready")
-            time.sleep(8)  # a clean stretch in the windows
-            assert "NumeratorAvailabilityBurnFast" not in firing(url)
-            pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
-            fired = wait(
-                lambda: "NumeratorAvailabilityBurnFast" in firing(url), 60, "the page fires"
-            )
-            wait(lambda: "NumeratorPostgresUnreachable" in firing(url), 30, "the cause fires")
-            during = dict(traffic.statuses)
-            server.ensure_postgres_running()
-            resolved = wait(
-                lambda: "NumeratorAvailabilityBurnFast" not in firing(url), 90, "it resolves"
-            )
-            # the cause resolves once the pool has reconnected: it may outlast the burn by seconds
-            cause = "NumeratorPostgresUnreachable"
-            wait(lambda: cause not in firing(url), 60, "the cause resolves")
-        finally:
-            traffic.stop()
-            process.terminate()
-            process.wait(30)
+    try:
+        with Service("--data-dir", data, env={"REPLY_TIMEOUT_S": "2"}) as service:
+            assert httpx.post(service.url + "/counters", json={"name": "p"}, timeout=30).is_success
+            server = pgserver.get_server(Path(data) / "pgdata", cleanup_mode=None)
+            process = start(binary, url, folder, service.url.removeprefix("http://"))
+            traffic = Traffic(service.url)
+            try:
+                wait(lambda: httpx.get(url + "/-/ready", timeout=2).status_code == 200, 60, "ready")
+                time.sleep(8)  # a clean stretch in the windows
+                assert "NumeratorAvailabilityBurnFast" not in firing(url)
+                pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
+                fired = wait(
+                    lambda: "NumeratorAvailabilityBurnFast" in firing(url), 60, "the page fires"
+                )
+                wait(lambda: "NumeratorPostgresUnreachable" in firing(url), 30, "the cause fires")
+                during = dict(traffic.statuses)
+                server.ensure_postgres_running()
+                resolved = wait(
+                    lambda: "NumeratorAvailabilityBurnFast" not in firing(url), 90, "it resolves"
+                )
+                # the cause resolves once the pool has reconnected: it may outlast the burn by
+                # seconds
+                cause = "NumeratorPostgresUnreachable"
+                wait(lambda: cause not in firing(url), 60, "the cause resolves")
+            finally:
+                traffic.stop()
+                process.terminate()
+                process.wait(30)
+    finally:
+        # The Postgres this test started again (ensure_postgres_running) is its own: `up` stops
+        # only the one it started, and this one would outlive the run.
+        stop_postgres(Path(data))
     assert "SIGKILLed its process group" not in service.output, service.output[-3000:]
     assert during.get(200) and (during.get(503, 0) + during.get(504, 0)) > 0, during
     print(f"fired {fired:.0f} s after Postgres stopped, resolved {resolved:.0f} s after it started")

@@ -82,8 +82,16 @@ def test_cli_for_people(tmp_path: Path) -> None:
         assert "404 No such counter" in missing.stderr
         bad = numerator("counters", "create", "-x", url=url)
         assert bad.returncode != 0
+        zero = numerator("next", "inv", "--count", "0", url=url)  # the field the service named
+        assert zero.returncode == 1 and "422" in zero.stderr, zero.stderr
+        assert "count must be an integer from 1 to 1000" in zero.stderr, zero.stderr
+        named = numerator("next", "in v", url=url)
+        assert "name: 'in v' must match" in named.stderr, named.stderr
+    began = time.monotonic()
     down = numerator("counters", "list", url=url)
     assert down.returncode == 1 and "cannot reach" in down.stderr
+    assert "nothing listens there" in down.stderr and "numerator up" in down.stderr
+    assert time.monotonic() - began < 5, "a refused connection on loopback: no minute of retries"
 
 
 REQUESTS = "numerator_next_requests_total"

@@ -338,6 +338,7 @@ def test_the_lambda_edge_refuses_a_web_page_acting_for_a_loopback_caller(
     def local(**headers: str) -> dict[str, Any]:
         request = event("http-api-create.json", name)
         request["requestContext"]["http"]["sourceIp"] = "127.0.0.1"
+        request["headers"]["x-forwarded-proto"] = "http"  # as sam local start-api says it
         request["headers"].update(headers)
         return request
 
@@ -345,6 +346,8 @@ def test_the_lambda_edge_refuses_a_web_page_acting_for_a_loopback_caller(
     assert rebound["statusCode"] == 403 and "Host" in body(rebound)["detail"], rebound
     form = lam(local(host="127.0.0.1:3000", origin="http://attacker.example"))
     assert form["statusCode"] == 403 and "Origin" in body(form)["detail"], form
+    scheme = lam(local(host="127.0.0.1:3000", origin="https://127.0.0.1:3000"))
+    assert scheme["statusCode"] == 403 and "Origin" in body(scheme)["detail"], scheme
     own = lam(local(host="127.0.0.1:3000", origin="http://127.0.0.1:3000"))
     assert own["statusCode"] == 201, own
 

@@ -237,3 +237,34 @@ async def test_too_many_idempotency_keys_get_429(settings: Settings) -> None:
             assert (await flood.post(f"/counters/{name}/next")).status_code == 200  # no key
             answer = await other.post(f"/counters/{name}/next", headers={"Idempotency-Key": "k"})
             assert answer.status_code == 200  # another client has its own allowance
+
+
+async def test_after_the_first_key_a_keyless_local_client_is_told_how_to_send_one(
+    clients: Clients,
+) -> None:
+    """The first key ends keyless access from this machine too: the 401 says how the command
+    line and the Python client send a key, so that a user is not left guessing."""
+    local = clients(address=("127.0.0.1", 5000))
+    await make_key(local, "ops", "admin")
+    refused = await local.get("/counters")  # the edge that made the key knows it at once
+    detail = problem(refused, 401, "unauthorized")["detail"]
+    assert "--key" in detail and "NUMERATOR_KEY" in detail, detail
+
+
+async def test_the_page_at_the_root_is_open_static_and_loads_nothing(clients: Clients) -> None:
+    """/ is for a person with a browser, who sends no key: open like /openapi.json, before
+    and after the first key, from anywhere; static, so it tells no one anything the schema
+    does not, and its Content-Security-Policy lets it load and run nothing."""
+    local, remote = clients(address=("127.0.0.1", 5000)), clients()
+    before = await remote.get("/")
+    assert before.status_code == 200 and before.headers["content-type"].startswith("text/html")
+    await make_key(local, "ops", "admin")
+    for http in (local, remote):
+        page = await http.get("/", headers={"Origin": "http://evil.example"})
+        assert page.status_code == 200 and page.text == before.text
+        policy = page.headers["content-security-policy"]
+        assert "default-src 'none'" in policy and "frame-ancestors 'none'" in policy
+        assert page.headers["x-content-type-options"] == "nosniff"
+        assert "/counters/{name}/next" in page.text and 'href="/openapi.json"' in page.text
+    problem(await remote.post("/"), 405, "method-not-allowed")
+    problem(await local.get("/counters"), 401, "unauthorized")  # the rest still needs a key

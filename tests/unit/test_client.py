@@ -3,7 +3,9 @@ problems. (Against a live service: tests/e2e/test_client.py.)"""
 
 from __future__ import annotations
 
+import socket
 import ssl
+import time
 from typing import Any
 
 import httpx
@@ -12,6 +14,7 @@ import pytest
 from numerator import client
 from numerator.client import (
     LONGEST_WAIT_S,
+    BadURL,
     Calls,
     Client,
     Conflict,
@@ -20,6 +23,7 @@ from numerator.client import (
     Retry,
     TooMany,
     Unavailable,
+    Unreachable,
     Values,
 )
 
@@ -186,3 +190,66 @@ def test_a_tls_context_is_built_only_when_tls_may_be_spoken(
     with Client(url) as made:  # and an https URL's client verifies what it connects to
         context = made.http._transport._pool._ssl_context  # type: ignore[attr-defined]
         assert (context.verify_mode == ssl.CERT_REQUIRED) is tls
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: connecting is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        (f"http://127.0.0.1:{closed_port()}", "nothing listens there (connection refused)"),
+        (f"http://localhost:{closed_port()}", "nothing listens there (connection refused)"),
+        ("http://no-such-host.invalid:8080", "'no-such-host.invalid' does not resolve"),
+    ],
+)
+def test_when_nothing_can_answer_a_call_gives_up_within_seconds_saying_what_to_check(
+    url: str, said: str
+) -> None:
+    """The library's deadline is a minute, for a service that is slow or restarting; a refused
+    connection on this machine, or a name that does not resolve, is answered within
+    REFUSED_DEADLINE_S, naming the setting to check."""
+    began = time.monotonic()
+    with Client(url) as numerator, pytest.raises(Unreachable) as raised:
+        numerator.next("inv")
+    took = time.monotonic() - began
+    assert took < client.REFUSED_DEADLINE_S + 1.0, took
+    assert said in str(raised.value) and "NUMERATOR_URL" in str(raised.value)
+
+
+async def test_the_async_client_gives_up_as_soon() -> None:
+    from numerator.client import AsyncClient
+
+    began = time.monotonic()
+    async with AsyncClient(f"http://127.0.0.1:{closed_port()}") as numerator:
+        with pytest.raises(Unreachable, match="connection refused"):
+            await numerator.next("inv")
+    assert time.monotonic() - began < client.REFUSED_DEADLINE_S + 1.0
+
+
+def test_a_refused_connection_elsewhere_is_retried_to_the_deadline() -> None:
+    """Another machine's service may be restarting behind its balancer: worth the retries."""
+    refused = httpx.ConnectError("[Errno 111] Connection refused")
+    assert client.nothing_answers(refused, "http://numbers.example:8080") is None
+    assert client.nothing_answers(refused, "http://[::1]:8080") is not None
+    assert client.nothing_answers(httpx.ReadTimeout("slow"), "http://127.0.0.1:8080") is None
+
+
+@pytest.mark.parametrize("url", ["localhost:18080", "127.0.0.1:8080", "ftp://host", "http://"])
+def test_a_url_without_http_is_refused_at_once(url: str) -> None:
+    with pytest.raises(BadURL, match="must start with http:// or https://"):
+        Client(url)
+    assert client.checked_url("http://h:1/") == "http://h:1"
+
+
+def test_a_problem_names_the_field_it_is_about() -> None:
+    body = {"title": "The request is malformed", "field": "count", "detail": "must be 1 to 1000"}
+    assert str(Problem(422, body)) == "422 The request is malformed: count must be 1 to 1000"
+    other = {**body, "field": "body", "detail": "not valid JSON"}
+    assert str(Problem(422, other)) == "422 The request is malformed: body: not valid JSON"
+    assert Problem(422, body).field == "count" and Problem(404, {"title": "t"}).field is None

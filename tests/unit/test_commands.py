@@ -4,8 +4,11 @@ it is in --help, and building it loads none of the commands' own code."""
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from numerator.commands import build_parser
 
@@ -36,3 +39,37 @@ def test_the_parser_loads_no_postgres_boto3_or_http_client() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_a_url_without_a_scheme_fails_at_once_saying_so() -> None:
+    """`--url localhost:18080` was retried for seconds before httpx's `unsupported protocol`."""
+    began = time.monotonic()
+    for command in (["counters", "list"], ["bench"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "numerator", *command, "--url", "localhost:18080"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode in (1, 2), done.stderr
+        assert "must start with http:// or https://" in done.stderr, done.stderr
+        assert "did you mean http://localhost:18080?" in done.stderr
+    assert time.monotonic() - began < 10, "no retries: two process starts"
+
+
+def test_monitoring_writes_the_rules_the_dashboard_and_their_runbook(tmp_path: Path) -> None:
+    from numerator.cli import main
+
+    main(["monitoring", str(tmp_path / "ops")])
+    root = Path(__file__).parents[2]
+    for shipped, written in (
+        ("monitoring/rules.yml", "rules.yml"),
+        ("monitoring/dashboard.json", "dashboard.json"),
+        ("docs/operations.md", "docs/operations.md"),
+        ("docs/runbook.md", "docs/runbook.md"),
+    ):
+        assert (tmp_path / "ops" / written).read_bytes() == (root / shipped).read_bytes()
+    rules = (tmp_path / "ops" / "rules.yml").read_text()
+    anchors = set(re.findall(r"runbook_url: docs/runbook.md#(\S+)", rules))
+    runbook = (tmp_path / "ops" / "docs" / "runbook.md").read_text().lower()
+    assert anchors and all(f"## {a}" in runbook.replace("`", "") for a in anchors), anchors

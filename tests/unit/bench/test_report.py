@@ -1,0 +1,51 @@
+"""The bench's HTML report as a reader sees it: quantities of other units on axes of their own,
+x axes that end with the run, statuses written for people, the p99s told apart."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from bench import report
+from bench.charts import line_chart
+
+RUNS = Path(__file__).parent / "runs"
+
+
+def svg_of(html: str, title: str) -> str:
+    start = html.index(f'aria-label="{title}"')
+    return html[start : html.index("</svg>", start)]
+
+
+def tick_labels(svg: str, anchor: str) -> list[str]:
+    return re.findall(rf'font-size="11" text-anchor="{anchor}">([^<]+)</text>', svg)
+
+
+def test_a_second_quantity_gets_an_axis_of_its_own_and_the_x_axis_ends_with_the_run() -> None:
+    percent = [("cpu %", [(0.5, 30.0), (1.5, 40.0)])]
+    megabytes = [("rss MB", [(0.5, 900.0), (1.5, 910.0), (12.4, 920.0)])]
+    svg = line_chart(
+        "c", percent, "second", "%", right=megabytes, right_label="MB", x_range=(0.0, 10.0)
+    )
+    left = [float(t) for t in tick_labels(svg, "end")]
+    assert max(left) == 40, "the % axis is scaled to the % series, not to the MB"
+    assert "1k" in svg and "MB (dashed)" in svg and 'stroke-dasharray="5 2"' in svg
+    assert tick_labels(svg, "middle")[-1] == "10", "the x axis ends at the run's end"
+    assert "12.4" not in svg and svg.count("<polyline") == 2
+    one = line_chart("c", percent, "second", "%")
+    assert "dashed" not in one, "a single axis when there is one quantity"
+
+
+def test_the_report_of_a_run_reads_as_a_person_would_want() -> None:
+    run = json.loads((RUNS / "over.json").read_text())
+    html = report.build([run], [])
+    assert "{'200'" not in html and "statuses 200: 120,000 ·" in html
+    frames = svg_of(html, "Frames: size and transactions")
+    assert "transactions / s (dashed)" in frames and "records per frame" in frames
+    resources = svg_of(html, "Service CPU and memory")
+    assert "RSS MB (dashed)" in resources
+    for title in ("Frames: size and transactions", "Offered vs achieved rate, records in vs out"):
+        ends = tick_labels(svg_of(html, title), "middle")
+        assert float(ends[-1]) == 15, (title, ends)  # a 15 s run (14.98 s measured)
+    assert "worst second's of the last 5 s" in html

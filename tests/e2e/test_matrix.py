@@ -1,0 +1,331 @@
+"""The fault matrix (DESIGN.md, "How the guarantees are proven"): {embedded, AWS server edge, AWS
+Lambda edge} x {1, 2 workers} x {one worker SIGKILLed; clients cutting at random 0-300 ms and
+retrying keyed requests; a batcher SIGSTOPped past its lease (AWS); Postgres stopped 8 s;
+DynamoDB refusing 8 s (AWS)}. Each cell is a bounded run of recorded clients on two fresh
+counters of one stack (`numerator up` started once per path and worker count, its faults in
+turn, the worker's death last), held by the history checker (tests/history.py) against the
+completeness report, the audit export and `audit verify`. Each cell prints its counts."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import os
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from infra.observe.health import EDGE_DEAD_S
+from numerator import local
+from tests.awsfaults import AwsFaults
+from tests.conftest import temporary_pgserver
+from tests.e2e.service import Service
+from tests.e2e.test_postgres_restart import start as start_postgres
+from tests.e2e.test_postgres_restart import stop as stop_postgres
+from tests.history import Client, dump, settle
+
+pytestmark = pytest.mark.slow
+
+LEASE_TTL_S = 3.0
+CLIENTS = 12
+LOAD_S = 6.0  # seconds of load in a cell without an outage
+OUTAGE_S = 8.0  # Postgres stopped, DynamoDB refusing
+FROZEN_S = LEASE_TTL_S + 3  # a batcher SIGSTOPped past its lease
+UNSURE_WINDOW_S = 0.3  # values listed unsure: those in flight and this much of traffic
+
+
+@dataclass(frozen=True)
+class Shape:
+    path: str  # embedded, server (AWS server edge) or lambda (AWS Lambda edge)
+    workers: int
+
+    @property
+    def aws(self) -> bool:
+        return self.path != "embedded"
+
+    def __str__(self) -> str:
+        return f"{self.path}-{self.workers}w"
+
+
+FAULTS = ("cuts", "postgres", "dynamodb", "frozen", "kill")  # in this order on one stack
+AWS_ONLY = {"dynamodb", "frozen"}
+SHAPES = [Shape(p, w) for p in ("embedded", "server", "lambda") for w in (1, 2)]
+CELLS = [
+    pytest.param(shape, fault, id=f"{shape}-{fault}")
+    for shape in SHAPES
+    for fault in FAULTS
+    if shape.aws or fault not in AWS_ONLY
+]
+
+
+class Stack:
+    """`numerator up` on a Postgres of its own (to stop it), with --aws on a moto server of its
+    own behind the fault proxy (to refuse DynamoDB's calls)."""
+
+    def __init__(self, shape: Shape, running: contextlib.ExitStack) -> None:
+        self.shape = shape
+        self.postgres = running.enter_context(temporary_pgserver())
+        args = ["--database-url", self.postgres.get_uri(), "--workers", str(shape.workers)]
+        self.faults: AwsFaults | None = None
+        if shape.aws:
+            moto = running.enter_context(local.moto_server())
+            self.faults = AwsFaults(moto.url)
+            running.callback(self.faults.stop)
+            args += ["--aws", self.faults.url, "--batchers", "2", "--edge", shape.path]
+        self.service = Service(*args, env={"LEASE_TTL_S": str(LEASE_TTL_S)})
+        running.callback(self.service.stop)
+        # What `up` prints is read all along: a full pipe would stop its workers mid-log.
+        self.reading = True
+        drain = threading.Thread(target=self._drain, daemon=True)
+        drain.start()
+        running.callback(drain.join)
+        running.callback(setattr, self, "reading", False)
+
+    def _drain(self) -> None:
+        while self.reading and self.service.process.poll() is None:
+            self.service.said()
+            time.sleep(0.1)
+
+    def children(self, marker: str | None) -> list[psutil.Process]:
+        """`up`'s own processes: batchers (`marker` "numerator batcher"), or its HTTP workers
+        (None: every child that is no batcher)."""
+        found = []
+        for child in psutil.Process(self.service.process.pid).children():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                line = " ".join(child.cmdline())
+                if (marker in line) if marker else ("numerator batcher" not in line):
+                    found.append(child)
+        return found
+
+    def lease_holder(self) -> psutil.Process:
+        """A batcher that holds a shard's lease."""
+        for batcher in self.children("numerator batcher"):
+            line = batcher.cmdline()
+            port = line[line.index("--port") + 1]
+            metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            held = sum(
+                float(row.split()[-1])
+                for row in metrics.splitlines()
+                if row.startswith("numerator_leases_held")
+            )
+            if held > 0:
+                return batcher
+        raise AssertionError("no batcher holds a lease")
+
+
+class Stacks:
+    """One stack at a time: the cells run in the order CELLS lists them, a shape's in a row."""
+
+    def __init__(self) -> None:
+        self.running = contextlib.ExitStack()
+        self.current: Stack | None = None
+
+    def of(self, shape: Shape) -> Stack:
+        if self.current is None or self.current.shape != shape:
+            began = time.monotonic()
+            self.running.close()
+            stopped = time.monotonic()
+            self.current = None
+            self.current = Stack(shape, self.running)
+            print(
+                f"\nSTACK {shape}: the last stopped in {stopped - began:.1f} s, this one started "
+                f"in {time.monotonic() - stopped:.1f} s"
+            )
+        return self.current
+
+
+@pytest.fixture(scope="module")
+def stacks() -> Iterator[Stacks]:
+    made = Stacks()
+    with made.running:
+        yield made
+    made.running.close()
+
+
+@pytest.fixture(scope="module")
+def kept() -> Path:
+    """Where a failed cell's history and records are written (outside pytest's rotating
+    temporary folders, so that they outlive other runs)."""
+    folder = Path(tempfile.gettempdir()) / f"numerator-matrix-{os.getpid()}"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@dataclass
+class Timeline:
+    """What a cell's fault did and when (monotonic), and /healthz during an outage."""
+
+    began: float
+    said: list[str]
+    killed: float | None = None
+    health: list[tuple[float, int]] | None = None
+
+    def note(self, what: str) -> None:
+        self.said.append(f"{time.monotonic() - self.began:5.1f}s {what}")
+
+    async def sample(self, url: str, stop: asyncio.Event) -> None:
+        """/healthz every 0.25 s until `stop` (guarantee 9: red within seconds; printed)."""
+        self.health = []
+        began = time.monotonic()
+        async with httpx.AsyncClient(timeout=2) as client:
+            while not stop.is_set():
+                try:
+                    status = (await client.get(url + "/healthz")).status_code
+                except httpx.HTTPError:
+                    status = 0
+                self.health.append((time.monotonic() - began, status))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.25)
+
+    def healthline(self) -> str:
+        if not self.health:
+            return ""
+        red = [at for at, status in self.health if status != 200]
+        first = f", the first {red[0]:.1f} s into the outage" if red else ""
+        return f"/healthz during the outage: {len(red)} of {len(self.health)} not 200{first}"
+
+
+async def outage(stack: Stack, line: Timeline, start: Any, end: Any, what: str) -> float:
+    await asyncio.sleep(1.0)
+    stop = asyncio.Event()
+    await asyncio.to_thread(start)
+    line.note(f"{what}: begins")
+    sampling = asyncio.create_task(line.sample(stack.service.url, stop))
+    await asyncio.sleep(OUTAGE_S)
+    stop.set()
+    await sampling
+    await asyncio.to_thread(end)
+    line.note(f"{what}: ends")
+    return OUTAGE_S + 4
+
+
+async def fault(stack: Stack, kind: str, line: Timeline) -> float:
+    """Inject `kind` while the clients run; how long the clients run in all."""
+    note = line.note
+    if kind == "postgres":
+        return await outage(
+            stack,
+            line,
+            lambda: stop_postgres(stack.postgres),
+            lambda: start_postgres(stack.postgres),
+            "Postgres stopped",
+        )
+    if kind == "dynamodb":
+        faults = stack.faults
+        assert faults is not None
+        return await outage(
+            stack,
+            line,
+            lambda: faults.refuse(True),
+            lambda: faults.refuse(False),
+            "DynamoDB refusing",
+        )
+    if kind == "frozen":
+        await asyncio.sleep(1.0)
+        batcher = stack.lease_holder()
+        batcher.send_signal(signal.SIGSTOP)
+        note(f"batcher {batcher.pid} SIGSTOPped")
+        await asyncio.sleep(FROZEN_S)
+        batcher.send_signal(signal.SIGCONT)
+        note(f"batcher {batcher.pid} SIGCONTed")
+        return FROZEN_S + 4
+    if kind == "kill":
+        await asyncio.sleep(2.0)
+        workers = stack.children(None)
+        assert workers, "no HTTP worker found"
+        workers[0].send_signal(signal.SIGKILL)
+        line.killed = time.monotonic()
+        note(f"worker {workers[0].pid} SIGKILLed (of {[w.pid for w in workers]})")
+        return LOAD_S
+    return LOAD_S
+
+
+@pytest.mark.parametrize(("shape", "kind"), CELLS)
+def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
+    stack = stacks.of(shape)
+    counters = [f"{kind}-a", f"{kind}-b"]
+    assert stack.service.process.poll() is None, f"`up` is gone:\n{stack.service.said()[-3000:]}"
+    for name in counters:
+        made = httpx.post(stack.service.url + "/counters", json={"name": name}, timeout=30)
+        assert made.status_code == 201, made.text
+    client = Client(
+        stack.service.port, counters, cut_ms=(0, 300) if kind == "cuts" else None, seed=28
+    )
+    began = time.monotonic()
+    line = Timeline(began, [])
+
+    async def run() -> None:
+        seconds = LOAD_S + 20  # bounded; the fault says how long in fact
+        load = asyncio.create_task(client.run(CLIENTS, seconds))
+        length = await fault(stack, kind, line)
+        await asyncio.sleep(max(0.0, length - (time.monotonic() - began)))
+        client.stop()
+        await load
+
+    asyncio.run(run())
+    took = time.monotonic() - began
+    # What a moment of traffic carries: the values a counter got a second, over the second
+    # before the worker's death (when it died), else over the run.
+    since, until = (line.killed - 1.0, line.killed) if line.killed else (began, began + took)
+    rate = max(
+        sum(len(a.values) for a in client.history if a.delivered and a.counter == c)
+        if not line.killed
+        else sum(
+            len(a.values)
+            for a in client.history
+            if a.delivered and a.counter == c and since <= a.ended < until
+        )
+        for c in counters
+    ) / (until - since)
+    flying = {  # the values of the requests under way when the worker died
+        c: sum(
+            a.count
+            for a in client.history
+            if a.counter == c and line.killed and a.sent <= line.killed < a.ended
+        )
+        for c in counters
+    }
+    if line.killed:  # the dead worker's values are listed unsure once it has been silent so long
+        time.sleep(max(0.0, line.killed + EDGE_DEAD_S + 2.0 - time.monotonic()))
+    try:
+        broken, tally, records = settle(
+            stack.service.url,
+            client.history,
+            counters,
+            cuts_cancel=shape.path != "lambda",
+            unsure_slack={c: math.ceil(rate * UNSURE_WINDOW_S) + flying[c] for c in counters},
+            within=EDGE_DEAD_S + 10 if kind == "kill" else 3.0,
+        )
+    except httpx.HTTPError as exc:
+        pytest.fail(f"the records could not be read ({exc!r}):\n{stack.service.said()[-3000:]}")
+    print(f"\nCELL {shape}-{kind} ({took:.0f} s): {tally.line()}")
+    for said in [*line.said, line.healthline()]:
+        if said:
+            print(f"  {said}")
+    for one in broken[:40]:
+        print(f"  BROKEN {one}")
+    if broken:
+        dump(kept / f"{shape}-{kind}.json", client.history, records)
+        print(f"  the history and the records: {kept / f'{shape}-{kind}.json'}")
+    alive = stack.service.process.poll() is None
+    assert not broken and alive, "\n".join(
+        broken[:40] + ([] if alive else [f"`up` exited:\n{stack.service.said()[-3000:]}"])
+    )
+
+
+def test_cells_cover_the_matrix() -> None:
+    """Every cell DESIGN.md names: 3 paths x 2 worker counts x 5 faults, less the AWS-only
+    faults on the embedded path."""
+    assert len(CELLS) == 3 * 2 * 5 - 2 * 2
+    shapes = {str(c.values[0]) for c in CELLS}
+    assert shapes == {f"{p}-{w}w" for p in ("embedded", "server", "lambda") for w in (1, 2)}

@@ -113,14 +113,21 @@ def heads(rows: Iterable[Row]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def voids(rows: Sequence[Row], table: Sequence[tuple[Any, ...]], now: datetime) -> list[Breach]:
+def voids(
+    rows: Sequence[Row],
+    table: Sequence[tuple[Any, ...]],
+    now: datetime,
+    only: str | None = None,
+) -> list[Breach]:
     """The `voids` table against the voids the chains hold: `table` as (counter, period, first,
-    last, reason, who, keep_until). What retention is about to prune is left out."""
+    last, reason, who, keep_until); of counter `only`, when given (the table was read for it,
+    while its chains' rows hold other counters' too). What retention is about to prune is left
+    out."""
     chained = {
         (v[0], v[1], v[2]): (v[3], v[4], v[5], row)
         for row in rows
         for v in row.voids
-        if row.keep_until >= now
+        if row.keep_until >= now and only in (None, v[0])
     }
     out: list[Breach] = []
     for counter, period, first, last, reason, who, keep in table:
@@ -146,15 +153,18 @@ def voids(rows: Sequence[Row], table: Sequence[tuple[Any, ...]], now: datetime) 
 
 
 def confirmations(
-    rows: Sequence[Row], table: Sequence[tuple[Any, ...]], now: datetime
+    rows: Sequence[Row],
+    table: Sequence[tuple[Any, ...]],
+    now: datetime,
+    only: str | None = None,
 ) -> list[Breach]:
     """The `confirmations` table against the chains: `table` as (counter, period, first, last,
-    who, keep_until)."""
+    who, keep_until); of counter `only`, when given."""
     chained = {
         (c[0], c[1], c[2], c[3]): (c[4], row)
         for row in rows
         for c in row.confirms
-        if row.keep_until >= now
+        if row.keep_until >= now and only in (None, c[0])
     }
     out: list[Breach] = []
     for counter, period, first, last, who, keep in table:
@@ -187,15 +197,17 @@ def counter_values(
     rows: Sequence[Row],
     table: Sequence[tuple[str, str, int, int]],
     pruned: Mapping[tuple[str, str], int],
+    only: str | None = None,
 ) -> list[Breach]:
     """Each counter's last value (`counter_values`, as (counter, period, allocated, start))
-    against the highest value its chains hold (or retention pruned)."""
-    top = highest(rows)
+    against the highest value its chains hold (or retention pruned); of counter `only`, when
+    given."""
+    top = {k: v for k, v in highest(rows).items() if only in (None, k[0])}
     out: list[Breach] = []
-    for counter, period, allocated, start in table:
+    for name, period, allocated, start in table:
         last = start - 1 + allocated
-        named = f"{counter}/{period}"
-        found = top.pop((counter, period), None)
+        named = f"{name}/{period}"
+        found = top.pop((name, period), None)
         if found is not None and last < found[0]:
             why = (
                 f"says the last value handed out is {last}, but audit row {found[1]} holds "
@@ -203,16 +215,16 @@ def counter_values(
             )
             out.append(Breach("counter_values", named, why))
             continue
-        held = max(found[0] if found else start - 1, pruned.get((counter, period), start - 1))
+        held = max(found[0] if found else start - 1, pruned.get((name, period), start - 1))
         if last > held:
             why = (
                 f"says the last value handed out is {last}, but the trail holds values only "
                 f"up to {held}"
             )
             out.append(Breach("counter_values", named, why))
-    for (counter, period), (value, row) in top.items():
+    for (name, period), (value, row) in top.items():
         why = f"is missing; audit row {row} holds values up to {value}"
-        out.append(Breach("counter_values", f"{counter}/{period}", why))
+        out.append(Breach("counter_values", f"{name}/{period}", why))
     return out
 
 

@@ -100,9 +100,9 @@ async def verify(
         )
     breaches = [
         *trail.chains(rows, starts),
-        *trail.voids(rows, void_rows, now),
-        *trail.confirmations(rows, confirm_rows, now),
-        *trail.counter_values(rows, values, {(c, p): int(u) for c, p, u in pruned}),
+        *trail.voids(rows, void_rows, now, name),
+        *trail.confirmations(rows, confirm_rows, now, name),
+        *trail.counter_values(rows, values, {(c, p): int(u) for c, p, u in pruned}, name),
         *trail.edges(rows, edge_rows),
     ]
     out: dict[str, Any] = {}

@@ -101,3 +101,22 @@ def test_a_heads_file_gives_each_chains_newest_head() -> None:
     assert anchors(json.dumps(older)) == {k: v for k, v in older["heads"].items()}
     with pytest.raises(SystemExit):
         anchors("{}")
+
+
+def test_one_counters_check_leaves_the_other_counters_of_its_rows_alone() -> None:
+    """`audit verify inv` reads the tables for `inv` only, while its chains' rows hold other
+    counters' voids, confirmations and ranges too: those are not 'missing' (the matrix's
+    two-counter runs were all called unsound)."""
+    both = [
+        row(
+            1,
+            b"",
+            ranges=[["inv", "", 1, 3], ["rcpt", "", 1, 5]],
+            voids=[["rcpt", "", 2, 2, "spoiled", "me"]],
+            confirms=[["rcpt", "", 1, 1, "me"]],
+        )
+    ]
+    assert trail.voids(both, [], NOW, "inv") == []
+    assert trail.confirmations(both, [], NOW, "inv") == []
+    assert trail.counter_values(both, [("inv", "", 3, 1)], {}, "inv") == []
+    assert trail.voids(both, [], NOW) != [], "all counters: rcpt's void is missing"

@@ -39,12 +39,12 @@ from infra.errors import (
     StoreError,
     Unavailable,
 )
-from infra.ledger import NOT_CONFIRMED
+from infra.ledger import ABANDONED, NOT_CONFIRMED
 from infra.observe.health import ALIVE_EVERY_S
 from infra.observe.metrics import Metrics
 from infra.ports import Anchors, Entry, Lease, Replies, Store, Stream
 from infra.settings import Settings
-from infra.wire import MAX_VOID, Cancel, Reply, ReplyError, Void, reply_key
+from infra.wire import MAX_VOID, Cancel, Demand, Record, Reply, ReplyError, Void, reply_key
 
 log = logging.getLogger("numerator.batcher")
 
@@ -452,6 +452,8 @@ class Batcher:
         while True:
             began = time.monotonic()
             try:
+                if backoff is not None and await self._lost(frame, lease):
+                    return self._past(frame, lease)
                 outcome = await self._commit(frame, lease)
                 break
             except LeaseLost as exc:
@@ -500,6 +502,46 @@ class Batcher:
         if await self._publish(frame) and outcome.held is not None:
             self._published.setdefault(lease.shard, []).append(outcome.held)
         return lease
+
+    async def _lost(self, frame: Frame, lease: Lease) -> bool:
+        """Whether a try of `frame` that failed had in fact committed (Postgres went away as it
+        committed, and its answer with it); if so, make it whole. On a durable stream its
+        replies were held in its transaction: published now. Else no one has its values: they
+        become void, abandoned (on this shard's own stream), and its records are answered
+        'unavailable', for their clients to ask again — a second try would allocate again and
+        leave the first values issued to no one."""
+        ranges = await self.store.committed(lease, frame.last_sequence)
+        if ranges is None:
+            return False
+        log.warning(
+            "the frame up to %s committed as Postgres went away; %s",
+            frame.last_sequence,
+            "publishing its held replies" if self.stream.durable else "voiding its values",
+        )
+        if self.stream.durable:
+            await self._republish(lease)
+            return True
+        voids: list[Demand] = [
+            Void(reply_key(), name, first, last, ABANDONED, period, "")
+            for name, period, first, last in ranges
+        ]
+        # A keyed record's claim holds its values for retries: its cancel frees it.
+        frees = [
+            Cancel(e.record.key, e.record.counter, e.record.idempotency_key, "")
+            for e in frame.entries
+            if isinstance(e.record, Record) and e.record.idempotency_key is not None
+        ]
+        await self.stream.put([*voids, *frees])
+        problem = "the frame's commit was cut off by a Postgres outage; ask again"
+        await self._give_up_on(frame, math.inf, problem)
+        return True
+
+    def _past(self, frame: Frame, lease: Lease) -> Lease:
+        """The lease once `frame`, committed by a try whose answer was lost, is behind it."""
+        applied = max(lease.applied or 0, int(frame.last_sequence)) if self.stream.durable else None
+        return Lease(
+            lease.stream, lease.shard, lease.owner, lease.epoch, frame.last_sequence, applied
+        )
 
     async def _give_up_on(self, frame: Frame, cutoff: float, problem: str) -> None:
         """Answer 'unavailable' now to the records whose clients will have stopped waiting before

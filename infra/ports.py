@@ -279,6 +279,13 @@ class Frames(Protocol):
         """The highest value the audit trail holds for each (counter, period), among the
         counter's newest rows: the floor below which a batcher refuses to allocate."""
 
+    async def committed(
+        self, lease: Lease, sequence: str
+    ) -> list[tuple[str, str, int, int]] | None:
+        """The (counter, period, first, last) ranges of the frame the shard committed up to
+        `sequence`, or None if none did: whether a commit whose answer was lost (Postgres went
+        away as it committed) took effect."""
+
     async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
         """Held replies of the shard's committed frames not known to be published, oldest first."""
 

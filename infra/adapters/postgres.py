@@ -655,6 +655,18 @@ class PostgresStore:
             raise lost(lease)
         return {(row[0], row[1]): row[2] for row in found if row[0] is not None}
 
+    async def committed(
+        self, lease: Lease, sequence: str
+    ) -> list[tuple[str, str, int, int]] | None:
+        rows = await self._fetch(
+            "SELECT ranges FROM allocation_frames"
+            " WHERE stream = %s AND shard = %s AND sequence = %s",
+            (lease.stream, lease.shard, sequence),
+        )
+        if not rows:
+            return None
+        return [(c, p, int(f), int(t)) for found in rows for c, p, f, t in found[0]]
+
     async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
         rows = await self._fetch(
             "SELECT id, replies FROM frame_replies"

@@ -285,3 +285,41 @@ async def test_a_try_applied_after_its_own_retry_does_not_take_its_values_back(
             await asyncio.sleep(0.2)
             found = await report(client, name)
     assert found["voided"] == {} and found["delivered"] == 2, found
+
+
+async def test_a_frame_that_committed_as_postgres_went_away_is_not_allocated_again(
+    settings: Settings, name: str, monkeypatch: Any
+) -> None:
+    """Postgres goes away as a frame commits: the commit took effect, its answer was lost. A
+    second try allocated the record again and the first values were issued to no one (the
+    matrix's embedded Postgres cell). Now the batcher finds the frame committed, voids its
+    values, abandoned, and answers its record 503, for its client to ask again."""
+    from infra.adapters.postgres import PostgresStore
+    from infra.errors import StoreUnavailable
+
+    real = PostgresStore.allocate_plain
+    lost: list[bool] = []
+
+    async def committed_then_lost(self: PostgresStore, *args: Any) -> Any:
+        totals = await real(self, *args)
+        if not lost:
+            lost.append(True)
+            raise StoreUnavailable("Postgres is unavailable: the connection was closed")
+        return totals
+
+    monkeypatch.setattr(PostgresStore, "allocate_plain", committed_then_lost)
+    async with EmbeddedStack(settings) as stack:
+        transport = httpx.ASGITransport(app=stack.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name})
+            first = await client.post(f"/counters/{name}/next")
+            second = await client.post(f"/counters/{name}/next")
+
+            async def voided() -> bool:
+                return (await report(client, name))["voided"] == {"abandoned": 1}
+
+            await until(voided, within=5)
+            found = await report(client, name)
+    assert lost and first.status_code == 503, first.text
+    assert second.json()["value"] == 2
+    assert found["issued"] == 2 and found["delivered"] == 1 and found["unexplained_gaps"] == 0

@@ -101,9 +101,18 @@ class Edge:
         who = record.who if isinstance(record.who, str) else ""
         await self._tell(Cancel(record.key, record.counter, record.idempotency_key, who))
 
-    def give_up_later(self, record: Record) -> None:
-        """give_up from a task of its own: for a request whose own task is being cancelled."""
-        task = asyncio.get_running_loop().create_task(self.give_up(record))
+    def give_up_later(self, record: Record, after: asyncio.Future[None] | None = None) -> None:
+        """give_up from a task of its own: for a request whose own task is being cancelled;
+        once `after` (the record's put) is done, if given."""
+
+        async def then() -> None:
+            if after is not None:
+                await asyncio.wait([after])
+                if not after.cancelled() and after.exception() is not None:
+                    return  # it was not put: there is nothing to cancel
+            await self.give_up(record)
+
+        task = asyncio.get_running_loop().create_task(then())
         self.pending.add(task)
         task.add_done_callback(self.pending.discard)
 

@@ -107,14 +107,18 @@ async def replied(work: Awaitable[Reply], retry_after: int) -> Reply:
 async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Reply:
     """Put a record for one request and await its reply."""
     edge.replies.expect(record.key)
+    # A put to a durable stream runs to its end in a thread, even when its request is cancelled
+    # meanwhile (its client gone): the cancel is put only after it, or it could overtake the
+    # record on the stream and find nothing to cancel. A memory stream's put never waits.
+    putting = asyncio.ensure_future(edge.stream.put((record,))) if edge.stream.durable else None
     try:
-        await edge.stream.put((record,))
+        await (edge.stream.put((record,)) if putting is None else asyncio.shield(putting))
     except (Unavailable, AwsRefused):
         edge.replies.forget(record.key)
         raise
     except asyncio.CancelledError:  # the client went away while the record was being put
         if isinstance(record, Record):
-            edge.give_up_later(record)  # it may be on the stream: a put runs to its end
+            edge.give_up_later(record, putting)
         raise
     edge.metrics.records_put.inc()
     try:

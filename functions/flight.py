@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-MARGIN_S = 0.1
+MARGIN_S = 0.05
 """A request ended (its answer handed to the HTTP server) this little before a mark may still be
 on its way to its client: the server writes it to the socket within milliseconds."""
 

@@ -58,7 +58,7 @@ class Link:
     prev: str
 
 
-SKEW_S = 0.1
+SKEW_S = 0.05
 """How late an edge's settled moment may be written, for `EdgeEnd.holds`: the edge gives it as
 an age, which Postgres turns into its own time when the statement runs (infra/adapters/postgres:
 edge_seen), later than the edge measured it by the statement's trip."""

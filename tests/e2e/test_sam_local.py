@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import subprocess
 import sys
 import time
@@ -111,31 +112,56 @@ def test_sam_local_invoke_answers_every_event_file(
         def run(file: str, counter: str = name) -> dict[str, Any]:
             path = tmp_path / file
             path.write_text(json.dumps(event(file, counter)))
+            began = time.monotonic()
             answer, log = invoke(built, stack, path)
-            assert "REPORT RequestId" in log, log[-2000:]
+            report = re.search(r"REPORT RequestId.*", log)
+            assert report, log[-2000:]
+            # each `sam local invoke` is a cold container: docs/performance.md
+            print(f"{file}: sam local invoke {time.monotonic() - began:.1f} s; {report.group(0)}")
             assert "statusCode" in answer, (file, answer, log[-3000:])
             return answer
 
         files = {p.name for p in EVENTS.glob("*.json")}
         created = run("http-api-create.json")
         assert created["statusCode"] == 201, body(created)
-        one = run("http-api-next.json")
-        assert one["statusCode"] == 200, one
+
+        def replayed() -> tuple[dict[str, Any], dict[str, Any]]:
+            first = run("http-api-next-count.json")
+            return first, run("http-api-next-count.json")  # the same Idempotency-Key
+
+        # Each invoke is a container of its own and most of its time is SAM's and Docker's, so
+        # three at a time; the values are checked whatever order the batcher took them in.
+        with ThreadPoolExecutor(3) as pool:
+            three = pool.submit(replayed)
+            later = {
+                file: pool.submit(run, file)
+                for file in (
+                    "http-api-next.json",
+                    "rest-api-next.json",
+                    "rest-api-next-count.json",
+                    "http-api-next-bad-count.json",
+                    "http-api-create-base64.json",
+                    "http-api-get.json",
+                )
+            }
+            answers = {file: future.result() for file, future in later.items()}
+            first, again = three.result()
+        assert body(again) == body(first)
         year = time.gmtime().tm_year
-        assert body(one) == {"counter": name, "value": 1, "formatted": f"INV-{year}-000001"}
-        three = run("http-api-next-count.json")
-        assert [v["value"] for v in body(three)["values"]] == [2, 3, 4]
-        assert body(run("http-api-next-count.json")) == body(three)  # its Idempotency-Key
-        bad = run("http-api-next-bad-count.json")
+        one = body(answers["http-api-next.json"])
+        assert one["formatted"] == f"INV-{year}-{one['value']:06d}" and one["counter"] == name
+        taken = [[one["value"]], [body(answers["rest-api-next.json"])["value"]]]
+        for many in (body(first), body(answers["rest-api-next-count.json"])):
+            taken.append([v["value"] for v in many["values"]])
+        assert [len(values) for values in taken] == [1, 1, 3, 2]
+        assert all(vs == list(range(vs[0], vs[0] + len(vs))) for vs in taken), taken
+        assert sorted(v for values in taken for v in values) == list(range(1, 8)), taken
+        bad = answers["http-api-next-bad-count.json"]
         assert bad["statusCode"] == 422 and body(bad)["field"] == "count"
         assert bad["headers"]["content-type"] == "application/problem+json"
-        got = run("http-api-get.json")
-        assert got["statusCode"] == 200 and body(got)["value"] == 4
-        rest = run("rest-api-next.json")
-        assert rest["statusCode"] == 200 and body(rest)["value"] == 5
-        rest_count = run("rest-api-next-count.json")
-        assert [v["value"] for v in body(rest_count)["values"]] == [6, 7]
-        encoded = run("http-api-create-base64.json")
+        got = answers["http-api-get.json"]
+        assert got["statusCode"] == 200 and 0 <= body(got)["value"] <= 7
+        encoded = answers["http-api-create-base64.json"]
         assert encoded["statusCode"] == 201 and body(encoded)["name"] == f"{name}-b64"
         assert files == {
             "http-api-create.json",
@@ -179,7 +205,13 @@ def test_sam_local_start_api_serves_the_edge_in_its_container(
     auth = {"Authorization": f"Bearer {json.loads(made)['secret']}"}
     # SAM's gateway sends sourceIp 127.0.0.1, a loopback client, which numerator serves without
     # a key only while no key exists (guarantee 8): with one, a call without it is refused.
-    refused = httpx.post(url + "/counters", json={"name": name}, timeout=60)
+    for _ in range(3):  # a 503 says when to come again (Retry-After), as a client would
+        refused = httpx.post(url + "/counters", json={"name": name}, timeout=60)
+        if refused.status_code != 503:
+            break
+        health = httpx.get(url + "/healthz", timeout=60)
+        print(f"first call after the key: 503 {refused.text}; /healthz {health.text}")
+        time.sleep(float(refused.headers.get("retry-after", "1")))
     assert refused.status_code == 401, refused.text
     with httpx.Client(base_url=url, headers=auth, timeout=60) as client:
         created = client.post("/counters", json={"name": name})

@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_migrate(commands)
     add_aws(commands)
     add_invoke(commands)
+    add_lambda_image(commands)
     counters = add_counters(commands)
     add_next(commands)
     add_keys(commands)
@@ -190,6 +191,21 @@ def add_invoke(commands: Any) -> None:
         help="seconds each invocation may take, as the function's Timeout (default 30)",
     )
     invoke.set_defaults(run=later("numerator.invoke:run_invoke"))
+
+
+def add_lambda_image(commands: Any) -> None:
+    image = commands.add_parser(
+        "lambda-image",
+        help="build a stand-in for AWS's Lambda Python image, for sam local without a registry",
+        description="Build public.ecr.aws/lambda/python:3.12-<this CPU> from Debian's packages "
+        "(debootstrap) and PyPI (awslambdaric) with this machine's Python 3.12, for `sam local "
+        "invoke` and `sam local start-api --skip-pull-image`; an image of that tag built from "
+        "the same inputs is reused. Needs root, debootstrap and a Docker daemon. Where AWS's "
+        "images can be pulled, none of this is needed.",
+    )
+    image.add_argument("--python", metavar="PATH", help="the Python 3.12 to place at /var/lang")
+    image.add_argument("--force", action="store_true", help="build even if the image is current")
+    image.set_defaults(run=later("numerator.lambdaimage:run_lambda_image"))
 
 
 def add_counters(commands: Any) -> Any:

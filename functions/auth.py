@@ -117,11 +117,12 @@ def foreign(scope: Scope) -> str | None:
     host = hosts[0] if hosts else None
     if host is not None and not local(host):
         return f"its Host, {host[:100]!r}, is not a loopback name or address"
-    own = own_origin(scope.get("scheme", "http"), host)
-    if origin is not None and origin.lower() != own:
-        return f"its Origin, {origin[:100]!r}, is not this service's own"
-    if origin is None and referer is not None and not same_origin(referer, own):
-        return f"its Referer, {referer[:100]!r}, is another site's page"
+    if origin is not None or referer is not None:  # a program's request sends neither
+        own = own_origin(scope.get("scheme", "http"), host)
+        if origin is not None and origin.lower() != own:
+            return f"its Origin, {origin[:100]!r}, is not this service's own"
+        if origin is None and referer is not None and not same_origin(referer, own):
+            return f"its Referer, {referer[:100]!r}, is another site's page"
     if site in ("cross-site", "same-site"):
         return f"the browser says another site sent it (Sec-Fetch-Site: {site})"
     return None

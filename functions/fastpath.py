@@ -36,7 +36,11 @@ from infra.wire import BadReply, Record, Reply, Void, reply_key
 
 log = logging.getLogger("numerator.edge")
 
-WATCH_AFTER_S = 0.05  # /next watches for its client going away once it has waited this long
+# /next watches for its client going away once it has waited this long. Each watch is a task:
+# swept every 25 ms to watch from 50 ms, /next on a hot counter at 1,024 connections (where most
+# requests wait longer) ran at 0.92x; from 0.1 s, swept every 50 ms, it costs what 50 ms did
+# when a request was watched from its second sweep, 50-100 ms in.
+WATCH_AFTER_S = 0.1
 
 
 async def take(
@@ -278,7 +282,13 @@ class FastPath:
             scope["numerator.who"] = who  # for the audit trail of a void
             await self.app(scope, receive, send)
             return
-        await self.next(edge, scope, receive, send, (who, counter, key, length, query))
+        # The request is held (edge.flight: what the ledger lists `unsure` if this process dies)
+        # until its answer is handed to the server, not only until its values came.
+        epoch = edge.flight.begin()
+        try:
+            await self.next(edge, scope, receive, send, (who, counter, key, length, query))
+        finally:
+            edge.flight.end(epoch)
 
     async def read(
         self, edge: Edge, scope: Scope
@@ -307,22 +317,6 @@ class FastPath:
         request: tuple[str, str, str | None, int, dict[str, str]],
     ) -> None:
         """Answer POST /counters/{name}/next: its values, or its problem."""
-        # The request is held (edge.flight: what the ledger lists `unsure` if this process dies)
-        # until its answer is handed to the server, not only until its values came.
-        epoch = edge.flight.begin()
-        try:
-            await self._next(edge, scope, receive, send, request)
-        finally:
-            edge.flight.end(epoch)
-
-    async def _next(
-        self,
-        edge: Edge,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        request: tuple[str, str, str | None, int, dict[str, str]],
-    ) -> None:
         who, counter, key, length, query = request
         path = scope["path"]
         try:

@@ -282,9 +282,9 @@ class Frames(Protocol):
     async def committed(
         self, lease: Lease, sequence: str
     ) -> list[tuple[str, str, int, int]] | None:
-        """The (counter, period, first, last) ranges of the frame the shard committed up to
-        `sequence`, or None if none did: whether a commit whose answer was lost (Postgres went
-        away as it committed) took effect."""
+        """The (counter, period, first, last) ranges of the frame `lease` committed up to
+        `sequence` (its checkpoint there, under its epoch), or None: whether a commit whose
+        answer was lost (Postgres went away as it committed) took effect."""
 
     async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
         """Held replies of the shard's committed frames not known to be published, oldest first."""

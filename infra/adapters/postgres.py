@@ -658,10 +658,14 @@ class PostgresStore:
     async def committed(
         self, lease: Lease, sequence: str
     ) -> list[tuple[str, str, int, int]] | None:
+        # Committed by this lease: its checkpoint is there under its own epoch (a new owner
+        # may have committed a frame ending at the same sequence after taking the shard over).
         rows = await self._fetch(
-            "SELECT ranges FROM allocation_frames"
-            " WHERE stream = %s AND shard = %s AND sequence = %s",
-            (lease.stream, lease.shard, sequence),
+            "SELECT f.ranges FROM leases l JOIN allocation_frames f ON f.stream = l.stream"
+            " AND f.shard = l.shard AND f.sequence = l.sequence"
+            " WHERE l.stream = %s AND l.shard = %s AND l.owner = %s AND l.epoch = %s"
+            " AND l.sequence = %s",
+            (lease.stream, lease.shard, lease.owner, lease.epoch, sequence),
         )
         if not rows:
             return None

@@ -214,6 +214,8 @@ def anchored_heads(body: object) -> dict[str, dict[str, Any]]:
             raise invalid("heads", f"{chain}: row must be a whole number")
         if not isinstance(digest, str) or not HASH.fullmatch(digest):
             raise invalid("heads", f"{chain}: hash must be 64 hex digits")
+        if not isinstance(head.get("at", ""), str):
+            raise invalid("heads", f"{chain}: at, when given, must be the head's time as text")
     return heads
 
 

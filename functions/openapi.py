@@ -300,7 +300,7 @@ SCHEMAS: dict[str, Any] = {
                     "type": "object",
                     "required": ["row", "hash"],
                     "properties": {
-                        "row": {"type": "integer", "minimum": 1},
+                        "row": {"type": "integer", "minimum": 1, "maximum": MAX_VALUE},
                         "hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
                         "at": {"type": "string"},
                     },
@@ -519,7 +519,7 @@ SCHEMA: dict[str, Any] = {
                         "description": "Each table and row that is not",
                         "content": body("Verification"),
                     },
-                    **_problems(422, 503),
+                    **_problems(408, 413, 415, 422, 503),
                 },
             },
         },

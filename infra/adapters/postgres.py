@@ -459,8 +459,13 @@ class PostgresStore:
         self, timeout: float | None = None
     ) -> AsyncIterator[psycopg.AsyncConnection[tuple[Any, ...]]]:
         if not self.url and self.secret:
-            self.url = await secret.resolve(self.url, self.secret)
-            self.pool = self._pool()
+            url = await secret.resolve(self.url, self.secret)
+            # Calls that came together each read the secret: the first to come back makes the
+            # pool. A second pool replacing it after it was opened was never opened itself, and
+            # every call of the container failed on it ('pool is not open yet': sam local).
+            if not self.url:
+                self.url = url
+                self.pool = self._pool()
         if not self.url:
             raise StoreUnavailable("no Postgres is configured here: set DATABASE_URL")
         if not self._opened:  # opened on first use where nothing opened it (a Lambda container)

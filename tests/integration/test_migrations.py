@@ -98,3 +98,27 @@ async def test_012_chains_the_rows_from_before_the_ledger(fresh: str) -> None:
     async with await psycopg.AsyncConnection.connect(fresh, autocommit=True) as conn:
         with pytest.raises(psycopg.errors.NotNullViolation):
             await conn.execute("UPDATE allocation_frames SET chain = NULL")
+
+
+async def test_calls_that_come_together_before_the_secret_is_read_share_one_open_pool(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Lambda container's first calls (a key check and /healthz, say) read DATABASE_SECRET_ARN
+    at once: the second to come back replaced the opened pool with one never opened, and every
+    call then failed 'pool is not open yet' (found through sam local start-api)."""
+    import asyncio
+
+    from infra.adapters import secret
+    from infra.adapters.postgres import PostgresStore
+
+    async def slowly(url: str, arn: str) -> str:
+        await asyncio.sleep(0.05)
+        return database_url
+
+    monkeypatch.setattr(secret, "resolve", slowly)
+    store = PostgresStore("", secret="arn:aws:secretsmanager:us-east-1:0:secret:db")
+    try:
+        await asyncio.gather(store.ping(), store.ping(), store.ping())
+        await store.ping()
+    finally:
+        await store.close()

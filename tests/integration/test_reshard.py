@@ -23,6 +23,8 @@ from tests.aws import resources
 from tests.integration.test_aws_batcher import started
 from tests.kinesalite import kinesalite
 
+pytestmark = pytest.mark.slow  # kinesalite: a node process of its own
+
 COUNTERS = 16  # partitioned by counter: all 16 in one child of the split has odds 2**-15
 
 

@@ -26,6 +26,8 @@ from numerator.ledger import anchors
 from numerator.stack import EmbeddedStack
 from tests.checks import until
 
+pytestmark = pytest.mark.slow  # 34 tests, each on a database of its own: the slow lane (CI runs it)
+
 NAME = "inv"
 
 

@@ -599,13 +599,25 @@ def dump(path: Any, history: Sequence[Attempt], records: dict[str, Records]) -> 
 # The service's records
 
 
+def asked(http: httpx.Client, path: str, **params: str) -> httpx.Response:
+    """GET `path`, asked again while it answers 503 (as its Retry-After says), for up to 30 s:
+    just after an outage a Lambda container may not have its API keys back yet, and reading
+    the records is not what a cell tests."""
+    deadline = time.monotonic() + 30
+    while True:
+        answer = http.get(path, params=params)
+        if answer.status_code != 503 or time.monotonic() > deadline:
+            return answer
+        time.sleep(float(answer.headers.get("retry-after", "1")))
+
+
 def records_of(url: str, counter: str) -> Records:
     with httpx.Client(base_url=url, timeout=60) as http:
-        report = http.get(f"/counters/{counter}/report")
+        report = asked(http, f"/counters/{counter}/report")
         report.raise_for_status()
-        export = http.get(f"/counters/{counter}/audit")
+        export = asked(http, f"/counters/{counter}/audit")
         export.raise_for_status()
-        verify = http.get("/audit/verify", params={"counter": counter})
+        verify = asked(http, "/audit/verify", counter=counter)
     return Records(report.json(), export.json()["rows"], verify.json())
 
 

@@ -256,7 +256,12 @@ def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
     counters = [f"{kind}-a", f"{kind}-b"]
     assert stack.service.process.poll() is None, f"`up` is gone:\n{stack.service.said()[-3000:]}"
     for name in counters:
-        made = httpx.post(stack.service.url + "/counters", json={"name": name}, timeout=30)
+        deadline = time.monotonic() + 30  # a 503 says when to ask again (after an outage)
+        while True:
+            made = httpx.post(stack.service.url + "/counters", json={"name": name}, timeout=30)
+            if made.status_code != 503 or time.monotonic() > deadline:
+                break
+            time.sleep(float(made.headers.get("retry-after", "1")))
         assert made.status_code == 201, made.text
     client = Client(
         stack.service.port, counters, cut_ms=(0, 300) if kind == "cuts" else None, seed=28

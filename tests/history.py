@@ -599,13 +599,13 @@ def dump(path: Any, history: Sequence[Attempt], records: dict[str, Records]) -> 
 # The service's records
 
 
-def asked(http: httpx.Client, path: str, **params: str) -> httpx.Response:
-    """GET `path`, asked again while it answers 503 (as its Retry-After says), for up to 30 s:
-    just after an outage a Lambda container may not have its API keys back yet, and reading
-    the records is not what a cell tests."""
+def asked(http: httpx.Client, path: str, method: str = "GET", **kw: Any) -> httpx.Response:
+    """`method` `path` (httpx's keywords in `kw`), asked again while it answers 503 (as its
+    Retry-After says), for up to 30 s: just after an outage a Lambda container may not have its
+    API keys back yet, and making counters or reading the records is not what a cell tests."""
     deadline = time.monotonic() + 30
     while True:
-        answer = http.get(path, params=params)
+        answer = http.request(method, path, **kw)
         if answer.status_code != 503 or time.monotonic() > deadline:
             return answer
         time.sleep(float(answer.headers.get("retry-after", "1")))
@@ -617,7 +617,7 @@ def records_of(url: str, counter: str) -> Records:
         report.raise_for_status()
         export = asked(http, f"/counters/{counter}/audit")
         export.raise_for_status()
-        verify = asked(http, "/audit/verify", counter=counter)
+        verify = asked(http, "/audit/verify", params={"counter": counter})
     return Records(report.json(), export.json()["rows"], verify.json())
 
 

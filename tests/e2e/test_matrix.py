@@ -32,7 +32,7 @@ from tests.conftest import temporary_pgserver
 from tests.e2e.service import Service
 from tests.e2e.test_postgres_restart import start as start_postgres
 from tests.e2e.test_postgres_restart import stop as stop_postgres
-from tests.history import Client, dump, settle
+from tests.history import Client, asked, dump, settle
 
 pytestmark = pytest.mark.slow
 
@@ -255,14 +255,10 @@ def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
     stack = stacks.of(shape)
     counters = [f"{kind}-a", f"{kind}-b"]
     assert stack.service.process.poll() is None, f"`up` is gone:\n{stack.service.said()[-3000:]}"
-    for name in counters:
-        deadline = time.monotonic() + 30  # a 503 says when to ask again (after an outage)
-        while True:
-            made = httpx.post(stack.service.url + "/counters", json={"name": name}, timeout=30)
-            if made.status_code != 503 or time.monotonic() > deadline:
-                break
-            time.sleep(float(made.headers.get("retry-after", "1")))
-        assert made.status_code == 201, made.text
+    with httpx.Client(base_url=stack.service.url, timeout=30) as http:
+        for name in counters:
+            made = asked(http, "/counters", "POST", json={"name": name})
+            assert made.status_code == 201, made.text
     client = Client(
         stack.service.port, counters, cut_ms=(0, 300) if kind == "cuts" else None, seed=28
     )

@@ -7,7 +7,6 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any
 
 import orjson
 
@@ -23,6 +22,7 @@ from infra.ports import (
     Lease,
     VoidAsk,
 )
+from infra.spans import Run, Span
 from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void, edge_of, encode
 
 log = logging.getLogger("numerator.batcher")
@@ -41,7 +41,7 @@ class Outcome:
     """Records whose cancel came before they were applied: nothing allocated."""
     abandoned: int = 0
     """Values voided as abandoned: their record's cancel came after it was applied."""
-    taken: list[tuple[str, tuple[str, str, int, int]]] = field(default_factory=list)
+    taken: list[tuple[str, Span]] = field(default_factory=list)
     """Each taking record's reply key and (counter, period, first, last): what a later cancel
     voids."""
 
@@ -288,12 +288,12 @@ def audits(
     """The frame's audit rows by retention class, their ranges still to fill (pure): for each
     (counter, period), who took its values, run by run in the order its range is split; and
     each void made, under its counter's class (`keep`: AUDIT_RETENTION_S, for counters without
-    a retention of their own). A run is [count, who, Idempotency-Key or None, edge] (the edge:
-    the prefix of the record's reply key, which the edge that asked is known by): records in a
-    row from the same requester through the same edge without a key make one run, so that a hot
+    a retention of their own). A Run is [size, who, Idempotency-Key or None, edge] (the edge: the
+    prefix of the record's reply key, which the edge that asked is known by): records in a row
+    from the same requester through the same edge without a key make one run, so that a hot
     counter's frame says 'key:ab12 took 300' once, not 300 times."""
     rows: dict[str, Audit] = {}
-    runs: dict[tuple[str, str], list[list[Any]]] = {}
+    runs: dict[tuple[str, str], list[Run]] = {}
 
     def row(counter: Counter) -> Audit:
         klass, keep_s = counter.keeping(keep)
@@ -322,13 +322,13 @@ def audits(
     return rows
 
 
-def _run(group: list[list[Any]], count: int, who: str, idem: str | None, edge: str) -> None:
+def _run(group: list[Run], count: int, who: str, idem: str | None, edge: str) -> None:
     """Add `count` values taken by `who` through `edge` to the runs of `group`."""
     last = group[-1] if group else None
-    if idem is None and last and last[1] == who and last[2] is None and last[3] == edge:
-        last[0] += count
+    if idem is None and last and last.who == who and last.key is None and last.edge == edge:
+        group[-1] = Run(last.size + count, who, None, edge)
     else:
-        group.append([count, who, idem, edge])
+        group.append(Run(count, who, idem, edge))
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +355,7 @@ class Basis:
     hold: bool = False
     published: Sequence[int] = ()
     earlier: Mapping[str, Reply] = field(default_factory=dict)
-    recent: Mapping[str, tuple[str, str, int, int]] = field(default_factory=dict)
+    recent: Mapping[str, Span] = field(default_factory=dict)
     floors: Mapping[tuple[str, str], int] = field(default_factory=dict)
     """Per (counter, period), the highest value the audit trail holds: no value at or below it
     is handed out again, even when `counter_values` was moved back."""
@@ -467,8 +467,8 @@ async def _apply_frame(
         made = await _void(tx, classified.voids, abandoned, keep, basis.now, out)
         confirmed = await _confirm(tx, classified.confirms, keep, basis.now, out)
         rows = audits(takers, made, counters, keep, confirmed)
-        for name, period, first, last in handed.ranges:
-            rows[counters[name].keeping(keep)[0]].ranges.append((name, period, first, last))
+        for span in handed.ranges:
+            rows[counters[span.counter].keeping(keep)[0]].ranges.append(span)
         await tx.dead_letter(classified.letters)
         await tx.checkpoint(basis.lease, entries[-1].sequence, list(rows.values()))
         await tx.published(basis.published)
@@ -538,7 +538,7 @@ def freed(
 
 def abandon(
     cancels: Sequence[Cancel],
-    recent: Mapping[str, tuple[str, str, int, int]],
+    recent: Mapping[str, Span],
     counters: Mapping[str, Counter],
     keep: float,
 ) -> list[VoidAsk]:
@@ -652,10 +652,10 @@ class Handed:
     """What splitting a frame's allocated ranges among its takers gives (`hand_out`)."""
 
     replies: list[Reply] = field(default_factory=list)
-    taken: list[tuple[str, tuple[str, str, int, int]]] = field(default_factory=list)
+    taken: list[tuple[str, Span]] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
     """The keyed takers' claims, to remember under their Idempotency-Keys."""
-    ranges: list[tuple[str, str, int, int]] = field(default_factory=list)
+    ranges: list[Span] = field(default_factory=list)
     """Each (counter, period)'s whole range this frame: the audit rows'."""
     allocated: int = 0
 
@@ -671,7 +671,7 @@ def hand_out(
     ranges: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for (name, period), counts in wanted.items():
         ranges[(name, period)] = split(counters[name].start, totals[(name, period)], counts)
-    out = Handed(ranges=[(n, p, r[0][0], r[-1][1]) for (n, p), r in ranges.items()])
+    out = Handed(ranges=[Span(n, p, r[0][0], r[-1][1]) for (n, p), r in ranges.items()])
     cursors = {k: iter(r) for k, r in ranges.items()}
     for one in takers:
         record, counter = one.record, one.counter
@@ -680,7 +680,7 @@ def hand_out(
         out.replies.append(
             Reply(record.key, record.counter, first, last, counter.template, one.day)
         )
-        out.taken.append((record.key, (counter.name, one.period, first, last)))
+        out.taken.append((record.key, Span(counter.name, one.period, first, last)))
         if record.idempotency_key:
             out.claims.append(
                 Claim(

@@ -21,6 +21,7 @@ from itertools import pairwise
 from typing import Any
 
 from infra.counters import Counter
+from infra.spans import Run
 
 ABANDONED = "abandoned"
 NOT_DELIVERED = frozenset({ABANDONED})
@@ -124,10 +125,9 @@ def taken(link: Link, counter: str, period: str) -> Iterator[Taken]:
             yield Taken(first, last, None, None, link)
             continue
         cursor = first
-        for count, who, *rest in runs:  # [count, who], [count, who, key], [count, who, key, edge]
-            key, edge = [*rest, None, None][:2]
-            yield Taken(cursor, cursor + count - 1, who, key, link, edge)
-            cursor += count
+        for run in map(Run.of, runs):
+            yield Taken(cursor, cursor + run.size - 1, run.who, run.key, link, run.edge)
+            cursor += run.size
 
 
 def voids(links: Sequence[Link], counter: str, period: str) -> list[VoidRow]:

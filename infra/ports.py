@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from infra.counters import Counter
 from infra.keys import Key
 from infra.ledger import EdgeEnd, Link, VoidRow
+from infra.spans import Span
 from infra.wire import BadRecord, Demand, Reply, ReplyError, decode_record
 
 
@@ -124,7 +125,7 @@ class Audit:
     klass: str
     keep_s: float
     detail: dict[str, list[list[Any]]]
-    ranges: list[tuple[str, str, int, int]] = field(default_factory=list)
+    ranges: list[Span] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,9 +280,7 @@ class Frames(Protocol):
         """The highest value the audit trail holds for each (counter, period), among the
         counter's newest rows: the floor below which a batcher refuses to allocate."""
 
-    async def committed(
-        self, lease: Lease, sequence: str
-    ) -> list[tuple[str, str, int, int]] | None:
+    async def committed(self, lease: Lease, sequence: str) -> list[Span] | None:
         """The (counter, period, first, last) ranges of the frame `lease` committed up to
         `sequence` (its checkpoint there, under its epoch), or None: whether a commit whose
         answer was lost (Postgres went away as it committed) took effect."""

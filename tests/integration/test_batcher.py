@@ -18,6 +18,7 @@ from infra.errors import LeaseLost, ShardEnded, Unavailable
 from infra.observe.metrics import Metrics
 from infra.ports import Audit, Entry
 from infra.settings import Settings
+from infra.spans import Span
 from infra.wire import Record, Reply, ReplyError
 from tests.checks import until
 from tests.streams import ListStream
@@ -136,7 +137,7 @@ async def test_lease_is_exclusive_and_fences_an_old_owner(store: PostgresStore, 
         await tx.checkpoint(theirs, "9", [])
 
 
-def audit(*ranges: tuple[str, str, int, int], keep: float = 3600.0) -> Audit:
+def audit(*ranges: Span, keep: float = 3600.0) -> Audit:
     """One audit row of the class 'never reset, kept `keep` seconds', with these ranges."""
     return Audit(f"{keep:g}s-never", keep, {"r": [], "v": []}, list(ranges))
 

@@ -128,7 +128,7 @@ async def test_after_a_crash_between_commit_and_publish_the_next_owner_publishes
     keys = [f"c{i}" for i in range(5)]
     await asyncio.gather(*(ports.stream.put([record(k, name)]) for k in keys))
     await asyncio.wait_for(stuck.committed.wait(), 15)
-    for task in crashing._tasks:  # the process dies: no publish, no release
+    for task in crashing.tasks:  # the process dies: no publish, no release
         task.cancel()
     assert await store.allocated(name, "") == 5
     successor, fresh = await started(settings, found, store)

@@ -85,7 +85,7 @@ async def test_a_joining_batcher_knows_its_share_before_it_claims(
             more = aws_ports(own, Metrics(), found)
             second = Batcher(more.stream, more.replies, store, own, Metrics(), owner="aa-joiner")
             await second.start()
-            assert second._share == 0, "known at start, before any claim"
+            assert second.shares.share == 0, "known at start, before any claim"
             await asyncio.sleep(2 * ttl)  # several balances of each
             assert [first.metrics.leases.value, second.metrics.leases.value] == [1, 0]
             assert second.metrics.takeovers.value == 0 and first.metrics.takeovers.value == 0

@@ -12,7 +12,6 @@ import logging
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
 
 from batcher.applier import Applier
 from batcher.chores import Prune, Sweep, Trail
@@ -28,7 +27,7 @@ from infra.errors import NumeratorError
 from infra.faults import Faults
 from infra.observe.health import ALIVE_EVERY_S
 from infra.observe.metrics import Metrics
-from infra.ports import Anchors, Counters, Frames, Leases, Ledger, Replies, Stream
+from infra.ports import Anchors, BatcherStore, Replies, Stream
 from infra.settings import Settings
 
 log = logging.getLogger("numerator.batcher")
@@ -36,16 +35,12 @@ log = logging.getLogger("numerator.batcher")
 SHARDS_EVERY_S = 10.0  # how often the shard list is read again, to find a reshard's children
 
 
-class Roles(Counters, Leases, Frames, Ledger, Protocol):
-    """The store's roles a batcher uses (all but Keys); each of its jobs takes its own."""
-
-
 class Batcher:
     def __init__(
         self,
         stream: Stream,
         replies: Replies,
-        store: Roles,
+        store: BatcherStore,
         settings: Settings,
         metrics: Metrics,
         clock: Callable[[], datetime] = utc_now,

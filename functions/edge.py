@@ -21,7 +21,7 @@ from infra.errors import NumeratorError
 from infra.ledger import ABANDONED
 from infra.observe.health import ALIVE_EVERY_S, Health, responds
 from infra.observe.metrics import Metrics
-from infra.ports import Replies, Store, Stream
+from infra.ports import EdgeStore, Replies, Stream
 from infra.settings import Auth, Settings
 from infra.wire import Cancel, Record, Void, edge_id, reply_key
 
@@ -62,7 +62,7 @@ async def running(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[N
 class Edge:
     stream: Stream
     replies: Replies
-    store: Store
+    store: EdgeStore
     settings: Settings
     metrics: Metrics
     clock: Callable[[], datetime] = utc_now

@@ -24,7 +24,7 @@ from infra.errors import SettingsError
 from infra.observe.emf import Emf
 from infra.observe.health import Health
 from infra.observe.metrics import Metrics
-from infra.ports import Store
+from infra.ports import EdgeStore
 from infra.settings import Settings
 
 
@@ -59,7 +59,7 @@ def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) 
     metrics = metrics or Metrics()
     metrics.info.labels = {"mode": "aws", "role": "lambda"}
     aws = aws_ports(settings, metrics)
-    store = cast(Store, LazyStore(settings))
+    store = cast(EdgeStore, LazyStore(settings))
     edge = Edge(
         stream=aws.stream,
         replies=aws.replies,

@@ -369,6 +369,15 @@ class Keys(Protocol):
         """Record when keys (by id) were last used."""
 
 
+class EdgeStore(Counters, Keys, Leases, Ledger, Protocol):
+    """The roles an edge uses: all but Frames, which only batchers write."""
+
+
+class BatcherStore(Counters, Leases, Frames, Ledger, Protocol):
+    """The roles a batcher uses: all but Keys. Each of its jobs takes only its own."""
+
+
 class Store(Counters, Leases, Frames, Ledger, Keys, Protocol):
-    """Everything numerator keeps in Postgres: one adapter holds every role, and each component
-    is typed with the roles it uses."""
+    """Everything numerator keeps in Postgres: one adapter holds every role
+    (infra/adapters/postgres/, a module per role), and each component is typed with the roles
+    it uses."""

@@ -10,7 +10,7 @@ from infra.adapters.dynamodb import DynamoReplies
 from infra.adapters.kinesis import KinesisStream
 from infra.observe.health import BATCHER_ALIVE_S, Check, responds
 from infra.observe.metrics import Metrics
-from infra.ports import Store
+from infra.ports import EdgeStore
 from infra.settings import Settings
 
 
@@ -32,7 +32,7 @@ class AwsPorts:
             "calls": self.calls.outcomes.check,
         }
 
-    def edge_checks(self, store: Store) -> dict[str, Check]:
+    def edge_checks(self, store: EdgeStore) -> dict[str, Check]:
         """An edge's /healthz on the AWS path: Postgres, the stream, the reply table, and a
         live batcher (one that said so within BATCHER_ALIVE_S): without one, every /next would
         wait for its 504."""

@@ -293,7 +293,7 @@ def audits(
     from the same requester through the same edge without a key make one run, so that a hot
     counter's frame says 'key:ab12 took 300' once, not 300 times."""
     rows: dict[str, Audit] = {}
-    runs: dict[tuple[str, str], list[Run]] = {}
+    runs: dict[tuple[str, str], Runs] = {}
 
     def row(counter: Counter) -> Audit:
         klass, keep_s = counter.keeping(keep)
@@ -305,14 +305,16 @@ def audits(
         record, pair = one.record, (one.counter.name, one.period)
         group = runs.get(pair)
         if group is None:
-            group = runs[pair] = []
-            row(one.counter).detail["r"].append([*pair, group])
+            group = runs[pair] = Runs()
+            row(one.counter).detail["r"].append([*pair, group.done])
         who, idem, edge = record.who, record.idempotency_key, edge_of(record.key)
         if isinstance(who, str):
-            _run(group, record.count, who, idem, edge)
+            group.add(record.count, who, idem, edge)
             continue
         for count, part in who:  # a front frame's record: its requesters, run by run
-            _run(group, count, part, idem, edge)
+            group.add(count, part, idem, edge)
+    for group in runs.values():
+        group.close()
     for ask in made:
         void = [ask.counter, ask.period, ask.first, ask.last, ask.reason, ask.who]
         row(counters[ask.counter]).detail["v"].append(void)
@@ -322,13 +324,30 @@ def audits(
     return rows
 
 
-def _run(group: list[Run], count: int, who: str, idem: str | None, edge: str) -> None:
-    """Add `count` values taken by `who` through `edge` to the runs of `group`."""
-    last = group[-1] if group else None
-    if idem is None and last and last.who == who and last.key is None and last.edge == edge:
-        group[-1] = Run(last.size + count, who, None, edge)
-    else:
-        group.append(Run(count, who, idem, edge))
+class Runs:
+    """A (counter, period)'s runs in a frame, the last one still growing as records come: a
+    Run is made once per run, not once per record (a hot counter's frame is one long run)."""
+
+    __slots__ = ("done", "edge", "key", "size", "who")
+
+    def __init__(self) -> None:
+        self.done: list[Run] = []
+        self.size, self.who, self.edge = 0, "", ""
+        self.key: str | None = None
+
+    def add(self, count: int, who: str, key: str | None, edge: str) -> None:
+        """`count` values taken by `who` through `edge`: the growing run's, if it is theirs
+        and neither has an Idempotency-Key; else the start of the next run."""
+        if key is None and self.size and self.key is None and who == self.who and edge == self.edge:
+            self.size += count
+            return
+        self.close()
+        self.size, self.who, self.key, self.edge = count, who, key, edge
+
+    def close(self) -> None:
+        if self.size:
+            self.done.append(Run(self.size, self.who, self.key, self.edge))
+            self.size = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -245,16 +245,7 @@ def report(
     covered = ranges(links, counter.name, period)
     holes, twice = gaps(covered, start, last)
     pruned, holes = _pruned(holes, start, pruned_upto)
-    falls = [
-        {"row": row, "first": first, "after": before}
-        for (_, before, _), (first, _, row) in pairwise(covered)
-        if first <= before
-    ]
-    beyond = [
-        {"row": row, "first": max(first, last + 1), "last": end}
-        for first, end, row in covered
-        if end > last
-    ]
+    falls, beyond = _out_of_order(covered, last)
     by_reason: dict[str, int] = {}
     for void in voids:
         by_reason[void.reason] = by_reason.get(void.reason, 0) + void.last - void.first + 1
@@ -290,6 +281,23 @@ def report(
         "past_last": beyond[:10],
         "breaches": breaches(holes, twice, falls, beyond, last),
     }
+
+
+def _out_of_order(
+    covered: Sequence[tuple[int, int, int]], last: int
+) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+    """The trail's ranges that fall back below the one before them, and those past `last`."""
+    falls = [
+        {"row": row, "first": first, "after": before}
+        for (_, before, _), (first, _, row) in pairwise(covered)
+        if first <= before
+    ]
+    beyond = [
+        {"row": row, "first": max(first, last + 1), "last": end}
+        for first, end, row in covered
+        if end > last
+    ]
+    return falls, beyond
 
 
 def breaches(

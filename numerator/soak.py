@@ -348,6 +348,15 @@ async def report_of(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="numerator-soak-") as folder:
+        began = time.monotonic()
+        tally = asyncio.run(soak(args, Path(folder)))
+        seconds = time.monotonic() - began
+    return 0 if _told(tally, seconds) else 1
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m numerator.soak", description=__doc__.split("\n")[0]
     )
@@ -365,11 +374,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keyed", type=float, default=0.5, help="share of requests with an Idempotency-Key (0.5)"
     )
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="numerator-soak-") as folder:
-        began = time.monotonic()
-        tally = asyncio.run(soak(args, Path(folder)))
-        seconds = time.monotonic() - began
+    return parser
+
+
+def _told(tally: Tally, seconds: float) -> bool:
+    """Print what the soak found; whether every promise held."""
     clean = all(
         k in ("200", "cut by the client") or k.startswith(("503 ", "504 ", "client error "))
         for k in tally.answers
@@ -407,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
         if ok
         else "FAILED"
     )
-    return 0 if ok else 1
+    return ok
 
 
 if __name__ == "__main__":

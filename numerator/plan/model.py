@@ -275,23 +275,34 @@ class Limit:
 def limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
     """Every limit this deployment meets, with what to change when it is crossed."""
     if sizing.edge is Edge.ATOMIC:
-        return [
-            Limit(
-                "DynamoDB writes to the hot counter's one item (one partition, units/s)",
-                sizing.hot_records_per_s,
-                DYNAMODB_PARTITION_WRITES,
-                "none: one counter is one item; numerator's frames take one write per frame",
-            ),
-            Limit(
-                "DynamoDB on-demand table at first (write units/s)",
-                sizing.peak_rps,
-                DYNAMODB_ON_DEMAND_START,
-                "warm throughput on the table",
-            ),
-            *lambda_limits(sizing),
-        ]
+        return atomic_limits(sizing)
+    out = stream_limits(sizing, commits_per_s)
+    if sizing.edge is Edge.LAMBDA:
+        out += lambda_limits(sizing)
+    return out
+
+
+def atomic_limits(sizing: Sizing) -> list[Limit]:
+    return [
+        Limit(
+            "DynamoDB writes to the hot counter's one item (one partition, units/s)",
+            sizing.hot_records_per_s,
+            DYNAMODB_PARTITION_WRITES,
+            "none: one counter is one item; numerator's frames take one write per frame",
+        ),
+        Limit(
+            "DynamoDB on-demand table at first (write units/s)",
+            sizing.peak_rps,
+            DYNAMODB_ON_DEMAND_START,
+            "warm throughput on the table",
+        ),
+        *lambda_limits(sizing),
+    ]
+
+
+def stream_limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
     shard_records = sizing.records_per_s / sizing.shards
-    out = [
+    return [
         Limit(
             "Kinesis writes per shard (records/s)",
             shard_records,
@@ -336,9 +347,6 @@ def limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
             "fewer shards per batcher frame (BACK_FRAME_MS up), or a larger instance",
         ),
     ]
-    if sizing.edge is Edge.LAMBDA:
-        out += lambda_limits(sizing)
-    return out
 
 
 def lambda_limits(sizing: Sizing) -> list[Limit]:

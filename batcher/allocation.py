@@ -23,7 +23,7 @@ from infra.ports import (
     Lease,
     VoidAsk,
 )
-from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void, edge_of, encode
+from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void, edge_of_key, encode
 
 log = logging.getLogger("numerator.batcher")
 
@@ -307,7 +307,7 @@ def audits(
         if group is None:
             group = runs[pair] = []
             row(one.counter).detail["r"].append([*pair, group])
-        who, idem, edge = record.who, record.idempotency_key, edge_of(record.key)
+        who, idem, edge = record.who, record.idempotency_key, edge_of_key(record.key)
         if isinstance(who, str):
             _run(group, record.count, who, idem, edge)
             continue

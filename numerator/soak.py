@@ -113,7 +113,7 @@ class Batchers:
                 process.kill()
 
 
-class Edge:
+class EdgeServer:
     """`numerator serve --aws` with its HTTP workers, one of which dies."""
 
     def __init__(self, env: dict[str, str], folder: Path, workers: int) -> None:
@@ -225,7 +225,7 @@ def say(tally: Tally, began: float, event: str) -> None:
 
 
 async def chaos(
-    batchers: Batchers, edge: Edge, postgres: Any, tally: Tally, every: float, target: int
+    batchers: Batchers, edge: EdgeServer, postgres: Any, tally: Tally, every: float, target: int
 ) -> None:
     """Kill a batcher every `every` seconds (and start a fresh one); an HTTP worker at a third
     of the values; restart Postgres halfway."""
@@ -279,7 +279,7 @@ async def soak(args: argparse.Namespace, folder: Path) -> Tally:
             batchers = Batchers({**settings.to_env(), **env}, folder)
             for _ in range(args.batchers):
                 batchers.start()
-            edge = Edge({**settings.to_env(), **env}, folder, args.edge_workers)
+            edge = EdgeServer({**settings.to_env(), **env}, folder, args.edge_workers)
             try:
                 async with httpx.AsyncClient(base_url=edge.url, timeout=60) as client:
                     for i in range(COUNTERS):

@@ -43,6 +43,7 @@ import psutil
 from functions.fastpath import WATCH_AFTER_S
 from infra.adapters.aws import clients, create
 from infra.adapters.postgres import migrate
+from infra.ledger import VoidReason
 from infra.observe.health import EDGE_DEAD_S
 from infra.run.process import wait_ready
 from infra.run.server import die_with_parent, free_port
@@ -327,7 +328,7 @@ async def audit(client: httpx.AsyncClient, tally: Tally) -> None:
                 for run in report["voids"] + report["unsure_runs"]:
                     missing -= set(range(run["first"], run["last"] + 1))
                 tally.unexplained += max(0, len(missing) - tally.excused[name])
-            tally.abandoned += report["voided"].get("abandoned", 0)
+            tally.abandoned += report["voided"].get(VoidReason.ABANDONED, 0)
             tally.unsure += report["unsure"]
         if not tally.unexplained or time.monotonic() > deadline:
             return

@@ -36,10 +36,10 @@ from infra.wire import BadReply, Record, Reply, Void, reply_key
 
 log = logging.getLogger("numerator.edge")
 
-# /next watches for its client going away once it has waited this long. Each watch is a task:
-# swept every 25 ms to watch from 50 ms, /next on a hot counter at 1,024 connections (where most
-# requests wait longer) ran at 0.92x; from 0.1 s, swept every 50 ms, it costs what 50 ms did
-# when a request was watched from its second sweep, 50-100 ms in.
+# /next watches for its client going away once it has waited this long. Each watch is a task,
+# and watching sooner (sweeping more often) slowed /next on a hot counter at high concurrency,
+# where most requests wait longer; from 0.1 s, swept every 50 ms, it costs what watching from
+# the second sweep did (docs/performance.md, measurements behind the code).
 WATCH_AFTER_S = 0.1
 
 

@@ -196,8 +196,8 @@ class LocalSettings(Group):
 
     workers: int = 1  # WORKERS: HTTP worker processes (set by --workers)
     # LAMBDA_CONTAINERS: concurrent invocations of `--edge lambda`. Each container polls the
-    # reply table on its own, as in Lambda; locally that table is moto's or LocalStack's, and
-    # 32 pollers saturated moto (~100 calls/s) so that 300 requests took 21 s against 11 s with 8.
+    # reply table on its own, as in Lambda; locally that table is moto's or LocalStack's, which
+    # many pollers saturate: requests then take longer (docs/performance.md).
     lambda_containers: int = 8
 
     POSITIVE = ("workers", "lambda_containers")
@@ -332,7 +332,7 @@ def parse(variable: str, raw: str, kind: type) -> object:
         raise SettingsError(variable, f"must be {name}, not {raw!r}") from None
 
 
-@functools.lru_cache(maxsize=4096)  # per request before the first key: ip_address was 3 % of /next
+@functools.lru_cache(maxsize=4096)  # per request before the first key: ip_address showed on /next
 def loopback(host: str) -> bool:
     """Whether `host` (an address or a name) is on this machine only."""
     if host == "localhost":

@@ -90,7 +90,8 @@ class MemoryReplies:
         self._waiting[key] = loop.create_future()
 
     def _started(self) -> asyncio.AbstractEventLoop:
-        # Asked once: under granian, finding the running loop per request cost 5 % of a worker.
+        # Asked once: finding the running loop per request showed in a granian worker's CPU
+        # (docs/performance.md, measurements behind the code).
         self._loop = asyncio.get_running_loop()
         return self._loop
 

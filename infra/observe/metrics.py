@@ -7,12 +7,11 @@ kind also says how several processes' values of it add up (`add`) and how it tra
 
 Why not `prometheus_client`: its multi-process mode (what several server workers need) writes
 every increment under a lock to a memory-mapped file per process, and sums them by reading
-every file at each scrape. Measured on the team's 2-core machine, a million increments each:
-1.9 µs per increment there (0.26.0, PROMETHEUS_MULTIPROC_DIR set), 0.18 µs here. `/next`
-increments several metrics per request, so the difference is several per cent of a request's
-CPU at the rates numerator is for, past the 2 % the switch was allowed to cost. Nor does it
-sum the Lambda containers' metrics, which travel as JSON (`state`), or take the "largest of"
-sum some gauges need (`Gauge(most=True)`). So the registry is ours, every kind with its sum,
+every file at each scrape. `/next` increments several metrics per request, and an increment
+there cost many times one here — more of a request's CPU than the switch was allowed to cost
+(docs/performance.md, measurements behind the code). Nor does it sum the Lambda containers'
+metrics, which travel as JSON (`state`), or take the "largest of" sum some gauges need
+(`Gauge(most=True)`). So the registry is ours, every kind with its sum,
 label values escaped as the format asks (`escape`). Its classes are Total and LabeledTotal
 (Prometheus's counters): Counter is numerator's counter.
 """

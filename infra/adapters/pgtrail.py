@@ -3,7 +3,7 @@ infra/trail.py), the heads, and the chained ends of edges. Used by PostgresStore
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -111,6 +111,12 @@ async def verify(
         late, held, gone = trail.anchored(mine, rows, starts)
         breaches += late
         out["anchors"] = {"held": held, "pruned": gone}
+    return _verdict(name, rows, breaches) | out
+
+
+def _verdict(
+    name: str | None, rows: Sequence[trail.Row], breaches: Sequence[trail.Breach]
+) -> dict[str, Any]:
     heads = trail.heads(rows)
     return {
         "counter": name,
@@ -120,7 +126,6 @@ async def verify(
         "first_bad": breaches[0].to_json() if breaches else None,
         "breaches": [b.to_json() for b in breaches[:100]],
         "heads": heads,
-        **out,
     }
 
 

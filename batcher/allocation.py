@@ -11,7 +11,7 @@ from datetime import date, datetime
 import orjson
 
 from infra.counters import Counter
-from infra.ledger import ABANDONED, NOT_CONFIRMED
+from infra.ledger import VoidReason
 from infra.ports import (
     Audit,
     Claim,
@@ -23,7 +23,7 @@ from infra.ports import (
     VoidAsk,
 )
 from infra.spans import Run, Span
-from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void, edge_of, encode
+from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void, edge_of_key, encode
 
 log = logging.getLogger("numerator.batcher")
 
@@ -307,7 +307,7 @@ def audits(
         if group is None:
             group = runs[pair] = Runs()
             row(one.counter).detail["r"].append([*pair, group.done])
-        who, idem, edge = record.who, record.idempotency_key, edge_of(record.key)
+        who, idem, edge = record.who, record.idempotency_key, edge_of_key(record.key)
         if isinstance(who, str):
             group.add(record.count, who, idem, edge)
             continue
@@ -546,7 +546,7 @@ def freed(
                 counter.reset.period(claim.day),
                 claim.first,
                 claim.last,
-                ABANDONED,
+                VoidReason.ABANDONED,
                 who.get(claim.holder, ""),
                 counter.start,
                 counter.keeping(keep)[1],
@@ -574,7 +574,9 @@ def abandon(
         name, period, first, last = found
         keep_s = counter.keeping(keep)[1]
         asks.append(
-            VoidAsk(name, period, first, last, ABANDONED, cancel.who, counter.start, keep_s)
+            VoidAsk(
+                name, period, first, last, VoidReason.ABANDONED, cancel.who, counter.start, keep_s
+            )
         )
     return asks
 
@@ -609,7 +611,7 @@ async def _void(
     for ask, (void, counter, _), result in zip(asks, voids, results, strict=False):
         if result is True:
             made.append(ask)
-        if void.reason == NOT_CONFIRMED:
+        if void.reason == VoidReason.NOT_CONFIRMED:
             continue  # the batchers' own sweep: no one awaits the answer
         if isinstance(result, tuple):
             out.replies.append(error(void.key, void.counter, *result))

@@ -19,7 +19,7 @@ from batcher.shares import Shares
 from infra.backoff import Backoff, Retries
 from infra.errors import AwsRefused, LeaseLost, NumeratorError, StoreError, Unavailable
 from infra.faults import Faults
-from infra.ledger import ABANDONED
+from infra.ledger import VoidReason
 from infra.observe.metrics import Metrics
 from infra.ports import Frames, Lease, Replies, Stream
 from infra.settings import Settings
@@ -75,10 +75,12 @@ class Applier:
     def _observe(self, frame: Frame, lease: Lease) -> None:
         metrics = self.metrics
         metrics.records_in.inc(len(frame))
-        metrics.frame_size.observe(len(frame))
+        metrics.frame_size_records.observe(len(frame))
         now = time.time()
         behind = self.stream.lag(lease.shard)
-        metrics.lag.set(max(0.0, now - frame.opened(default=now)) if behind is None else behind)
+        metrics.batcher_lag_seconds.set(
+            max(0.0, now - frame.opened(default=now)) if behind is None else behind
+        )
 
     async def _commit_retried(self, frame: Frame, lease: Lease) -> Outcome | Lease | None:
         """The frame's outcome once a try commits; or, with no outcome to count, the lease to go
@@ -108,7 +110,7 @@ class Applier:
                     return lease
                 await asyncio.sleep(delay)
         self.trouble.discard("frames")
-        self.metrics.frame_seconds.observe(time.monotonic() - began)
+        self.metrics.frame_commit_seconds.observe(time.monotonic() - began)
         return outcome
 
     def _count(self, outcome: Outcome) -> None:
@@ -117,10 +119,10 @@ class Applier:
             metrics.frames_committed.inc()
             metrics.values_allocated.inc(outcome.allocated)
         metrics.dead_letters.inc(outcome.dead_letters)
-        metrics.replays.inc(outcome.replays)
-        metrics.expired.inc(outcome.expired)
-        metrics.cancelled.inc(outcome.cancelled)
-        metrics.voided.inc(outcome.abandoned)
+        metrics.records_replayed.inc(outcome.replays)
+        metrics.records_expired.inc(outcome.expired)
+        metrics.records_cancelled.inc(outcome.cancelled)
+        metrics.values_abandoned.inc(outcome.abandoned)
 
     async def _lost(self, frame: Frame, lease: Lease) -> bool:
         """Whether a try of `frame` that failed had in fact committed (Postgres went away as it
@@ -141,7 +143,7 @@ class Applier:
             await self.shares.republish(lease)
             return True
         voids: list[Demand] = [
-            Void(reply_key(), name, first, last, ABANDONED, period, "")
+            Void(reply_key(), name, first, last, VoidReason.ABANDONED, period, "")
             for name, period, first, last in spans
         ]
         # A keyed record's claim holds its values for retries: its cancel frees it.

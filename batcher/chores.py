@@ -11,9 +11,9 @@ from typing import Any
 from batcher.stopping import Stopping
 from infra.clock import utc_now
 from infra.errors import NumeratorError
-from infra.ledger import NOT_CONFIRMED
+from infra.ledger import VoidReason
 from infra.ports import Anchors, Frames, Ledger, Stream
-from infra.settings import Retention
+from infra.settings import RetentionSettings
 from infra.wire import MAX_VOID, Void, reply_key
 
 log = logging.getLogger("numerator.batcher")
@@ -30,7 +30,14 @@ def not_confirmed(counter: str, spans: list[tuple[str, int, int]]) -> list[Void]
     """The void records, reason not-confirmed, for a counter's unconfirmed (period, first,
     last) spans, each at most MAX_VOID values."""
     return [
-        Void(reply_key(), counter, first, min(last, first + MAX_VOID - 1), NOT_CONFIRMED, period)
+        Void(
+            reply_key(),
+            counter,
+            first,
+            min(last, first + MAX_VOID - 1),
+            VoidReason.NOT_CONFIRMED,
+            period,
+        )
         for period, low, last in spans
         for first in range(low, last + 1, MAX_VOID)
     ]
@@ -43,7 +50,7 @@ class Sweep:
     twice is made once."""
 
     def __init__(
-        self, stream: Stream, ledger: Ledger, retention: Retention, stopping: Stopping
+        self, stream: Stream, ledger: Ledger, retention: RetentionSettings, stopping: Stopping
     ) -> None:
         self.stream, self.ledger, self.ttl = stream, ledger, retention.confirm_ttl_s
         self.stopping = stopping
@@ -77,7 +84,7 @@ class Trail:
         ledger: Ledger,
         anchors: Anchors | None,
         owner: str,
-        retention: Retention,
+        retention: RetentionSettings,
         stopping: Stopping,
     ) -> None:
         self.stream, self.ledger, self.anchors, self.owner = stream, ledger, anchors, owner
@@ -112,7 +119,7 @@ class Prune:
     """Drop what retention lets go: expired idempotency keys, old audit rows, dead letters and
     held replies."""
 
-    def __init__(self, frames: Frames, retention: Retention, stopping: Stopping) -> None:
+    def __init__(self, frames: Frames, retention: RetentionSettings, stopping: Stopping) -> None:
         self.frames, self.retention, self.stopping = frames, retention, stopping
 
     async def run(self) -> None:

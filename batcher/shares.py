@@ -90,7 +90,7 @@ class Shares:
     def drop(self, shard: str) -> None:
         """The shard's loop no longer holds its lease."""
         self.held.discard(shard)
-        self.metrics.leases.set(len(self.held))
+        self.metrics.leases_held.set(len(self.held))
 
     async def acquire(self, shard: str) -> Lease | None:
         """Wait until this batcher's share has room and the shard's lease is free or expired,
@@ -116,10 +116,10 @@ class Shares:
     def _took(self, lease: Lease) -> None:
         before = self._epochs.get(lease.shard)
         if lease.epoch > 1 and before != lease.epoch:
-            self.metrics.takeovers.inc()
+            self.metrics.lease_takeovers.inc()
             log.info("took shard %s over (epoch %d)", lease.shard, lease.epoch)
         self._epochs[lease.shard] = lease.epoch
-        self.metrics.leases.set(len(self.held))
+        self.metrics.leases_held.set(len(self.held))
 
     async def renew(self, lease: Lease) -> Lease | None:
         """Extend the lease (None when another batcher has taken it); and, since a quiet shard
@@ -142,7 +142,7 @@ class Shares:
         for _, raw in held:
             replies = decode_replies(raw)
             await self.replies.publish(replies)
-            self.metrics.republished.inc(len(replies))
+            self.metrics.replies_republished.inc(len(replies))
         if held:
             log.warning("published again the replies of %d committed frame(s)", len(held))
             await self.frames.published([number for number, _ in held])

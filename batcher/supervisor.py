@@ -58,7 +58,7 @@ class Supervisor:
         self.trouble.add(dead(shard))
         self._reading.discard(shard)
         self.shares.drop(shard)
-        self.metrics.restarts.inc()
+        self.metrics.shard_restarts.inc()
         if self.stopping.is_set():
             log.error("%s stopped", task.get_name(), exc_info=error)
             return

@@ -305,7 +305,7 @@ class Guard:
         self.due = 0.0
 
     def refuse(self, problem: Problem) -> Problem:
-        self.metrics.refused.inc(str(problem.status))
+        self.metrics.requests_refused.inc(str(problem.status))
         return problem
 
     async def fresh(self) -> None:

@@ -36,10 +36,10 @@ from infra.wire import BadReply, Record, Reply, Void, reply_key
 
 log = logging.getLogger("numerator.edge")
 
-# /next watches for its client going away once it has waited this long. Each watch is a task:
-# swept every 25 ms to watch from 50 ms, /next on a hot counter at 1,024 connections (where most
-# requests wait longer) ran at 0.92x; from 0.1 s, swept every 50 ms, it costs what 50 ms did
-# when a request was watched from its second sweep, 50-100 ms in.
+# /next watches for its client going away once it has waited this long. Each watch is a task,
+# and watching sooner (sweeping more often) slowed /next on a hot counter at high concurrency,
+# where most requests wait longer; from 0.1 s, swept every 50 ms, it costs what watching from
+# the second sweep did (docs/performance.md, measurements behind the code).
 WATCH_AFTER_S = 0.1
 
 
@@ -70,7 +70,7 @@ async def _take(
     if key is not None:
         wait = edge.key_rate.take(who)
         if wait:
-            edge.metrics.refused.inc("429")
+            edge.metrics.requests_refused.inc("429")
             problem = Problem(
                 Kind.TOO_MANY_IDEMPOTENCY_KEYS,
                 f"at most {settings.edge.idempotency_keys_per_s:g} Idempotency-Keys per second "
@@ -87,7 +87,7 @@ async def _take(
             work = put_and_wait(edge, record, timeout)
         reply = await replied(work, settings.edge.retry_after_s)
     finally:
-        edge.metrics.reply_wait.observe(time.time() - sent)
+        edge.metrics.reply_wait_seconds.observe(time.time() - sent)
     return answer(reply, count, settings.edge.retry_after_s)
 
 
@@ -326,7 +326,7 @@ class FastPath:
             work = take(edge, counter, query.get("count"), key, timeout, who)
             body = await until_gone(work, receive, self.watch)
             if body is None:  # the client went away: its record is cancelled
-                edge.metrics.gone.inc()
+                edge.metrics.clients_gone.inc()
                 return
         except Problem as problem:
             await problem.response(path)(scope, receive, send)
@@ -345,7 +345,7 @@ class FastPath:
         headers are not too large and its key (AUTH=keys) allows it; else a Problem."""
         limit = edge.settings.edge.max_header_bytes
         if size > limit:
-            edge.metrics.refused.inc("431")
+            edge.metrics.requests_refused.inc("431")
             raise Problem(
                 Kind.HEADERS_TOO_LARGE, f"the request headers may be at most {limit} bytes"
             )
@@ -356,6 +356,6 @@ class FastPath:
             pages_refused(scope) if edge.settings.trusts_loopback and loopback(sender) else None
         )
         if refused is not None:
-            edge.metrics.refused.inc("403")
+            edge.metrics.requests_refused.inc("403")
             raise refused
         return sender

@@ -30,7 +30,8 @@ from infra.settings import Settings
 
 class LazyStore:
     """The Postgres store, made on first use: /next never touches Postgres, and importing psycopg
-    is a fifth of a cold start's imports (112 of ~480 ms, measured with -X importtime)."""
+    is a large share of a cold start's imports (docs/performance.md, measured with -X
+    importtime)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -602,7 +602,7 @@ class AsyncClient:
             wait = retry.wait(response)
             if wait is None:
                 return _end(call, response, failure, self.url)
-            import asyncio  # here: the CLI's calls are synchronous, and asyncio takes 50 ms to load
+            import asyncio  # here: the CLI's calls are synchronous, and asyncio is slow to load
 
             await asyncio.sleep(wait)
 

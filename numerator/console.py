@@ -8,6 +8,7 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from infra.counters import ConfirmMode
 from numerator.client import DEFAULT_URL, Call, Calls, Client, T, as_sent
 
 CLI_DEADLINE_S = 5.0
@@ -55,7 +56,7 @@ def describe(counter: dict[str, Any]) -> list[str]:
         f"  start     {counter['start']}",
         f"  reset     {counter['reset']} ({counter['timezone']})",
     ]
-    if counter.get("confirm") == "required":
+    if counter.get("confirm") == ConfirmMode.REQUIRED:
         lines.append("  confirm   required")
     if counter.get("retention_days"):
         lines.append(f"  retention {counter['retention_days']} days after each period")

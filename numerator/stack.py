@@ -150,7 +150,7 @@ class EmbeddedStack(BatcherStack):
             metrics=self.metrics,
             clock=clock,
             health=self.health,
-            observe=lambda: self.metrics.stream_depth.set(len(self.memory)),
+            observe=lambda: self.metrics.stream_depth_records.set(len(self.memory)),
         )
 
     def ports(self) -> tuple[Stream, Replies]:

@@ -1,4 +1,4 @@
-"""The Replies port on Amazon DynamoDB (boto3, through `Calls`).
+"""The Replies port on Amazon DynamoDB (boto3, through `AwsCaller`).
 
 The batcher writes one item per reply — key `k`, the encoded reply `r`, and `x`, the Unix time the
 table's TTL removes it at — with BatchWriteItem, 25 a call, retrying UnprocessedItems with backoff.
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from infra.adapters.aws import Calls
+from infra.adapters.aws import AwsCaller
 from infra.backoff import Retries
 from infra.errors import AwsRefused, AwsUnavailable, NumeratorError, ReplyTimeout
 from infra.observe.metrics import Metrics
@@ -51,7 +51,7 @@ class DynamoReplies:
     def __init__(
         self,
         client: Any,
-        calls: Calls,
+        calls: AwsCaller,
         table: str,
         metrics: Metrics,
         ttl: float = 3600,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.adapters.aws import Calls, Clients, clients
+from infra.adapters.aws import AwsCaller, Clients, clients
 from infra.adapters.dynamodb import DynamoReplies
 from infra.adapters.kinesis import KinesisStream
 from infra.observe.health import BATCHER_ALIVE_S, Check, responds
@@ -17,7 +17,7 @@ from infra.settings import Settings
 @dataclass
 class AwsPorts:
     clients: Clients
-    calls: Calls
+    calls: AwsCaller
     stream: KinesisStream
     replies: DynamoReplies
 
@@ -48,7 +48,7 @@ class AwsPorts:
 
 def aws_ports(settings: Settings, metrics: Metrics, found: Clients | None = None) -> AwsPorts:
     found = found or clients(settings)
-    calls = Calls(settings.aws.aws_threads, metrics)
+    calls = AwsCaller(settings.aws.aws_threads, metrics)
     read_interval = settings.aws.read_interval_ms / 1000
     stream = KinesisStream(
         found.kinesis,

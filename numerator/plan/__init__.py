@@ -14,7 +14,7 @@ from numerator.plan.cost import INSTANCES, Bill, Prices, bill
 from numerator.plan.model import (
     HEADROOM,
     MEASURED,
-    Edge,
+    EdgeKind,
     Limit,
     Load,
     Measured,
@@ -24,12 +24,12 @@ from numerator.plan.model import (
     size,
 )
 
-__all__ = ["Edge", "Load", "Plan", "PlanError", "plan"]
+__all__ = ["EdgeKind", "Load", "Plan", "PlanError", "plan"]
 
 
 @dataclass
 class Plan:
-    edge: Edge
+    edge: EdgeKind
     load: Load
     sizing: Sizing
     calls: dict[str, float]  # a second, at the mean rate
@@ -70,7 +70,9 @@ def read_measured(path: Path = MEASURED) -> dict[str, Any]:
     return data
 
 
-def plan(load: Load, edge: Edge, prices: Prices, measured: dict[str, Any] | None = None) -> Plan:
+def plan(
+    load: Load, edge: EdgeKind, prices: Prices, measured: dict[str, Any] | None = None
+) -> Plan:
     data = measured if measured is not None else read_measured()
     runs = Measured.of(edge, data["edges"][str(edge)])
     front_frame_ms = Settings.of().edge.front_frame_ms  # the default the template keeps

@@ -20,8 +20,8 @@ from infra import trail
 from infra.adapters.postgres.pool import rows
 from infra.counters import Counter, Reset
 from infra.faults import Faults
-from infra.ledger import NOT_CONFIRMED
-from infra.settings import Retention
+from infra.ledger import VoidReason
+from infra.settings import RetentionSettings
 from infra.spans import Run, Span
 from infra.wire import Demand, Void
 
@@ -60,12 +60,12 @@ class Stream:
 
 def test_the_sweep_runs_on_the_ledger_role_alone() -> None:
     ledger, stream = Ledger(Counter("inv", confirm=True), [("", 1, 3), ("", 7, 7)]), Stream()
-    sweep = Sweep(stream, ledger, Retention(), Stopping())  # type: ignore[arg-type]
+    sweep = Sweep(stream, ledger, RetentionSettings(), Stopping())  # type: ignore[arg-type]
     asyncio.run(sweep.once())
     voids = [r for r in stream.put_ if isinstance(r, Void)]
     assert [(v.first, v.last, v.reason) for v in voids] == [
-        (1, 3, NOT_CONFIRMED),
-        (7, 7, NOT_CONFIRMED),
+        (1, 3, VoidReason.NOT_CONFIRMED),
+        (7, 7, VoidReason.NOT_CONFIRMED),
     ]
     assert ledger.swept_to == ("inv", NOW)
 

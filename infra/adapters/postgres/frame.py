@@ -9,7 +9,7 @@ from typing import Any
 
 from infra.adapters.postgres.pool import Connection, rows
 from infra.adapters.postgres.statements import ADD, AUDIT, FENCED, FLOOR_HOLDS, chained, lost
-from infra.ledger import NOT_CONFIRMED
+from infra.ledger import VoidReason
 from infra.ports import Audit, Claim, DeadLetter, Lease, VoidAsk
 from infra.wire import ReplyError
 
@@ -144,7 +144,7 @@ class PostgresFrame:
                 why = f"values {first} to {last} are void already, for {reason!r}"
                 results.append((ReplyError.ALREADY_VOID, why))
                 continue
-            if ask.reason == NOT_CONFIRMED and await self._overlap("confirmations", ask):
+            if ask.reason == VoidReason.NOT_CONFIRMED and await self._overlap("confirmations", ask):
                 why = "some of these values were confirmed since: the sweep tries again"
                 results.append((ReplyError.ALREADY_VOID, why))
                 continue

@@ -33,12 +33,12 @@ RETRYABLE = (
 
 
 # Every connection's limits on waiting. A frame's transaction is a few statements sent back to
-# back, committed in milliseconds (numerator_frame_commit_seconds: p99 under 25 ms here, at
-# 1,024 connections on one hot counter), so a transaction idle for seconds belongs to a process
-# that stopped inside it (SIGSTOP, a VM paused, a GC pause on the way to a kill): Postgres ends
-# its session, and with it the counter rows it locked, so that the batcher that takes its
-# shards over is not stuck behind them (a takeover takes LEASE_TTL_S plus this, at most). A
-# statement that waits this long for a lock fails instead (and its frame is tried again).
+# back, committed in milliseconds (docs/performance.md), so a transaction idle for seconds
+# belongs to a process that stopped inside it (SIGSTOP, a VM paused, a GC pause on the way to
+# a kill): Postgres ends its session, and with it the counter rows it locked, so that the
+# batcher that takes its shards over is not stuck behind them (a takeover takes LEASE_TTL_S
+# plus this, at most). A statement that waits this long for a lock fails instead (and its
+# frame is tried again).
 IDLE_IN_TRANSACTION_S = 5.0
 LOCK_TIMEOUT_S = 5.0
 OPTIONS = (
@@ -49,9 +49,9 @@ OPTIONS = (
 
 def rows(items: Iterable[Sequence[Any]]) -> str:
     """Many rows as ONE parameter, a JSON array of arrays that the statement unpacks with
-    json_array_elements. psycopg dumps a Python list as an array element by element, in Python:
-    three lists of 370 took 2.3 ms here, against microseconds for orjson — and a frame over many
-    counters passes several such lists."""
+    json_array_elements. psycopg dumps a Python list as an array element by element, in Python,
+    far slower than orjson (docs/performance.md) — and a frame over many counters passes several
+    such lists."""
     return orjson.dumps(list(items), default=plain).decode()
 
 

@@ -116,11 +116,12 @@ class Claim:
 
 @dataclass(slots=True)
 class Audit:
-    """A frame's audit row for the counters of one retention class (Counter.keeping): the
-    (counter, period, first, last) ranges it allocated, and `detail`: "r", per counter and
-    period [counter, period, runs], who took its range, run by run in order ([count, who] or
-    [count, who, Idempotency-Key]); "v", each void made as [counter, period, first, last,
-    reason, who]."""
+    """A frame's audit row for the counters of one retention class (Counter.keeping), as the
+    chains hash it (docs/invoices.md, "What an audit row holds"): `ranges`, the Spans it
+    allocated, [counter, period, first, last]; and `detail`: "r", per counter and period
+    [counter, period, runs], who took its range, run by run in order, each a Run [size, who,
+    Idempotency-Key or null, edge]; "v", each void made, [counter, period, first, last, reason,
+    who]; and "c" when the frame made confirmations, each [counter, period, first, last, who]."""
 
     klass: str
     keep_s: float

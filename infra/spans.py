@@ -17,9 +17,9 @@ class Span(NamedTuple):
 
 
 class Run(NamedTuple):
-    """`size` values in a row taken by `who` (the API key's name, or "" with no keys) through
-    `edge` (its reply-key prefix), with the Idempotency-Key when the request had one. Rows
-    written before edges (or keys) were recorded hold two or three fields."""
+    """`size` values in a row taken by `who` (`key:ID`, or the client's address when no key
+    is needed) through `edge` (its reply-key prefix), with the Idempotency-Key when the request
+    had one. Rows written before edges (or keys) were recorded hold two or three fields."""
 
     size: int
     who: str

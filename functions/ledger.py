@@ -58,7 +58,7 @@ def void_ranges(body: dict[str, Any]) -> list[tuple[int, int]]:
     """The contiguous ranges a void's body names: `values` (a list), or `first` and `last`."""
     values, first, last = body.get("values"), body.get("first"), body.get("last", body.get("first"))
     if values is not None:
-        if first is not None:
+        if "first" in body or "last" in body:  # a `last` beside values was ignored once
             raise invalid("values", "give values, or first and last, not both")
         if not isinstance(values, list) or not 1 <= len(values) <= MAX_VALUES:
             raise invalid("values", f"must be a list of 1 to {MAX_VALUES} values")

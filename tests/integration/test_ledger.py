@@ -171,6 +171,8 @@ async def test_a_pruned_span_is_named_not_counted_as_a_gap(
         {"values": [], "reason": "x"},
         {"values": [1.5], "reason": "x"},
         {"values": [1], "first": 1, "reason": "x"},
+        {"values": [1], "last": 3, "reason": "x"},
+        {"values": [1], "first": None, "reason": "x"},
         {"first": 3, "last": 1, "reason": "x"},
         {"first": 1},
         {"first": 1, "reason": ""},

@@ -11,7 +11,6 @@ from starlette.responses import Response
 
 from functions import validation
 from functions.edge import Edge
-from functions.fastpath import take
 from functions.problems import Kind, Problem, invalid
 from infra import keys
 from infra.counters import Counter
@@ -34,21 +33,6 @@ class JSON(Response):
 def edge_of(request: Request) -> Edge:
     edge: Edge = request.app.state.edge
     return edge
-
-
-async def next_values(request: Request) -> Response:
-    """/next when the Starlette app is served on its own; create_app() puts FastPath in front,
-    which answers these POSTs first. Other methods on the path get 405 from this route."""
-    edge = edge_of(request)
-    body = await take(
-        edge,
-        request.path_params["name"],
-        request.query_params.get("count"),
-        request.headers.get("idempotency-key"),
-        edge.timeout(request.scope.get("aws.context")),
-        request.client.host if request.client else "",
-    )
-    return JSON(body)
 
 
 async def counters(request: Request) -> Response:

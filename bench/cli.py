@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> None:
     if not args.url and not args.local:
         fail("say where: --url URL (a running numerator), --local or --aws moto (start one)")
     if args.url:
-        from numerator import BadURL, Client
+        from numerator.client import BadURL, Client
 
         try:
             with Client(args.url) as checked:  # a URL the client refuses, refused as it would

@@ -98,7 +98,9 @@ def void_by_hand(body: bytes) -> dict[str, Any]:
     values = data.get("values")
     if not isinstance(values, list) or not 1 <= len(values) <= 500:
         raise ValueError("values")
-    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_VALUE for v in values):
+    if not all(
+        isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_VALUE for v in values
+    ):
         raise ValueError("values")
     return data
 

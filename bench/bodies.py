@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--number", type=int, default=20_000, help="calls per round and way")
     args = parser.parse_args()
-    print(f"{'case':32} {'way':9} {'µs/call':>8} {'× by hand':>10}")
+    print(f"{'case':32} {'way':9} {'µs/call':>8} {'by hand=1':>10}")
     for case, ways in CASES.items():
         best = {way: float("inf") for way in ways}
         for _ in range(args.rounds):

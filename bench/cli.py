@@ -172,10 +172,11 @@ def run(args: argparse.Namespace) -> None:
     if not args.url and not args.local:
         fail("say where: --url URL (a running numerator), --local or --aws moto (start one)")
     if args.url:
-        from numerator.client import BadURL, checked_url
+        from numerator.client import BadURL, Client
 
         try:
-            args.url = checked_url(args.url)
+            with Client(args.url) as checked:  # a URL the client refuses, refused as it would
+                args.url = checked.url
         except BadURL as exc:
             fail(str(exc))
     if args.compare and not args.local:

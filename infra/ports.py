@@ -116,12 +116,17 @@ class Claim:
 
 @dataclass(slots=True)
 class Audit:
-    """A frame's audit row for the counters of one retention class (Counter.keeping), as the
-    chains hash it (docs/invoices.md, "What an audit row holds"): `ranges`, the Spans it
-    allocated, [counter, period, first, last]; and `detail`: "r", per counter and period
-    [counter, period, runs], who took its range, run by run in order, each a Run [size, who,
-    Idempotency-Key or null, edge]; "v", each void made, [counter, period, first, last, reason,
-    who]; and "c" when the frame made confirmations, each [counter, period, first, last, who]."""
+    """A frame's audit row for the counters of one retention class (Counter.keeping), hashed
+    into its chain as written (docs/invoices.md, "What an audit row holds"):
+
+    - `ranges`: [counter, period, first, last] for each range the frame allocated;
+    - `detail["r"]`: [counter, period, runs] for each counter and period, who took its range,
+      run by run in the order it is split: each a Run [size, who, Idempotency-Key or
+      null, edge] (edge: the reply-key prefix of the edge that asked; rows written before runs had
+      an edge or a key hold [count, who] or [count, who, key]);
+    - `detail["v"]`: [counter, period, first, last, reason, who] for each void made;
+    - `detail["c"]`, only in a frame that confirmed values: [counter, period, first, last,
+      who] for each confirmation."""
 
     klass: str
     keep_s: float

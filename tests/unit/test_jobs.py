@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import re
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,7 +13,6 @@ from typing import Any
 
 import orjson
 
-from batcher.allocation import Live, audits
 from batcher.chores import Sweep
 from batcher.known import Known
 from batcher.stopping import Stopping
@@ -23,10 +21,9 @@ from infra.adapters.postgres.pool import rows
 from infra.counters import Counter, Reset
 from infra.faults import Faults
 from infra.ledger import VoidReason
-from infra.ports import Audit, VoidAsk
 from infra.settings import RetentionSettings
 from infra.spans import Run, Span
-from infra.wire import Demand, Record, Void
+from infra.wire import Demand, Void
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 ROOT = Path(__file__).parents[2]
@@ -146,31 +143,3 @@ def test_verify_judges_a_snapshot_without_postgres() -> None:
     broken = trail.Snapshot(NOW, [link(1, b""), link(3, bytes([2]))], {})
     found = trail.verdict(broken, None)
     assert not found["ok"] and found["first_bad"]["row"] == 3 and "anchors" not in found
-
-
-def test_the_audit_row_format_an_auditor_reads_is_the_one_a_frame_writes() -> None:
-    """docs/invoices.md says field by field what the hashed rows hold (issue 32: the Audit
-    docstring said runs were [count, who(, key)] and left out the confirmations)."""
-    doc = (ROOT / "docs" / "invoices.md").read_text()
-    section = doc[doc.index("### What an audit row holds") : doc.index("## Retention")]
-    documented = {
-        name: fields.split(", ")
-        for name, fields in re.findall(r"`(ranges|detail\.[rvc])`: `\[\[([^\]\[]*)\]", section)
-    }
-    (run,) = re.findall(r"each run `\[([^\]]*)\]`", section)
-    inv = Counter("inv")
-    takers = [
-        Live(Record(f"e1:{k}", "inv", 1, who="key:a", idempotency_key=k), inv, "", NOW.date())
-        for k in ("x", "y")
-    ]
-    ask = VoidAsk("inv", "", 1, 1, "spoiled", "key:a", 1, 60.0)
-    (row,) = audits(takers, [ask], {"inv": inv}, 60.0, [ask]).values()
-    row.ranges.append(Span("inv", "", 1, 2))
-    written = orjson.loads(rows([[row.ranges, row.detail]]))[0]
-    ranges, detail = written
-    assert len(ranges[0]) == len(documented["ranges"]) == 4
-    assert len(detail["r"][0]) == len(documented["detail.r"]) == 3
-    assert len(detail["r"][0][2][0]) == len(run.split(", ")) == len(Run._fields) == 4
-    assert len(detail["v"][0]) == len(documented["detail.v"]) == 6
-    assert len(detail["c"][0]) == len(documented["detail.c"]) == 5
-    assert "[size, who, Idempotency-Key or null, edge]" in " ".join(Audit.__doc__.split())

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.auth import foreign, hostname
+from functions.auth import foreign
+from functions.heads import hostname
 
 
 def scope(*headers: tuple[str, str], scheme: str = "http") -> dict[str, object]:

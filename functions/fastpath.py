@@ -30,18 +30,13 @@ from functions.problems import (
     invalid,
     unavailable,
 )
+from functions.watch import Watch
 from infra.counters import template
 from infra.errors import AwsRefused, ReplyTimeout, StreamFull, Unavailable
 from infra.settings import loopback
 from infra.wire import BadReply, Record, Reply, Void, reply_key
 
 log = logging.getLogger("numerator.edge")
-
-# /next watches for its client going away once it has waited this long. Each watch is a task:
-# swept every 25 ms to watch from 50 ms, /next on a hot counter at 1,024 connections (where most
-# requests wait longer) ran at 0.92x; from 0.1 s, swept every 50 ms, it costs what 50 ms did
-# when a request was watched from its second sweep, 50-100 ms in.
-WATCH_AFTER_S = 0.1
 
 
 async def take(
@@ -168,64 +163,6 @@ def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
         {"value": v, "formatted": render(v, reply.day)} for v in range(reply.first, reply.last + 1)
     ]
     return {"counter": reply.counter, "first": reply.first, "last": reply.last, "values": values}
-
-
-class Watch:
-    """The /next requests in flight whose clients may go away. Most are answered within
-    milliseconds, so none is watched at first: a sweep every half WATCH_AFTER_S starts a
-    watcher (a task reading the request's `receive` for its disconnect) for each request that
-    was already waiting at the sweep before — so every request still waiting WATCH_AFTER_S
-    after it came is watched by then (a sweep every WATCH_AFTER_S watched some only at twice
-    that, and a client that left between was not seen). A task, or a timer, per request cost a
-    fifth of /next's rate; this costs two dict operations. A client that leaves sooner is like
-    one whose connection drops just after its answer went out: no server can tell it was not
-    read."""
-
-    def __init__(self, after: float = WATCH_AFTER_S) -> None:
-        self.after = after
-        self.young: dict[asyncio.Task[Any], Receive] = {}
-        self.old: dict[asyncio.Task[Any], Receive] = {}
-        self.watchers: dict[asyncio.Task[Any], asyncio.Task[None]] = {}
-        self.gone: set[asyncio.Task[Any]] = set()
-        self.timer: asyncio.TimerHandle | None = None
-        # Asked once: under granian, finding the running loop (or the current task without
-        # naming the loop) per request cost a tenth of a /next worker's CPU.
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    def start(self) -> asyncio.AbstractEventLoop:
-        self.loop = asyncio.get_running_loop()
-        return self.loop
-
-    def add(self, task: asyncio.Task[Any], receive: Receive) -> None:
-        self.young[task] = receive
-        if self.timer is None:
-            assert self.loop is not None
-            self.timer = self.loop.call_later(self.after / 2, self.sweep)
-
-    def done(self, task: asyncio.Task[Any]) -> None:
-        if self.young.pop(task, None) is None:
-            self.old.pop(task, None)
-            watcher = self.watchers.pop(task, None)
-            if watcher is not None:
-                watcher.cancel()
-
-    def sweep(self) -> None:
-        self.timer = None
-        loop = self.loop
-        assert loop is not None
-        for task, receive in self.old.items():
-            if task not in self.watchers:
-                self.watchers[task] = loop.create_task(self._watch(task, receive))
-        self.old.update(self.young)
-        self.young = {}
-        if self.old:
-            self.timer = loop.call_later(self.after / 2, self.sweep)
-
-    async def _watch(self, task: asyncio.Task[Any], receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        self.gone.add(task)
-        task.cancel()
 
 
 def parameters(raw: bytes) -> dict[str, str]:

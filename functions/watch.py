@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Coroutine
+from collections.abc import Awaitable
 from typing import Any
 
 from starlette.types import Message, Receive
@@ -77,10 +77,12 @@ class Watch:
     def _listen(self, task: asyncio.Task[Any], receive: Receive) -> Any:
         """Wait for the request's next message: what `done` cancels."""
         message = receive()
-        if isinstance(message, Coroutine):
+        # an attribute, not isinstance(message, Coroutine): an ABC's check was a third of this
+        callback = getattr(message, "add_done_callback", None)
+        if callback is None:
             assert self.loop is not None
             return self.loop.create_task(self._watch(task, message, receive))
-        message.add_done_callback(functools.partial(self._heard, task, receive))  # type: ignore[attr-defined]
+        callback(functools.partial(self._heard, task, receive))
         return message
 
     def _heard(
@@ -98,7 +100,7 @@ class Watch:
             self.watchers[task] = self._listen(task, receive)
 
     async def _watch(
-        self, task: asyncio.Task[Any], first: Coroutine[Any, Any, Message], receive: Receive
+        self, task: asyncio.Task[Any], first: Awaitable[Message], receive: Receive
     ) -> None:
         message = await first
         while message["type"] != "http.disconnect":

@@ -40,7 +40,7 @@ from typing import Any
 import httpx
 import psutil
 
-from functions.fastpath import WATCH_AFTER_S
+from functions.watch import WATCH_AFTER_S
 from infra.adapters.aws import clients, create
 from infra.adapters.postgres import migrate
 from infra.ledger import VoidReason

@@ -8,7 +8,7 @@ import contextlib
 import time
 from typing import Any
 
-from functions.fastpath import Watch
+from functions.watch import Watch
 
 
 async def test_a_request_that_came_just_after_a_sweep_is_watched_within_after() -> None:
@@ -38,3 +38,50 @@ async def test_a_request_that_came_just_after_a_sweep_is_watched_within_after() 
             await asyncio.wait_for(task, 2)
         watch.done(task)
     assert "second" in gone_at and gone_at["second"] - came <= after * 1.5, gone_at["second"] - came
+
+
+async def test_a_future_from_receive_is_watched_by_a_callback_and_a_disconnect_cancels() -> None:
+    """granian's receive() returns a future: the watch puts a callback on it, no task, and
+    listens again after a message that is not the disconnect."""
+    after = 0.02
+    watch = Watch(after)
+    loop = watch.start()
+    asked: list[asyncio.Future[dict[str, Any]]] = []
+
+    def receive() -> asyncio.Future[dict[str, Any]]:
+        asked.append(loop.create_future())
+        return asked[-1]
+
+    request = asyncio.create_task(asyncio.sleep(10))
+    watch.add(request, receive)
+    await asyncio.sleep(after * 3)  # two sweeps: watched by the second
+    assert watch.watchers[request] is asked[0], "the watcher is the future, not a task"
+    asked[0].set_result({"type": "http.request", "body": b"", "more_body": False})
+    await asyncio.sleep(0)
+    assert len(asked) == 2 and watch.watchers[request] is asked[1], "it listens again"
+    assert not request.cancelled()
+    asked[1].set_result({"type": "http.disconnect"})
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(request, 1)
+    assert request.cancelled() and request in watch.gone
+    watch.done(request)
+
+
+async def test_a_request_answered_before_its_client_leaves_is_not_cancelled() -> None:
+    after = 0.02
+    watch = Watch(after)
+    loop = watch.start()
+    asked: list[asyncio.Future[dict[str, Any]]] = []
+
+    def receive() -> asyncio.Future[dict[str, Any]]:
+        asked.append(loop.create_future())
+        return asked[-1]
+
+    request = asyncio.create_task(asyncio.sleep(10))
+    watch.add(request, receive)
+    await asyncio.sleep(after * 3)  # two sweeps: watched by the second
+    watch.done(request)  # answered
+    assert asked[0].cancelled(), "its watcher is cancelled with it"
+    await asyncio.sleep(0)
+    assert not request.cancelled() and request not in watch.gone
+    request.cancel()

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
 import orjson
@@ -190,6 +190,16 @@ def answer_problem(reply: Reply, retry_after: int) -> Problem:
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
+class NextRequest(NamedTuple):
+    """A POST /counters/{name}/next as admitted: its headers, who sent it, the counter's name
+    and the query's parameters."""
+
+    heads: Heads
+    who: str
+    counter: str
+    query: dict[str, str]
+
+
 class FastPath:
     """ASGI middleware in front of the app: checks every request's header size and API key,
     answers POST /counters/{name}/next itself, and passes the rest to `app`."""
@@ -220,7 +230,7 @@ class FastPath:
         # until its answer is handed to the server, not only until its values came.
         epoch = edge.flight.begin()
         try:
-            await self.next(edge, scope, receive, send, (heads, who, counter, query))
+            await self.next(edge, scope, receive, send, NextRequest(heads, who, counter, query))
         finally:
             edge.flight.end(epoch)
 
@@ -230,7 +240,7 @@ class FastPath:
         scope: Scope,
         receive: Receive,
         send: Send,
-        request: tuple[Heads, str, str, dict[str, str]],
+        request: NextRequest,
     ) -> None:
         """Answer POST /counters/{name}/next: its values, or its problem. If its client goes
         away meanwhile (`watch`), the work is cancelled, and a record it put is cancelled on

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable
 from typing import Any
 
 from starlette.types import Message, Receive
@@ -79,8 +78,14 @@ class Watch:
         # an attribute, not isinstance(message, Coroutine): an ABC's check was a third of this
         callback = getattr(message, "add_done_callback", None)
         if callback is None:
+            # A coroutine (a server other than granian): not yet started, so closing it reads
+            # nothing. The watcher asks for the message itself, so that a watcher cancelled
+            # before it first runs leaves no coroutine behind that was never awaited.
+            close = getattr(message, "close", None)
+            if close is not None:
+                close()
             assert self.loop is not None
-            return self.loop.create_task(self._watch(task, message, receive))
+            return self.loop.create_task(self._watch(task, receive))
         callback(functools.partial(self._heard, task, receive))
         return message
 
@@ -98,10 +103,8 @@ class Watch:
         else:
             self.watchers[task] = self._listen(task, receive)
 
-    async def _watch(
-        self, task: asyncio.Task[Any], first: Awaitable[Message], receive: Receive
-    ) -> None:
-        message = await first
+    async def _watch(self, task: asyncio.Task[Any], receive: Receive) -> None:
+        message = await receive()
         while message["type"] != "http.disconnect":
             message = await receive()
         self._gone(task)

@@ -85,3 +85,32 @@ async def test_a_request_answered_before_its_client_leaves_is_not_cancelled() ->
     await asyncio.sleep(0)
     assert not request.cancelled() and request not in watch.gone
     request.cancel()
+
+
+async def test_a_watcher_ended_before_it_runs_leaves_no_receive_unawaited() -> None:
+    """A coroutine receive() (httpx's ASGITransport, uvicorn): a request answered between the
+    sweep that starts its watcher and the watcher's first step must leave no receive()
+    coroutine never awaited (a RuntimeWarning, an error under the suite's filterwarnings)."""
+    watch = Watch(0.02)
+    watch.start()
+    made: list[Any] = []
+
+    async def listening() -> dict[str, Any]:
+        await asyncio.sleep(10)
+        return {"type": "http.disconnect"}
+
+    def receive() -> Any:
+        made.append(listening())
+        return made[-1]
+
+    request = asyncio.create_task(asyncio.sleep(10))
+    watch.add(request, receive)
+    watch.sweep()  # young → old
+    watch.sweep()  # old: its watcher task is made, not yet run
+    assert request in watch.watchers
+    watch.done(request)  # answered before the watcher's first step
+    request.cancel()
+    await asyncio.sleep(0.01)
+    assert made, "receive() was asked"
+    # a coroutine keeps its frame until it has run to its end or been closed
+    assert all(coro.cr_frame is None for coro in made), "a receive() was left never awaited"

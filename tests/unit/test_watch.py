@@ -40,9 +40,9 @@ async def test_a_request_that_came_just_after_a_sweep_is_watched_within_after() 
     assert "second" in gone_at and gone_at["second"] - came <= after * 1.5, gone_at["second"] - came
 
 
-async def test_a_future_from_receive_is_watched_by_a_callback_and_a_disconnect_cancels() -> None:
-    """granian's receive() returns a future: the watch puts a callback on it, no task, and
-    listens again after a message that is not the disconnect."""
+async def watched_by_a_future() -> tuple[Watch, list[asyncio.Future[dict[str, Any]]], Any]:
+    """A watch, the futures a granian-like receive() has returned, and a request that has
+    waited two sweeps: watched by the second."""
     after = 0.02
     watch = Watch(after)
     loop = watch.start()
@@ -54,7 +54,14 @@ async def test_a_future_from_receive_is_watched_by_a_callback_and_a_disconnect_c
 
     request = asyncio.create_task(asyncio.sleep(10))
     watch.add(request, receive)
-    await asyncio.sleep(after * 3)  # two sweeps: watched by the second
+    await asyncio.sleep(after * 3)
+    return watch, asked, request
+
+
+async def test_a_future_from_receive_is_watched_by_a_callback_and_a_disconnect_cancels() -> None:
+    """granian's receive() returns a future: the watch puts a callback on it, no task, and
+    listens again after a message that is not the disconnect."""
+    watch, asked, request = await watched_by_a_future()
     assert watch.watchers[request] is asked[0], "the watcher is the future, not a task"
     asked[0].set_result({"type": "http.request", "body": b"", "more_body": False})
     await asyncio.sleep(0)
@@ -68,18 +75,7 @@ async def test_a_future_from_receive_is_watched_by_a_callback_and_a_disconnect_c
 
 
 async def test_a_request_answered_before_its_client_leaves_is_not_cancelled() -> None:
-    after = 0.02
-    watch = Watch(after)
-    loop = watch.start()
-    asked: list[asyncio.Future[dict[str, Any]]] = []
-
-    def receive() -> asyncio.Future[dict[str, Any]]:
-        asked.append(loop.create_future())
-        return asked[-1]
-
-    request = asyncio.create_task(asyncio.sleep(10))
-    watch.add(request, receive)
-    await asyncio.sleep(after * 3)  # two sweeps: watched by the second
+    watch, asked, request = await watched_by_a_future()
     watch.done(request)  # answered
     assert asked[0].cancelled(), "its watcher is cancelled with it"
     await asyncio.sleep(0)

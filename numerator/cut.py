@@ -66,7 +66,7 @@ async def exchange(port: int, raw: bytes, cut: float | None, timeout: float) -> 
             if out.crossed:
                 out.cut_s = None
             return out
-        if not done:
+        if not done and cut is None:
             reading.cancel()
             raise TimeoutError(f"no answer within {timeout:g} s")
         out.raw = await asyncio.wait_for(reading, timeout)

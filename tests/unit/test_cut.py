@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 
 import pytest
 
+from numerator import cut
 from numerator.cut import CROSSING_S, Exchange, answer, exchange, request
 from tests.history import Client
 
@@ -60,9 +61,9 @@ async def serving(answer_after: float, at_leaving: str) -> AsyncIterator[int]:
         await asyncio.gather(*handlers)
 
 
-async def sent(answer_after: float, at_leaving: str, cut: float | None) -> Exchange:
+async def sent(answer_after: float, at_leaving: str, cut_s: float | None) -> Exchange:
     async with serving(answer_after, at_leaving) as port:
-        return await exchange(port, request(port, "/counters/c/next"), cut, 5.0)
+        return await exchange(port, request(port, "/counters/c/next"), cut_s, 5.0)
 
 
 def test_an_answer_before_the_cut_is_read() -> None:
@@ -105,3 +106,15 @@ def test_the_history_counts_a_crossed_answer_delivered(at_leaving: str, delivere
     assert (a.cut_ms is None) is delivered
     if delivered:
         assert a.values == (7,)
+
+
+def test_an_answer_whose_first_byte_came_at_the_cut_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A byte of the answer in the socket at the cut (`waiting`; here made so, the answer
+    itself coming 0.2 s later): the client reads the answer (on the code before, it raised
+    "no answer within" and the history broke rule h)."""
+    monkeypatch.setattr(cut, "waiting", lambda writer: True)
+    got = asyncio.run(sent(0.2, "close", 0.05))
+    assert got.cut_s is None and not got.crossed
+    assert answer(got.raw)[2] == BODY

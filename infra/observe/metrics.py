@@ -295,6 +295,12 @@ class Metrics:
         self.aws_calls = LabeledTotal(
             "numerator_aws_calls_total", "Calls to Kinesis and DynamoDB, by API call.", "call"
         )
+        self.reply_items = LabeledTotal(
+            "numerator_reply_items_total",
+            "Reply table items read and written, by op (DynamoDB bills by the item): a frame's "
+            "replies to one long-running edge are one item.",
+            "op",
+        )
         self.aws_retries = LabeledTotal(
             "numerator_aws_retries_total",
             "AWS calls tried again, by reason (throttled, transient, connection).",

@@ -51,10 +51,12 @@ FIRST_STEP, GROWTH, LONGEST_STEP = 0.025, 1.5, 0.25
 WARN_EVERY_S = 5.0
 TICK_S = 0.02  # the poller reads at most once a tick: keys due within one tick share a call
 OWN = "-"  # the sort key of a record's own reply item
-SKEW_S = 1.0
+SKEW_S = 0.1
 """How far a batcher's clock (which stamps a frame's item) may be behind the edge's (which says
-from when to read): AWS's hosts keep within a millisecond of Amazon Time Sync; a second is room
-for a host that does not, and costs only the bytes of a second more of the edge's items read."""
+from when to read), for a reply that comes in time: AWS's hosts keep within a millisecond of
+Amazon Time Sync. The look back grows with the wait, so a key that waits longer reads further back
+(as far back as it has waited): a host whose clock is off by more than SKEW_S delays its replies,
+and loses none."""
 ITEM_BYTES = 300_000  # a frame's replies to one edge per item, below DynamoDB's 400 KB an item
 
 
@@ -129,6 +131,7 @@ class DynamoReplies:
             if isinstance(result, BaseException):
                 raise result
         self.metrics.reply_items.inc("written", len(items))
+        self.metrics.reply_units.inc("write", sum(-(-size(item) // 1024) for item in items))
 
     async def _write(self, items: list[dict[str, Any]]) -> None:
         requests = [{"PutRequest": {"Item": item}} for item in items]
@@ -168,14 +171,16 @@ class DynamoReplies:
             if not due:
                 continue
             own: list[str] = []
-            edges: dict[str, float] = {}  # edge: the oldest of its due keys' `since`
+            edges: dict[str, float] = {}  # edge: when to read its items from
+            wall = time.time()
             for key in due:
                 wait = waits[key]
                 wait.step = min(wait.step * GROWTH, LONGEST_STEP)
                 wait.due = now + wait.step
                 if grouped(key):
                     edge = edge_of(key)
-                    edges[edge] = min(edges.get(edge, wait.since), wait.since)
+                    back = wait.since - SKEW_S - max(0.0, wall - wait.since)
+                    edges[edge] = min(edges.get(edge, back), back)
                 else:
                     own.append(key)
             chunks = [own[i : i + READ_BATCH] for i in range(0, len(own), READ_BATCH)]
@@ -234,8 +239,10 @@ class DynamoReplies:
             self._warn(exc)
             return
         self.metrics.reply_items.inc("read", len(keys))  # a missing item is billed too
+        found = out.get("Responses", {}).get(self.table, [])
+        self.metrics.reply_units.inc("read", len(keys))  # a reply is well under 4 KB
         waits = self._poller.waits
-        for item in out.get("Responses", {}).get(self.table, []):
+        for item in found:
             wait = waits.get(item["k"]["S"])
             if wait is None or wait.future.done():
                 continue
@@ -245,16 +252,15 @@ class DynamoReplies:
                 wait.future.set_exception(BadReply(f"unreadable reply item: {exc}"))
 
     async def _query(self, edge: str, since: float) -> None:
-        """Every frame item of `edge` stamped since `since` (less SKEW_S), page by page."""
+        """Every frame item of `edge` stamped since `since` (Unix time), page by page."""
         arguments: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "k = :e AND f >= :since",
             "ExpressionAttributeValues": {
                 ":e": {"S": edge},
-                ":since": {"S": f"{int(max(0.0, since - SKEW_S) * 1e9):020d}"},
+                ":since": {"S": f"{int(max(0.0, since) * 1e9):020d}"},
             },
             "ConsistentRead": True,
-            "ProjectionExpression": "r",
         }
         while True:
             try:
@@ -266,12 +272,24 @@ class DynamoReplies:
                 self._warn(exc)
                 return
             self.metrics.reply_items.inc("read", out.get("Count", 0))
+            read = sum(size(item) for item in out.get("Items", []))
+            self.metrics.reply_units.inc("read", max(1, -(-read // 4096)))
             for item in out.get("Items", []):
                 for line in item.get("r", {}).get("S", "").encode().split(b"\n"):
                     self._found(line)
             if "LastEvaluatedKey" not in out:
                 return
             arguments["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+
+def size(item: dict[str, Any]) -> int:
+    """An item's size as DynamoDB bills it: its attributes' names and values, in bytes (a
+    number's digits about half a byte each)."""
+    total = 0
+    for name, value in item.items():
+        text = value.get("S") if "S" in value else value.get("N", "")
+        total += len(name) + len(text.encode()) if "S" in value else len(name) + len(text) // 2 + 1
+    return total
 
 
 def _item(key: str, sort: str, raw: bytes, expires: str) -> dict[str, Any]:

@@ -301,6 +301,13 @@ class Metrics:
             "replies to one long-running edge are one item.",
             "op",
         )
+        self.reply_units = LabeledTotal(
+            "numerator_reply_units_total",
+            "DynamoDB capacity units of the reply table's reads and writes, by op, as DynamoDB "
+            "bills them: a write unit per KB of an item, a strongly consistent read unit per "
+            "4 KB a Query reads (one at least) or per key a BatchGetItem asks for.",
+            "op",
+        )
         self.aws_retries = LabeledTotal(
             "numerator_aws_retries_total",
             "AWS calls tried again, by reason (throttled, transient, connection).",

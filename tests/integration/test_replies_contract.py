@@ -17,7 +17,7 @@ from infra.errors import ReplyTimeout
 from infra.observe.metrics import Metrics
 from infra.ports import Replies
 from infra.settings import Settings
-from infra.wire import BadReply, Reply, ReplyError
+from infra.wire import BadReply, Reply, ReplyError, encode
 
 
 def dynamo(aws: tuple[Settings, Any], metrics: Metrics) -> DynamoReplies:
@@ -183,6 +183,13 @@ async def test_dynamodb_a_frames_replies_to_one_edge_are_one_item_read_together(
     items, calls = metrics.reply_items.values, metrics.aws_calls.values
     assert items["written"] == 1 and calls["batch_write_item"] == 1
     assert items["read"] == 1, items
+    # Billed by size: the replies' bytes (and some for the item's key), a write unit per KB, a
+    # read unit per 4 KB of the one Query that found them and one for each that found nothing.
+    body = len(b"\n".join(encode(ok(k)) for k in keys))
+    units = metrics.reply_units.values
+    assert -(-body // 1024) <= units["write"] <= -(-(body + 100) // 1024), (body, units)
+    empty = calls["query"] - 1
+    assert -(-body // 4096) <= units["read"] - empty <= -(-(body + 100) // 4096), (body, units)
     assert "batch_get_item" not in calls
     assert calls["query"] <= 5, calls
 
@@ -215,18 +222,23 @@ async def test_dynamodb_a_frame_reply_is_found_by_its_key_in_another_process(
     assert [await reader.wait(k, 5) for k in keys] == [ok(k, 5) for k in keys]
 
 
+@pytest.mark.parametrize("behind", [0.05, 2.0])
 async def test_dynamodb_a_frame_stamped_by_a_slower_clock_is_not_missed(
-    aws: tuple[Settings, Any], monkeypatch: pytest.MonkeyPatch
+    aws: tuple[Settings, Any], monkeypatch: pytest.MonkeyPatch, behind: float
 ) -> None:
     """A batcher whose clock is behind the edge's stamps the frame before the record's put,
-    by the edge's clock: the edge reads SKEW_S further back."""
+    by the edge's clock: the edge reads SKEW_S further back at first, and as far back again as
+    its key has waited, so that a clock far off delays the reply and loses none."""
     import infra.adapters.dynamodb as module
 
     table = dynamo(aws, Metrics())
-    key = keys_of(EDGE + "3", 1)[0]
+    key = keys_of(EDGE + "3", 1)[0] + f"{behind:g}"
     table.expect(key)
     real = time.time
-    monkeypatch.setattr(module.time, "time", lambda: real() - module.SKEW_S / 2)
+    monkeypatch.setattr(module.time, "time", lambda: real() - behind)
     await table.publish([ok(key, 9)])
     monkeypatch.setattr(module.time, "time", real)
-    assert await table.wait(key, 5) == ok(key, 9)
+    began = time.monotonic()
+    assert await table.wait(key, 10) == ok(key, 9)
+    waited = time.monotonic() - began
+    assert waited < 1.0 if behind < module.SKEW_S else behind - 0.5 < waited < behind + 2, waited

@@ -126,7 +126,8 @@ async def test_throttled_reads_of_the_stream_and_the_table_are_retried(
             back.aws.clients.kinesis, "GetRecords", "ProvisionedThroughputExceededException", 3
         )
         writes = Throttle(back.aws.clients.dynamodb, "BatchWriteItem", "ThrottlingException", 3)
-        polls = Throttle(edge.aws.clients.dynamodb, "BatchGetItem", "ThrottlingException", 3)
+        # the long-running edge reads its replies a frame at a time, with Query
+        polls = Throttle(edge.aws.clients.dynamodb, "Query", "ThrottlingException", 3)
         with reads, writes, polls:
             got = await burst(client, name, 10)
         batcher_throttles = back.metrics.aws_throttles.values
@@ -135,7 +136,7 @@ async def test_throttled_reads_of_the_stream_and_the_table_are_retried(
     assert sorted(values(got)) == list(range(1, 11))
     assert (reads.calls, writes.calls, polls.calls) == (3, 3, 3)
     assert batcher_throttles == {"get_records": 3, "batch_write_item": 3}
-    assert edge_throttles == {"batch_get_item": 3}
+    assert edge_throttles == {"query": 3}
 
 
 async def test_auto_front_frames_go_out_once_the_stream_is_free(
@@ -167,7 +168,7 @@ async def test_auto_front_frames_go_out_once_the_stream_is_free(
 async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
     aws: tuple[Settings, Any], name: str
 ) -> None:
-    """Issue 28, finding 6: DynamoDB refusing every BatchGetItem (AccessDenied) while its
+    """Issue 28, finding 6: DynamoDB refusing every read of replies (AccessDenied) while its
     DescribeTable answers. The edge's /healthz turns red naming the refusal within seconds and
     green again once calls work; a request whose reply cannot be read, and one whose put is
     refused, are answered 502 backend-refused naming it, without Retry-After, after one try
@@ -176,7 +177,7 @@ async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
     async with running(settings, name, reply_timeout_s=1.0) as (edge, client, _):
         assert (await client.get("/healthz")).status_code == 200
         denied = "AccessDeniedException"
-        with Throttle(edge.aws.clients.dynamodb, "BatchGetItem", denied) as reads:
+        with Throttle(edge.aws.clients.dynamodb, "Query", denied) as reads:
             cut = await burst(client, name, 3)
 
             async def red() -> bool:

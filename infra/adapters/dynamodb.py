@@ -54,9 +54,14 @@ OWN = "-"  # the sort key of a record's own reply item
 SKEW_S = 0.1
 """How far a batcher's clock (which stamps a frame's item) may be behind the edge's (which says
 from when to read), for a reply that comes in time: AWS's hosts keep within a millisecond of
-Amazon Time Sync. The look back grows with the wait, so a key that waits longer reads further back
-(as far back as it has waited): a host whose clock is off by more than SKEW_S delays its replies,
-and loses none."""
+Amazon Time Sync. The look back grows with the wait (as far back again as the key has waited), so
+that a host whose clock is off by up to about WINDOW_S / 2 delays its replies and loses none."""
+WINDOW_S = 2.0
+"""The longest span of an edge's items one Query reads back from now. A reply is stamped when it
+is published, so a poll that read until now finds it within a poll; reading back further only
+made every poll of an edge with one old waiting key (a frozen shard, Postgres restarting) read
+all its items since then, and under the soak the polls fell behind their keys (10 times the
+504s of an item per record)."""
 ITEM_BYTES = 300_000  # a frame's replies to one edge per item, below DynamoDB's 400 KB an item
 
 
@@ -180,6 +185,8 @@ class DynamoReplies:
                 if grouped(key):
                     edge = edge_of(key)
                     back = wait.since - SKEW_S - max(0.0, wall - wait.since)
+                    if wait.since:  # a key this process put (not one looked up by key alone)
+                        back = max(back, wall - WINDOW_S)
                     edges[edge] = min(edges.get(edge, back), back)
                 else:
                     own.append(key)

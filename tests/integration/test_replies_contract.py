@@ -222,13 +222,14 @@ async def test_dynamodb_a_frame_reply_is_found_by_its_key_in_another_process(
     assert [await reader.wait(k, 5) for k in keys] == [ok(k, 5) for k in keys]
 
 
-@pytest.mark.parametrize("behind", [0.05, 2.0])
+@pytest.mark.parametrize("behind", [0.05, 0.8])
 async def test_dynamodb_a_frame_stamped_by_a_slower_clock_is_not_missed(
     aws: tuple[Settings, Any], monkeypatch: pytest.MonkeyPatch, behind: float
 ) -> None:
     """A batcher whose clock is behind the edge's stamps the frame before the record's put,
     by the edge's clock: the edge reads SKEW_S further back at first, and as far back again as
-    its key has waited, so that a clock far off delays the reply and loses none."""
+    its key has waited (within WINDOW_S of now), so that a clock off by most of a second delays
+    the reply and loses none."""
     import infra.adapters.dynamodb as module
 
     table = dynamo(aws, Metrics())
@@ -241,4 +242,4 @@ async def test_dynamodb_a_frame_stamped_by_a_slower_clock_is_not_missed(
     began = time.monotonic()
     assert await table.wait(key, 10) == ok(key, 9)
     waited = time.monotonic() - began
-    assert waited < 1.0 if behind < module.SKEW_S else behind - 0.5 < waited < behind + 2, waited
+    assert waited < 0.5 if behind < module.SKEW_S else behind - 0.3 < waited < behind + 0.7, waited

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 
 from infra.errors import NumeratorError
 
@@ -106,21 +106,6 @@ class Outcomes:
 
     def failed(self, call: str, why: str) -> None:
         self.latest[call] = (self.clock(), why)
-
-    def working(self, calls: Sequence[str], within: float = OUTCOME_S) -> bool:
-        """Whether one of `calls` worked within `within` seconds."""
-        now = self.clock()
-        seen = [self.latest[call] for call in calls if call in self.latest]
-        return any(why is None and now - at < within for at, why in seen)
-
-    def unless_working(self, calls: Sequence[str], check: Check) -> Check:
-        """`check`, made only when none of `calls` worked within OUTCOME_S: while traffic flows,
-        the calls it makes for real already say the system answers, and a probe costs no call."""
-
-        async def quiet() -> str | None:
-            return None if self.working(calls) else await check()
-
-        return quiet
 
     async def check(self) -> str | None:
         """A Check: None, or each call whose latest outcome, within OUTCOME_S, failed."""

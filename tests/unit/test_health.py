@@ -102,27 +102,3 @@ async def test_outcomes_are_red_while_a_call_last_failed_and_green_once_it_works
     outcomes.failed("put_record", "put_record: gave up after 6 tries")
     now[0] += OUTCOME_S
     assert await outcomes.check() is None, "a failure older than OUTCOME_S"
-
-
-async def test_a_probe_costs_no_call_while_the_real_calls_work() -> None:
-    """Health checks that cost no call per probe: the stream's and the table's Describe calls
-    are made only when none of their real calls worked within OUTCOME_S; a failed real call
-    does not count as working, so the probe is made (and the outcome turns red besides)."""
-    from infra.observe.health import OUTCOME_S, Outcomes
-
-    now = [100.0]
-    outcomes = Outcomes(lambda: now[0])
-    pings: list[str] = []
-
-    async def ping() -> None:
-        pings.append("describe")
-
-    check = outcomes.unless_working(("put_records", "get_records"), responds(ping))
-    assert await check() is None and len(pings) == 1, "no traffic yet: it asks"
-    outcomes.worked("put_records")
-    assert await check() is None and len(pings) == 1, "a put worked: no call"
-    now[0] += OUTCOME_S
-    assert await check() is None and len(pings) == 2, "the put is old: it asks again"
-    outcomes.failed("get_records", "get_records: refused")
-    outcomes.failed("put_records", "put_records: refused")
-    assert await check() is None and len(pings) == 3, "failed calls prove nothing"

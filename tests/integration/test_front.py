@@ -126,8 +126,7 @@ async def test_throttled_reads_of_the_stream_and_the_table_are_retried(
             back.aws.clients.kinesis, "GetRecords", "ProvisionedThroughputExceededException", 3
         )
         writes = Throttle(back.aws.clients.dynamodb, "BatchWriteItem", "ThrottlingException", 3)
-        # the long-running edge reads its replies a frame at a time, with Query
-        polls = Throttle(edge.aws.clients.dynamodb, "Query", "ThrottlingException", 3)
+        polls = Throttle(edge.aws.clients.dynamodb, "BatchGetItem", "ThrottlingException", 3)
         with reads, writes, polls:
             got = await burst(client, name, 10)
         batcher_throttles = back.metrics.aws_throttles.values
@@ -136,7 +135,7 @@ async def test_throttled_reads_of_the_stream_and_the_table_are_retried(
     assert sorted(values(got)) == list(range(1, 11))
     assert (reads.calls, writes.calls, polls.calls) == (3, 3, 3)
     assert batcher_throttles == {"get_records": 3, "batch_write_item": 3}
-    assert edge_throttles == {"query": 3}
+    assert edge_throttles == {"batch_get_item": 3}
 
 
 async def test_auto_front_frames_go_out_once_the_stream_is_free(
@@ -177,7 +176,7 @@ async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
     async with running(settings, name, reply_timeout_s=1.0) as (edge, client, _):
         assert (await client.get("/healthz")).status_code == 200
         denied = "AccessDeniedException"
-        with Throttle(edge.aws.clients.dynamodb, "Query", denied) as reads:
+        with Throttle(edge.aws.clients.dynamodb, "BatchGetItem", denied) as reads:
             cut = await burst(client, name, 3)
 
             async def red() -> bool:
@@ -205,3 +204,25 @@ async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
     assert {r.json()["type"].rsplit(":", 1)[-1] for r in refused} == {"backend-refused"}
     assert denied in refused[0].json()["detail"]
     assert puts.calls + put.calls == 1, "one put for the frame of two, tried once"
+
+
+async def test_replies_a_frame_at_a_time_answer_a_burst_with_queries(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    """REPLY_ITEMS=frame: the edge's keys are grouped, the batcher writes an item per frame for
+    the edge, and the edge reads them with Query, never BatchGetItem."""
+    import infra.wire
+    from infra.settings import ReplyItems
+
+    settings, _ = aws
+    try:
+        async with running(settings, name, reply_items=ReplyItems.FRAME) as (edge, client, back):
+            got = await burst(client, name, 20)
+            calls = edge.metrics.aws_calls.values
+            written = back.metrics.reply_items.values.get("written", 0)
+    finally:  # this process's later edges make keys of their own shape again
+        infra.wire._GROUPED = False
+        infra.wire._draw()
+    assert sorted(values(got)) == list(range(1, 21))
+    assert calls.get("query", 0) >= 1 and "batch_get_item" not in calls, calls
+    assert written >= 1

@@ -7,12 +7,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any
 
 import orjson
 
 from infra.counters import Counter
-from infra.ledger import ABANDONED, NOT_CONFIRMED
+from infra.ledger import VoidReason
 from infra.ports import (
     Audit,
     Claim,
@@ -23,7 +22,8 @@ from infra.ports import (
     Lease,
     VoidAsk,
 )
-from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void, edge_of, encode
+from infra.spans import Run, Span
+from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void, edge_of_key, encode
 
 log = logging.getLogger("numerator.batcher")
 
@@ -41,7 +41,7 @@ class Outcome:
     """Records whose cancel came before they were applied: nothing allocated."""
     abandoned: int = 0
     """Values voided as abandoned: their record's cancel came after it was applied."""
-    taken: list[tuple[str, tuple[str, str, int, int]]] = field(default_factory=list)
+    taken: list[tuple[str, Span]] = field(default_factory=list)
     """Each taking record's reply key and (counter, period, first, last): what a later cancel
     voids."""
 
@@ -288,12 +288,12 @@ def audits(
     """The frame's audit rows by retention class, their ranges still to fill (pure): for each
     (counter, period), who took its values, run by run in the order its range is split; and
     each void made, under its counter's class (`keep`: AUDIT_RETENTION_S, for counters without
-    a retention of their own). A run is [count, who, Idempotency-Key or None, edge] (the edge:
-    the prefix of the record's reply key, which the edge that asked is known by): records in a
-    row from the same requester through the same edge without a key make one run, so that a hot
+    a retention of their own). A Run is [size, who, Idempotency-Key or None, edge] (the edge: the
+    prefix of the record's reply key, which the edge that asked is known by): records in a row
+    from the same requester through the same edge without a key make one run, so that a hot
     counter's frame says 'key:ab12 took 300' once, not 300 times."""
     rows: dict[str, Audit] = {}
-    runs: dict[tuple[str, str], list[list[Any]]] = {}
+    runs: dict[tuple[str, str], Runs] = {}
 
     def row(counter: Counter) -> Audit:
         klass, keep_s = counter.keeping(keep)
@@ -305,14 +305,16 @@ def audits(
         record, pair = one.record, (one.counter.name, one.period)
         group = runs.get(pair)
         if group is None:
-            group = runs[pair] = []
-            row(one.counter).detail["r"].append([*pair, group])
-        who, idem, edge = record.who, record.idempotency_key, edge_of(record.key)
+            group = runs[pair] = Runs()
+            row(one.counter).detail["r"].append([*pair, group.done])
+        who, idem, edge = record.who, record.idempotency_key, edge_of_key(record.key)
         if isinstance(who, str):
-            _run(group, record.count, who, idem, edge)
+            group.add(record.count, who, idem, edge)
             continue
         for count, part in who:  # a front frame's record: its requesters, run by run
-            _run(group, count, part, idem, edge)
+            group.add(count, part, idem, edge)
+    for group in runs.values():
+        group.close()
     for ask in made:
         void = [ask.counter, ask.period, ask.first, ask.last, ask.reason, ask.who]
         row(counters[ask.counter]).detail["v"].append(void)
@@ -322,13 +324,30 @@ def audits(
     return rows
 
 
-def _run(group: list[list[Any]], count: int, who: str, idem: str | None, edge: str) -> None:
-    """Add `count` values taken by `who` through `edge` to the runs of `group`."""
-    last = group[-1] if group else None
-    if idem is None and last and last[1] == who and last[2] is None and last[3] == edge:
-        last[0] += count
-    else:
-        group.append([count, who, idem, edge])
+class Runs:
+    """A (counter, period)'s runs in a frame, the last one still growing as records come: a
+    Run is made once per run, not once per record (a hot counter's frame is one long run)."""
+
+    __slots__ = ("done", "edge", "key", "size", "who")
+
+    def __init__(self) -> None:
+        self.done: list[Run] = []
+        self.size, self.who, self.edge = 0, "", ""
+        self.key: str | None = None
+
+    def add(self, count: int, who: str, key: str | None, edge: str) -> None:
+        """`count` values taken by `who` through `edge`: the growing run's, if it is theirs
+        and neither has an Idempotency-Key; else the start of the next run."""
+        if key is None and self.size and self.key is None and who == self.who and edge == self.edge:
+            self.size += count
+            return
+        self.close()
+        self.size, self.who, self.key, self.edge = count, who, key, edge
+
+    def close(self) -> None:
+        if self.size:
+            self.done.append(Run(self.size, self.who, self.key, self.edge))
+            self.size = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +374,7 @@ class Basis:
     hold: bool = False
     published: Sequence[int] = ()
     earlier: Mapping[str, Reply] = field(default_factory=dict)
-    recent: Mapping[str, tuple[str, str, int, int]] = field(default_factory=dict)
+    recent: Mapping[str, Span] = field(default_factory=dict)
     floors: Mapping[tuple[str, str], int] = field(default_factory=dict)
     """Per (counter, period), the highest value the audit trail holds: no value at or below it
     is handed out again, even when `counter_values` was moved back."""
@@ -467,8 +486,8 @@ async def _apply_frame(
         made = await _void(tx, classified.voids, abandoned, keep, basis.now, out)
         confirmed = await _confirm(tx, classified.confirms, keep, basis.now, out)
         rows = audits(takers, made, counters, keep, confirmed)
-        for name, period, first, last in handed.ranges:
-            rows[counters[name].keeping(keep)[0]].ranges.append((name, period, first, last))
+        for span in handed.ranges:
+            rows[counters[span.counter].keeping(keep)[0]].ranges.append(span)
         await tx.dead_letter(classified.letters)
         await tx.checkpoint(basis.lease, entries[-1].sequence, list(rows.values()))
         await tx.published(basis.published)
@@ -527,7 +546,7 @@ def freed(
                 counter.reset.period(claim.day),
                 claim.first,
                 claim.last,
-                ABANDONED,
+                VoidReason.ABANDONED,
                 who.get(claim.holder, ""),
                 counter.start,
                 counter.keeping(keep)[1],
@@ -538,7 +557,7 @@ def freed(
 
 def abandon(
     cancels: Sequence[Cancel],
-    recent: Mapping[str, tuple[str, str, int, int]],
+    recent: Mapping[str, Span],
     counters: Mapping[str, Counter],
     keep: float,
 ) -> list[VoidAsk]:
@@ -555,7 +574,9 @@ def abandon(
         name, period, first, last = found
         keep_s = counter.keeping(keep)[1]
         asks.append(
-            VoidAsk(name, period, first, last, ABANDONED, cancel.who, counter.start, keep_s)
+            VoidAsk(
+                name, period, first, last, VoidReason.ABANDONED, cancel.who, counter.start, keep_s
+            )
         )
     return asks
 
@@ -590,7 +611,7 @@ async def _void(
     for ask, (void, counter, _), result in zip(asks, voids, results, strict=False):
         if result is True:
             made.append(ask)
-        if void.reason == NOT_CONFIRMED:
+        if void.reason == VoidReason.NOT_CONFIRMED:
             continue  # the batchers' own sweep: no one awaits the answer
         if isinstance(result, tuple):
             out.replies.append(error(void.key, void.counter, *result))
@@ -652,10 +673,10 @@ class Handed:
     """What splitting a frame's allocated ranges among its takers gives (`hand_out`)."""
 
     replies: list[Reply] = field(default_factory=list)
-    taken: list[tuple[str, tuple[str, str, int, int]]] = field(default_factory=list)
+    taken: list[tuple[str, Span]] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
     """The keyed takers' claims, to remember under their Idempotency-Keys."""
-    ranges: list[tuple[str, str, int, int]] = field(default_factory=list)
+    ranges: list[Span] = field(default_factory=list)
     """Each (counter, period)'s whole range this frame: the audit rows'."""
     allocated: int = 0
 
@@ -671,7 +692,7 @@ def hand_out(
     ranges: dict[tuple[str, str], list[tuple[int, int]]] = {}
     for (name, period), counts in wanted.items():
         ranges[(name, period)] = split(counters[name].start, totals[(name, period)], counts)
-    out = Handed(ranges=[(n, p, r[0][0], r[-1][1]) for (n, p), r in ranges.items()])
+    out = Handed(ranges=[Span(n, p, r[0][0], r[-1][1]) for (n, p), r in ranges.items()])
     cursors = {k: iter(r) for k, r in ranges.items()}
     for one in takers:
         record, counter = one.record, one.counter
@@ -680,7 +701,7 @@ def hand_out(
         out.replies.append(
             Reply(record.key, record.counter, first, last, counter.template, one.day)
         )
-        out.taken.append((record.key, (counter.name, one.period, first, last)))
+        out.taken.append((record.key, Span(counter.name, one.period, first, last)))
         if record.idempotency_key:
             out.claims.append(
                 Claim(

@@ -32,7 +32,7 @@ from infra.run import apigateway
 TABLE = "numerator-baseline-atomic"
 
 
-class Calls:
+class CallTally:
     """The AWS calls the handler made, by call, as numerator's metrics name them."""
 
     def __init__(self) -> None:
@@ -56,7 +56,7 @@ class Calls:
         return "\n".join(lines) + "\n"
 
 
-CALLS = Calls()
+TALLY = CallTally()
 _client: Any = None
 
 
@@ -100,7 +100,7 @@ def handler(event: dict[str, Any], context: Any = None) -> dict[str, Any]:
             return respond(422, {"detail": "bad name"})
         errors = client().exceptions
         try:
-            CALLS.add("put_item")
+            TALLY.add("put_item")
             client().put_item(
                 TableName=table,
                 Item={"name": {"S": name}, "v": {"N": "0"}},
@@ -122,7 +122,7 @@ def take(table: str, name: str, event: dict[str, Any]) -> dict[str, Any]:
         return respond(422, {"detail": "bad name or count"})
     errors = client().exceptions
     try:
-        CALLS.add("update_item")
+        TALLY.add("update_item")
         done = client().update_item(
             TableName=table,
             Key={"name": {"S": name}},
@@ -173,12 +173,12 @@ class Containers:
             return
         body = await apigateway.read_body(receive)
         if scope["path"] == "/metrics":
-            result: dict[str, Any] = {"statusCode": 200, "body": CALLS.render(), "headers": {}}
+            result: dict[str, Any] = {"statusCode": 200, "body": TALLY.render(), "headers": {}}
         elif scope["path"] in ("/healthz", "/ping"):
             result = respond(200, {"status": "ok", "baseline": "atomic"})
         else:
             if scope["path"].endswith("/next"):
-                CALLS.requests += 1
+                TALLY.requests += 1
             loop = asyncio.get_running_loop()
             result = await loop.run_in_executor(self.pool, handler, apigateway.event(scope, body))
         headers = [(k.encode(), str(v).encode()) for k, v in result["headers"].items()]

@@ -52,6 +52,21 @@ class Plot:
         return self.top + self.height - (y - self.y0) / ((self.y1 - self.y0) or 1) * self.height
 
 
+def _x_ticks(
+    points: list[tuple[float, float]],
+    x_names: dict[float, str] | None,
+    x_range: tuple[float, float] | None,
+) -> list[float]:
+    if x_names:
+        return sorted(x_names)
+    if x_range is None:
+        return ticks(min(p[0] for p in points), max(p[0] for p in points))
+    x_ticks = [t for t in ticks(*x_range) if t <= x_range[1] + 1e-9]
+    if x_ticks[-1] < x_range[1]:
+        x_ticks.append(x_range[1])  # the run's end, where the axis ends
+    return x_ticks
+
+
 def line_chart(
     title: str,
     series: list[Series],
@@ -88,28 +103,13 @@ def line_chart(
     every = points + [p for _, data in right for p in data]
     if not every:
         return head + f'<text x="{left}" y="{top + 40}">no data</text></svg>'
-    if x_names:
-        x_ticks = sorted(x_names)
-    elif x_range is not None:
-        x_ticks = [t for t in ticks(*x_range) if t <= x_range[1] + 1e-9]
-        if x_ticks[-1] < x_range[1]:
-            x_ticks.append(x_range[1])  # the run's end, where the axis ends
-    else:
-        x_ticks = ticks(min(p[0] for p in every), max(p[0] for p in every))
+    x_ticks = _x_ticks(every, x_names, x_range)
     if log_y:
         y_ticks = [float(t) for t in range(-1, math.ceil(max(p[1] for p in points)) + 1)]
     else:
         y_ticks = ticks(0.0, max([p[1] for p in points] + [1e-9]))
-    plot = Plot(
-        left,
-        top,
-        width - left - margin,
-        height - top - bottom,
-        x_ticks[0],
-        x_ticks[-1],
-        y_ticks[0],
-        y_ticks[-1],
-    )
+    size = (width - left - margin, height - top - bottom)
+    plot = Plot(left, top, *size, x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1])
     parts = [head, *grid(plot, x_ticks, y_ticks, x_names, log_y)]
     parts += axes(plot, x_label, y_label, height)
     legend = 56 if right else 0  # past the right axis's labels

@@ -6,7 +6,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from bench.scenario import Scenario
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 
@@ -159,7 +162,6 @@ def fail(message: str) -> NoReturn:
 def run(args: argparse.Namespace) -> None:
     from bench.errors import BenchError
     from bench.run import Outputs, execute, headline
-    from bench.scenario import Scenario, ScenarioError
     from bench.variants import VariantError, parse
 
     if args.aws:
@@ -170,10 +172,11 @@ def run(args: argparse.Namespace) -> None:
     if not args.url and not args.local:
         fail("say where: --url URL (a running numerator), --local or --aws moto (start one)")
     if args.url:
-        from numerator.client import BadURL, checked_url
+        from numerator.client import BadURL, Client
 
         try:
-            args.url = checked_url(args.url)
+            with Client(args.url) as checked:  # a URL the client refuses, refused as it would
+                args.url = checked.url
         except BadURL as exc:
             fail(str(exc))
     if args.compare and not args.local:
@@ -182,25 +185,7 @@ def run(args: argparse.Namespace) -> None:
         variants = parse(args.settings)
     except VariantError as exc:
         fail(str(exc))
-    try:
-        scenario = Scenario.load(scenario_path(args.scenario)) if args.scenario else Scenario()
-        fields = (
-            "description",
-            "schedule",
-            "mix",
-            "counters",
-            "zipf_s",
-            "count",
-            "idempotency_share",
-            "connections",
-            "timeout_s",
-            "workers",
-            "back_frame_ms",
-            "edge",
-        )
-        scenario = scenario.override({f: getattr(args, f) for f in fields})
-    except ScenarioError as exc:
-        fail(str(exc))
+    scenario = _scenario(args)
     out = Outputs(args.json, args.csv, args.db, args.html)
     try:
         runs = execute(
@@ -222,6 +207,31 @@ def run(args: argparse.Namespace) -> None:
     for kind, where in (("json", out.json), ("csv", out.csv), ("db", out.db), ("html", out.html)):
         if where:
             print(f"{kind}: {where}")
+
+
+def _scenario(args: argparse.Namespace) -> Scenario:
+    """The scenario file's (or the default), with what the command line says instead."""
+    from bench.scenario import Scenario, ScenarioError
+
+    try:
+        scenario = Scenario.load(scenario_path(args.scenario)) if args.scenario else Scenario()
+        fields = (
+            "description",
+            "schedule",
+            "mix",
+            "counters",
+            "zipf_s",
+            "count",
+            "idempotency_share",
+            "connections",
+            "timeout_s",
+            "workers",
+            "back_frame_ms",
+            "edge",
+        )
+        return scenario.override({f: getattr(args, f) for f in fields})
+    except ScenarioError as exc:
+        fail(str(exc))
 
 
 def selfcheck(args: argparse.Namespace) -> None:

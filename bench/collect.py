@@ -89,9 +89,9 @@ class Processes:
     """The service's processes (and their children) by pid, sampled for CPU and memory.
 
     Sampling runs in the load generator's event loop, so it must be cheap: the family is looked
-    up (a scan of every process on the machine, ~12 ms here) only every `refresh` seconds, not
-    at every sample — a 12 ms stall a second showed up as the generator's own missed sends and
-    as a p99 the service never had."""
+    up (a scan of every process on the machine) only every `refresh` seconds, not at every
+    sample — a stall that long each second showed up as the generator's own missed sends and as
+    a p99 the service never had (docs/performance.md, measurements behind the code)."""
 
     pids: list[int]
     refresh: float = 10.0

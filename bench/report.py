@@ -147,14 +147,7 @@ def charts(run: dict[str, Any]) -> str:
     span = int(run_x[1])
     client = [s for s in run["client"]["per_second"] if s["second"] < max(span, 1)]
     service = run["service"]["per_second"]
-    rates: list[Series] = [
-        ("offered", [(s["second"], s["offered"]) for s in client]),
-        ("achieved (2xx)", [(s["second"], s["ok"]) for s in client]),
-        ("non-2xx + errors", [(s["second"], s["bad"] + s["errors"]) for s in client]),
-    ]
-    if any("records_in" in s for s in service):
-        rates.append(("records in", [(s["t"], s.get("records_in", 0)) for s in service]))
-        rates.append(("records out", [(s["t"], s.get("records_out", 0)) for s in service]))
+    rates = _rates(client, service)
     latency: list[Series] = [
         (name, [(s["second"], s["latency_ms"][key]) for s in client if s["ok"]])
         for key, name in (("p50", "p50"), ("p95", "p95"), ("p99", "p99"), ("max", "max"))
@@ -168,18 +161,7 @@ def charts(run: dict[str, Any]) -> str:
     transactions: list[Series] = [
         ("transactions / s", [(s["t"], s.get("transactions", 0)) for s in service])
     ]
-    cpu: list[Series] = [
-        ("service CPU %", [(s["t"], s["cpu_pct"]) for s in service if "cpu_pct" in s])
-    ]
-    tiers = sorted({k for s in service for k in s if k.startswith("cpu_pct:")})
-    if len(tiers) > 1:  # the AWS path: whether the edge, the stream, the batcher or Postgres
-        cpu += [
-            (f"CPU % {k.split(':', 1)[1]}", [(s["t"], s.get(k, 0.0)) for s in service])
-            for k in tiers
-        ]
-    memory: list[Series] = [
-        ("service RSS MB", [(s["t"], s["rss_mb"]) for s in service if "rss_mb" in s])
-    ]
+    cpu, memory = _resources(service)
     return "".join(
         [
             line_chart(
@@ -220,6 +202,35 @@ def charts(run: dict[str, Any]) -> str:
             ),
         ]
     )
+
+
+def _rates(client: list[dict[str, Any]], service: list[dict[str, Any]]) -> list[Series]:
+    rates: list[Series] = [
+        ("offered", [(s["second"], s["offered"]) for s in client]),
+        ("achieved (2xx)", [(s["second"], s["ok"]) for s in client]),
+        ("non-2xx + errors", [(s["second"], s["bad"] + s["errors"]) for s in client]),
+    ]
+    if any("records_in" in s for s in service):
+        rates.append(("records in", [(s["t"], s.get("records_in", 0)) for s in service]))
+        rates.append(("records out", [(s["t"], s.get("records_out", 0)) for s in service]))
+    return rates
+
+
+def _resources(service: list[dict[str, Any]]) -> tuple[list[Series], list[Series]]:
+    """The service's CPU (per tier too, on the AWS path) and its memory."""
+    cpu: list[Series] = [
+        ("service CPU %", [(s["t"], s["cpu_pct"]) for s in service if "cpu_pct" in s])
+    ]
+    tiers = sorted({k for s in service for k in s if k.startswith("cpu_pct:")})
+    if len(tiers) > 1:  # the AWS path: whether the edge, the stream, the batcher or Postgres
+        cpu += [
+            (f"CPU % {k.split(':', 1)[1]}", [(s["t"], s.get(k, 0.0)) for s in service])
+            for k in tiers
+        ]
+    memory: list[Series] = [
+        ("service RSS MB", [(s["t"], s["rss_mb"]) for s in service if "rss_mb" in s])
+    ]
+    return cpu, memory
 
 
 def counts(found: dict[str, Any]) -> str:

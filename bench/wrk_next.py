@@ -14,10 +14,13 @@ requests per Postgres transaction from /metrics.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
+import statistics
 
 import httpx
+import psutil
 
 from bench import local, wrk
 from bench.collect import totals
@@ -156,7 +159,10 @@ def keys_cost(args: argparse.Namespace) -> None:
 
 def against(args: argparse.Namespace) -> None:
     """/ping and /next on one hot counter from this tree (B) and another (A), served at once on
-    one Postgres and driven in turn, round by round: each rate and B's ratio to A's."""
+    one Postgres and driven in turn, round by round: each rate, B's ratio to A's, and the CPU
+    each service's processes spent per request (Postgres's own not counted), which a neighbour's
+    load on a shared machine moves less than it moves the rates. Then, per tree, /next's rate
+    as a share of /ping's: the yardstick of the hot path."""
     connections = [int(c) for c in args.connections.split(",")]
     with (
         local.database() as db,
@@ -168,28 +174,75 @@ def against(args: argparse.Namespace) -> None:
             wrk.run(url + "/counters/hot/next", 64, 2, args.threads)
         print(
             f"A: {args.against}, B: this tree; workers={args.workers} wrk -t{args.threads}, "
-            f"{args.duration:g}s each, POST, loopback"
+            f"{args.duration:g}s each, POST, loopback; µs: CPU per request"
         )
-        print(f"{'round':>5} {'conns':>6} {'route':>6} {'A rps':>9} {'B rps':>9} {'B/A':>6}")
-        ratios: dict[tuple[int, str], list[float]] = {}
+        print(
+            f"{'round':>5} {'conns':>6} {'route':>6} {'A rps':>9} {'B rps':>9} {'B/A':>6} "
+            f"{'A µs':>6} {'B µs':>6}"
+        )
+        rates: dict[tuple[str, int, str], list[float]] = {}
+        spent: dict[tuple[str, int, str], list[float]] = {}
         for round_ in range(1, args.rounds + 1):
             for c in connections:
                 for route, path in (("next", "/counters/hot/next"), ("ping", "/ping")):
                     order = (a, b) if round_ % 2 else (b, a)  # who goes first alternates too
-                    rates = {
-                        t.url: wrk.run(t.url + path, c, args.duration, args.threads) for t in order
-                    }
-                    ratio = rates[b.url] / rates[a.url]
-                    ratios.setdefault((c, route), []).append(ratio)
+                    for served in order:
+                        before = cpu(served.pids)
+                        rate = wrk.run(served.url + path, c, args.duration, args.threads)
+                        used = cpu(served.pids) - before
+                        name = "A" if served is a else "B"
+                        rates.setdefault((name, c, route), []).append(rate)
+                        spent.setdefault((name, c, route), []).append(
+                            used / (rate * args.duration) * 1e6
+                        )
+                    key_a, key_b = ("A", c, route), ("B", c, route)
                     print(
-                        f"{round_:>5} {c:>6} {route:>6} {rates[a.url]:>9,.0f} "
-                        f"{rates[b.url]:>9,.0f} {ratio:>6.2f}",
+                        f"{round_:>5} {c:>6} {route:>6} {rates[key_a][-1]:>9,.0f} "
+                        f"{rates[key_b][-1]:>9,.0f} {rates[key_b][-1] / rates[key_a][-1]:>6.2f} "
+                        f"{spent[key_a][-1]:>6.0f} {spent[key_b][-1]:>6.0f}",
                         flush=True,
                     )
-        for (c, route), found in sorted(ratios.items()):
-            found.sort()
-            mean = sum(found) / len(found)
-            print(f"{c:>6} {route:>6}: B/A mean {mean:.3f}, median {found[len(found) // 2]:.3f}")
+    summary(connections, rates, spent)
+
+
+def summary(
+    connections: list[int],
+    rates: dict[tuple[str, int, str], list[float]],
+    spent: dict[tuple[str, int, str], list[float]],
+) -> None:
+    """`against`'s last lines: per route, B's rate against A's and each tree's CPU per request;
+    per tree, /next's rate as a share of /ping's."""
+    for c in connections:
+        for route in ("next", "ping"):
+            found = sorted(
+                y / x for x, y in zip(rates["A", c, route], rates["B", c, route], strict=True)
+            )
+            us = [statistics.mean(spent[t, c, route]) for t in ("A", "B")]
+            print(
+                f"{c:>6} {route:>6}: B/A mean {statistics.mean(found):.3f}, median "
+                f"{statistics.median(found):.3f}, range {found[0]:.2f}-{found[-1]:.2f}; "
+                f"CPU per request A {us[0]:.0f} µs, B {us[1]:.0f} µs"
+            )
+        for t in ("A", "B"):
+            shares = sorted(
+                n / p for n, p in zip(rates[t, c, "next"], rates[t, c, "ping"], strict=True)
+            )
+            print(
+                f"{c:>6} {t}: next/ping mean {statistics.mean(shares):.3f}, median "
+                f"{statistics.median(shares):.3f}, range {shares[0]:.2f}-{shares[-1]:.2f}"
+            )
+
+
+def cpu(pids: list[int]) -> float:
+    """CPU seconds (user and system) that these processes and their children have used."""
+    total = 0.0
+    for pid in pids:
+        root = psutil.Process(pid)
+        for process in (root, *root.children(recursive=True)):
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system
+    return total
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -27,6 +26,7 @@ from datetime import UTC, datetime
 
 from starlette.types import Scope
 
+from functions.heads import Heads, local
 from functions.limits import KeyRate
 from functions.problems import Kind, Problem
 from infra.backoff import Backoff
@@ -101,11 +101,13 @@ def foreign(scope: Scope) -> str | None:
     user's own (None: it is not): a `Host` that is not one loopback name or address (parsed as
     a browser writes it: no user part, a numeric port, any case), an `Origin` other than the
     service's own (scheme included) or, without one, a `Referer` from another origin, or a
-    browser's `Sec-Fetch-Site` saying another site sent it."""
-    hosts, origin, referer, site = [], None, None, None
+    browser's `Sec-Fetch-Site` saying another site sent it. A request whose headers are
+    `plain` (functions/heads.py) has none of these, so the edge does not ask about it."""
+    hosts: list[bytes] = []
+    origin, referer, site = None, None, None
     for header, value in scope["headers"]:
         if header == b"host":
-            hosts.append(value.decode("latin-1"))
+            hosts.append(value)
         elif header == b"origin":
             origin = value.decode("latin-1")
         elif header == b"referer":
@@ -114,8 +116,8 @@ def foreign(scope: Scope) -> str | None:
             site = value.decode("latin-1").lower()
     if len(hosts) > 1:
         return f"it has {len(hosts)} Host headers"
-    host = hosts[0] if hosts else None
-    if host is not None and not local(host):
+    host = hosts[0].decode("latin-1") if hosts else None
+    if host is not None and not local(hosts[0]):
         return f"its Host, {host[:100]!r}, is not a loopback name or address"
     if origin is not None or referer is not None:  # a program's request sends neither
         own = own_origin(scope.get("scheme", "http"), host)
@@ -126,31 +128,6 @@ def foreign(scope: Scope) -> str | None:
     if site in ("cross-site", "same-site"):
         return f"the browser says another site sent it (Sec-Fetch-Site: {site})"
     return None
-
-
-@functools.lru_cache(maxsize=256)  # per request before the first key
-def local(host: str) -> bool:
-    """Whether a Host header names this machine: a loopback name or address."""
-    return loopback(hostname(host))
-
-
-def hostname(host: str) -> str:
-    """The name or address in a Host header, without its port, lower-case: `[::1]:8190` ->
-    `::1`, `LOCALHOST` -> `localhost`; '' for a header no browser writes (a user part, a port
-    that is not a number, a bare IPv6 address), which no loopback check passes."""
-    host = host.strip().lower()
-    bracketed = host.startswith("[")
-    if bracketed:
-        end = host.find("]")
-        name, rest = (host[1:end], host[end + 1 :]) if end > 0 else ("", "")
-    else:
-        name, colon, port = host.partition(":")
-        rest = colon + port
-    if rest and not (rest.startswith(":") and rest[1:].isdigit()):
-        return ""
-    if not name or any(c in name for c in "@/\\?#%[] " + ("" if bracketed else ":")):
-        return ""
-    return name
 
 
 def own_origin(scheme: str, host: str | None) -> str | None:
@@ -190,14 +167,6 @@ def unauthorized(detail: str, invalid: bool = True) -> Problem:
     return problem
 
 
-def bearer(scope: Scope) -> str | None:
-    for header, value in scope["headers"]:
-        if header == b"authorization":
-            text: str = value.decode("latin-1")
-            return text
-    return None
-
-
 class Guard:
     def __init__(
         self,
@@ -214,24 +183,28 @@ class Guard:
         self.due = 0.0  # when (self.clock) the copy is to be reloaded, or a failed reload retried
         self.misses = KeyRate(MISS_LOOKUPS_PER_S, clock)  # lookups of keys not in the copy
         self.used: dict[str, float] = {}  # key id -> last use (epoch seconds), not written back
-        self.verified: dict[str, Key] = {}  # Authorization header -> its live key
+        self.verified: dict[bytes, Key] = {}  # Authorization header -> its live key
         self.allowed: dict[tuple[str, str], bool] = {}  # (key id, counter) -> may take values
         self.reload: asyncio.Future[None] | None = None
+        self.holding = False  # whether a request that finds a reload running waits for it
+        self.waiting: list[asyncio.Future[None]] = []  # the requests that do
+        self.stale: asyncio.TimerHandle | None = None  # when they stop waiting with a copy
 
-    async def admit(self, scope: Scope, counter: str | None) -> str:
+    async def admit(self, scope: Scope, counter: str | None, heads: Heads) -> str:
         """Who sent this request — `key:ID`, or the client's address when no key is needed —
-        if it may go on; else raise the 401, 403 or 503 Problem. `counter`: next_counter's."""
+        if it may go on; else raise the 401, 403 or 503 Problem. `counter`: next_counter's;
+        `heads`: its headers (functions/heads.py)."""
         sender = address(scope)
         needed = need(scope["method"], scope["path"], counter)
         if needed is None:
             return sender
         if not self.ready or self.clock() >= self.due:
             await self.fresh()
-        header = bearer(scope)
+        header = heads.authorization
         if header is None:
             if not self.any:
                 if loopback(sender):
-                    refused = pages_refused(scope)
+                    refused = None if heads.plain else pages_refused(scope)
                     if refused is not None:
                         raise self.refuse(refused)
                     return sender
@@ -254,13 +227,13 @@ class Guard:
         self.used[key.id] = time.time()
         return "key:" + key.id
 
-    async def verify(self, header: str) -> Key:
+    async def verify(self, header: bytes) -> Key:
         """The live key an Authorization header carries (remembered until the next reload,
         so that a key is hashed once per reload, not once per request), or a 401 Problem. A
         key this copy does not know may be newer than it: it is looked up in Postgres (at most
         MISS_LOOKUPS_PER_S times a second, so that made-up keys cannot turn every request into
         a query), and a key made a moment ago works at once on every edge."""
-        scheme, _, secret = header.partition(" ")
+        scheme, _, secret = header.decode("latin-1").partition(" ")
         secret = secret.strip()
         key_id = identify(secret) if scheme.lower() == "bearer" else None
         key = self.live.get(key_id) if key_id else None
@@ -305,25 +278,46 @@ class Guard:
         self.due = 0.0
 
     def refuse(self, problem: Problem) -> Problem:
-        self.metrics.refused.inc(str(problem.status))
+        self.metrics.requests_refused.inc(str(problem.status))
         return problem
 
     async def fresh(self) -> None:
         """Reload the copy of the keys when it is due: the first request to find it due starts
-        one reload and every request that finds it due waits for it — up to STALE_WAIT_S when a
-        copy is in hand (a healthy Postgres answers in milliseconds, so a revoked key still stops
-        at once; a slow or unreachable one must not hold /metrics and every request for the pool's
-        timeout: they go on with the copy). Without any copy, they wait, then a 503."""
+        one reload, and the requests that come while it runs wait for it — for STALE_WAIT_S at
+        most when a copy is in hand (a healthy Postgres answers in milliseconds, so a revoked key
+        still stops at once; a slow or unreachable one must not hold /metrics and every request
+        for the pool's timeout: from then on they go on with the copy). Without any copy, they
+        wait, then a 503. They wait on one future each, released together (`_release`): a
+        timeout and a shield each were a few per cent of /next at 1,024 connections, where every
+        request comes during each reload."""
         if self.reload is None and self.clock() >= self.due:
-            self.reload = asyncio.ensure_future(self._reload())
-        if self.reload is not None:
-            try:
-                async with asyncio.timeout(STALE_WAIT_S if self.ready else None):
-                    await asyncio.shield(self.reload)
-            except TimeoutError:
-                pass  # the reload goes on; this request uses the copy in hand
+            self._start()
+        if self.reload is not None and self.holding:
+            waiter = asyncio.get_running_loop().create_future()
+            self.waiting.append(waiter)
+            await waiter
         if not self.ready:
             raise Problem(Kind.UNAVAILABLE, "cannot read the API keys from Postgres")
+
+    def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.reload = loop.create_task(self._reload())
+        self.reload.add_done_callback(self._release)
+        self.holding = True
+        if self.ready:
+            self.stale = loop.call_later(STALE_WAIT_S, self._release)
+
+    def _release(self, *_: object) -> None:
+        """The reload ended, or has run STALE_WAIT_S with a copy in hand: the requests waiting
+        for it go on, and so do those that come before it ends."""
+        self.holding = False
+        if self.stale is not None:
+            self.stale.cancel()
+            self.stale = None
+        waiting, self.waiting = self.waiting, []
+        for waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def _reload(self) -> None:
         used, self.used = self.used, {}

@@ -18,10 +18,10 @@ from functions.front import Front
 from functions.limits import KeyRate
 from infra.clock import utc_now
 from infra.errors import NumeratorError
-from infra.ledger import ABANDONED
+from infra.ledger import VoidReason
 from infra.observe.health import ALIVE_EVERY_S, Health, responds
 from infra.observe.metrics import Metrics
-from infra.ports import Replies, Store, Stream
+from infra.ports import EdgeStore, Replies, Stream
 from infra.settings import Auth, Settings
 from infra.wire import Cancel, Record, Void, edge_id, reply_key
 
@@ -62,7 +62,7 @@ async def running(work: Coroutine[Any, Any, None], name: str) -> AsyncIterator[N
 class Edge:
     stream: Stream
     replies: Replies
-    store: Store
+    store: EdgeStore
     settings: Settings
     metrics: Metrics
     clock: Callable[[], datetime] = utc_now
@@ -119,7 +119,9 @@ class Edge:
     async def abandon(self, counter: str, first: int, last: int, day: date, who: str) -> None:
         """Void values an edge got but could not deliver (a front frame's requests whose client
         went away), reason `abandoned`."""
-        await self._tell(Void(reply_key(), counter, first, last, ABANDONED, None, who, day=day))
+        await self._tell(
+            Void(reply_key(), counter, first, last, VoidReason.ABANDONED, None, who, day=day)
+        )
 
     async def _tell(self, demand: Cancel | Void) -> None:
         """Put a record no one awaits the answer of, within `tell_s` (so that a Lambda

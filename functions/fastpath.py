@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Coroutine
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
 import orjson
@@ -21,6 +21,7 @@ from starlette.types import Receive, Scope, Send
 from functions import validation
 from functions.auth import address, next_counter, pages_refused
 from functions.edge import Edge
+from functions.heads import Heads, read
 from functions.problems import (
     REPLY_PROBLEMS,
     Kind,
@@ -29,6 +30,7 @@ from functions.problems import (
     invalid,
     unavailable,
 )
+from functions.watch import Watch
 from infra.counters import template
 from infra.errors import AwsRefused, ReplyTimeout, StreamFull, Unavailable
 from infra.settings import loopback
@@ -36,23 +38,33 @@ from infra.wire import BadReply, Record, Reply, Void, reply_key
 
 log = logging.getLogger("numerator.edge")
 
-# /next watches for its client going away once it has waited this long. Each watch is a task:
-# swept every 25 ms to watch from 50 ms, /next on a hot counter at 1,024 connections (where most
-# requests wait longer) ran at 0.92x; from 0.1 s, swept every 50 ms, it costs what 50 ms did
-# when a request was watched from its second sweep, 50-100 ms in.
-WATCH_AFTER_S = 0.1
-
 
 async def take(
-    edge: Edge, name: str, count: str | None, key: str | None, timeout: float, who: str = ""
+    edge: Edge, name: str, raw_count: str | None, key: str | None, timeout: float, who: str = ""
 ) -> dict[str, Any]:
     """Put one record for `count` values of counter `name` and await its reply for up to
     `timeout` seconds; the response body, or a Problem. Counts every request and its status.
-    `who` sent it (a key id or an address): the Idempotency-Keys it may send are limited."""
+    `who` sent it (a key id or an address): the Idempotency-Keys it may send are limited.
+    One coroutine, not one per step: a /next is resumed through every frame of its chain each
+    time it wakes."""
     metrics = edge.metrics
     metrics.next_requests.inc()
+    retry_after = edge.settings.edge.retry_after_s
     try:
-        body = await _take(edge, name, count, key, timeout, who)
+        count = checked(edge, name, raw_count, key, who)
+        sent = time.time()
+        try:
+            if edge.front is not None and key is None:
+                reply = await edge.front.take(name, count, timeout, who)
+            else:
+                budget = sent + edge.budget(timeout)
+                record = Record(reply_key(), name, count, key, budget, sent, who)
+                reply = await put_and_wait(edge, record, timeout)
+        except FAILURES as exc:
+            raise failed(exc, retry_after) from None
+        finally:
+            metrics.reply_wait_seconds.observe(time.time() - sent)
+        body = answer(reply, count, retry_after)
     except Problem as problem:
         metrics.responses.inc(str(problem.status))
         raise
@@ -60,52 +72,50 @@ async def take(
     return body
 
 
-async def _take(
-    edge: Edge, name: str, raw_count: str | None, key: str | None, timeout: float, who: str
-) -> dict[str, Any]:
+def checked(edge: Edge, name: str, raw_count: str | None, key: str | None, who: str) -> int:
+    """The count a /next asks for, once its name, count and Idempotency-Key are valid and its
+    sender may send another key (IDEMPOTENCY_KEYS_PER_S); else a Problem."""
     validation.name(name)
     count = validation.count(raw_count)
     validation.idempotency_key(key)
-    settings = edge.settings
     if key is not None:
         wait = edge.key_rate.take(who)
         if wait:
-            edge.metrics.refused.inc("429")
+            edge.metrics.requests_refused.inc("429")
             problem = Problem(
                 Kind.TOO_MANY_IDEMPOTENCY_KEYS,
-                f"at most {settings.edge.idempotency_keys_per_s:g} Idempotency-Keys per second "
-                "from one client (IDEMPOTENCY_KEYS_PER_S)",
+                f"at most {edge.settings.edge.idempotency_keys_per_s:g} Idempotency-Keys per "
+                "second from one client (IDEMPOTENCY_KEYS_PER_S)",
             )
             problem.headers["Retry-After"] = str(max(1, round(wait + 0.5)))
             raise problem
-    sent = time.time()
-    try:
-        if edge.front is not None and key is None:
-            work = edge.front.take(name, count, timeout, who)
-        else:
-            record = Record(reply_key(), name, count, key, sent + edge.budget(timeout), sent, who)
-            work = put_and_wait(edge, record, timeout)
-        reply = await replied(work, settings.edge.retry_after_s)
-    finally:
-        edge.metrics.reply_wait.observe(time.time() - sent)
-    return answer(reply, count, settings.edge.retry_after_s)
+    return count
+
+
+FAILURES = (Unavailable, AwsRefused, ReplyTimeout, BadReply)
+"""What awaiting a reply may raise: `failed` says which problem each stands for."""
+
+
+def failed(exc: Exception, retry_after: int) -> Problem:
+    """The problem a failed wait for a reply stands for: 503 (the stream would not take the
+    record), 504 (no reply in time), 502 (an unreadable reply)."""
+    if isinstance(exc, StreamFull):
+        return unavailable(f"the batcher is saturated: {exc}", retry_after)
+    if isinstance(exc, AwsRefused):  # the same call would be refused again: no Retry-After
+        return Problem(Kind.BACKEND_REFUSED, f"{exc.code}: {exc}")
+    if isinstance(exc, Unavailable):
+        return unavailable(str(exc), retry_after)
+    if isinstance(exc, ReplyTimeout):
+        return Problem(Kind.REPLY_TIMEOUT, str(exc))
+    return bad_reply(str(exc))
 
 
 async def replied(work: Awaitable[Reply], retry_after: int) -> Reply:
-    """The reply `work` awaits, or the problem its failure stands for: 503 (the stream would not
-    take the record), 504 (no reply in time), 502 (an unreadable reply)."""
+    """The reply `work` awaits, or the problem its failure stands for (`failed`)."""
     try:
         return await work
-    except StreamFull as exc:
-        raise unavailable(f"the batcher is saturated: {exc}", retry_after) from None
-    except AwsRefused as exc:  # the same call would be refused again: no Retry-After
-        raise Problem(Kind.BACKEND_REFUSED, f"{exc.code}: {exc}") from None
-    except Unavailable as exc:
-        raise unavailable(str(exc), retry_after) from None
-    except ReplyTimeout as exc:
-        raise Problem(Kind.REPLY_TIMEOUT, str(exc)) from None
-    except BadReply as exc:
-        raise bad_reply(str(exc)) from None
+    except FAILURES as exc:
+        raise failed(exc, retry_after) from None
 
 
 async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Reply:
@@ -155,85 +165,6 @@ def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
     return {"counter": reply.counter, "first": reply.first, "last": reply.last, "values": values}
 
 
-class Watch:
-    """The /next requests in flight whose clients may go away. Most are answered within
-    milliseconds, so none is watched at first: a sweep every half WATCH_AFTER_S starts a
-    watcher (a task reading the request's `receive` for its disconnect) for each request that
-    was already waiting at the sweep before — so every request still waiting WATCH_AFTER_S
-    after it came is watched by then (a sweep every WATCH_AFTER_S watched some only at twice
-    that, and a client that left between was not seen). A task, or a timer, per request cost a
-    fifth of /next's rate; this costs two dict operations. A client that leaves sooner is like
-    one whose connection drops just after its answer went out: no server can tell it was not
-    read."""
-
-    def __init__(self, after: float = WATCH_AFTER_S) -> None:
-        self.after = after
-        self.young: dict[asyncio.Task[Any], Receive] = {}
-        self.old: dict[asyncio.Task[Any], Receive] = {}
-        self.watchers: dict[asyncio.Task[Any], asyncio.Task[None]] = {}
-        self.gone: set[asyncio.Task[Any]] = set()
-        self.timer: asyncio.TimerHandle | None = None
-        # Asked once: under granian, finding the running loop (or the current task without
-        # naming the loop) per request cost a tenth of a /next worker's CPU.
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    def start(self) -> asyncio.AbstractEventLoop:
-        self.loop = asyncio.get_running_loop()
-        return self.loop
-
-    def add(self, task: asyncio.Task[Any], receive: Receive) -> None:
-        self.young[task] = receive
-        if self.timer is None:
-            assert self.loop is not None
-            self.timer = self.loop.call_later(self.after / 2, self.sweep)
-
-    def done(self, task: asyncio.Task[Any]) -> None:
-        if self.young.pop(task, None) is None:
-            self.old.pop(task, None)
-            watcher = self.watchers.pop(task, None)
-            if watcher is not None:
-                watcher.cancel()
-
-    def sweep(self) -> None:
-        self.timer = None
-        loop = self.loop
-        assert loop is not None
-        for task, receive in self.old.items():
-            if task not in self.watchers:
-                self.watchers[task] = loop.create_task(self._watch(task, receive))
-        self.old.update(self.young)
-        self.young = {}
-        if self.old:
-            self.timer = loop.call_later(self.after / 2, self.sweep)
-
-    async def _watch(self, task: asyncio.Task[Any], receive: Receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        self.gone.add(task)
-        task.cancel()
-
-
-async def until_gone(
-    work: Coroutine[Any, Any, dict[str, Any]], receive: Receive, watch: Watch
-) -> dict[str, Any] | None:
-    """The answer of `work`, or None once the client has gone away (`watch`): work is
-    cancelled then, and a record it put is cancelled on the stream (its values are never
-    allocated, or are void, abandoned)."""
-    this = asyncio.current_task(watch.loop or watch.start())
-    assert this is not None
-    watch.add(this, receive)
-    try:
-        return await work
-    except asyncio.CancelledError:
-        if this in watch.gone:
-            watch.gone.discard(this)
-            this.uncancel()
-            return None
-        raise
-    finally:
-        watch.done(this)
-
-
 def parameters(raw: bytes) -> dict[str, str]:
     """A query string's parameters, each given once (a 422 names one given more often: which
     of two `count`s counts is no one's guess)."""
@@ -259,6 +190,16 @@ def answer_problem(reply: Reply, retry_after: int) -> Problem:
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
+class NextRequest(NamedTuple):
+    """A POST /counters/{name}/next as admitted: its headers, who sent it, the counter's name
+    and the query's parameters."""
+
+    heads: Heads
+    who: str
+    counter: str
+    query: dict[str, str]
+
+
 class FastPath:
     """ASGI middleware in front of the app: checks every request's header size and API key,
     answers POST /counters/{name}/next itself, and passes the rest to `app`."""
@@ -273,8 +214,11 @@ class FastPath:
             await self.app(scope, receive, send)
             return
         edge: Edge = self.edge or self.app.state.edge
+        heads = read(scope)
+        counter = next_counter(scope["method"], scope["path"])
         try:
-            who, counter, key, length, query = await self.read(edge, scope)
+            who = await self.admit(edge, scope, heads, counter)
+            query = parameters(scope["query_string"]) if scope["query_string"] else {}
         except Problem as problem:
             await problem.response(scope["path"])(scope, receive, send)
             return
@@ -286,27 +230,9 @@ class FastPath:
         # until its answer is handed to the server, not only until its values came.
         epoch = edge.flight.begin()
         try:
-            await self.next(edge, scope, receive, send, (who, counter, key, length, query))
+            await self.next(edge, scope, receive, send, NextRequest(heads, who, counter, query))
         finally:
             edge.flight.end(epoch)
-
-    async def read(
-        self, edge: Edge, scope: Scope
-    ) -> tuple[str, str | None, str | None, int, dict[str, str]]:
-        """Who sent the request, the counter of a /next (None: another route), its
-        Idempotency-Key, Content-Length and query; a Problem if it may not go on."""
-        key = None
-        length = size = 0
-        for header, value in scope["headers"]:
-            size += len(header) + len(value)
-            if header == b"idempotency-key":
-                key = value.decode("latin-1")
-            elif header == b"content-length" and value.isdigit():
-                length = int(value)
-        counter = next_counter(scope["method"], scope["path"])
-        who = await self.admit(edge, scope, size, counter)
-        query = parameters(scope["query_string"]) if scope["query_string"] else {}
-        return who, counter, key, length, query
 
     async def next(
         self,
@@ -314,20 +240,33 @@ class FastPath:
         scope: Scope,
         receive: Receive,
         send: Send,
-        request: tuple[str, str, str | None, int, dict[str, str]],
+        request: NextRequest,
     ) -> None:
-        """Answer POST /counters/{name}/next: its values, or its problem."""
-        who, counter, key, length, query = request
+        """Answer POST /counters/{name}/next: its values, or its problem. If its client goes
+        away meanwhile (`watch`), the work is cancelled, and a record it put is cancelled on
+        the stream (its values are never allocated, or are void, abandoned)."""
+        heads, who, counter, query = request
         path = scope["path"]
+        watch = self.watch
+        this = asyncio.current_task(watch.loop or watch.start())
+        assert this is not None
         try:
-            if length > edge.settings.edge.max_body_bytes:
+            if heads.length > edge.settings.edge.max_body_bytes:
                 raise Problem(Kind.BODY_TOO_LARGE, "/next takes no body")
+            key = None if heads.idempotency_key is None else heads.idempotency_key.decode("latin-1")
             timeout = edge.timeout(scope.get("aws.context"))
-            work = take(edge, counter, query.get("count"), key, timeout, who)
-            body = await until_gone(work, receive, self.watch)
-            if body is None:  # the client went away: its record is cancelled
-                edge.metrics.gone.inc()
-                return
+            watch.add(this, receive)
+            try:
+                body = await take(edge, counter, query.get("count"), key, timeout, who)
+            finally:
+                watch.done(this)
+        except asyncio.CancelledError:
+            if this not in watch.gone:
+                raise
+            watch.gone.discard(this)
+            this.uncancel()
+            edge.metrics.clients_gone.inc()  # the client went away: its record is cancelled
+            return
         except Problem as problem:
             await problem.response(path)(scope, receive, send)
             return
@@ -340,22 +279,22 @@ class FastPath:
         await send({"type": "http.response.body", "body": orjson.dumps(body)})
 
     @staticmethod
-    async def admit(edge: Edge, scope: Scope, size: int, counter: str | None) -> str:
+    async def admit(edge: Edge, scope: Scope, heads: Heads, counter: str | None) -> str:
         """Who sent the request (a key id, or the client's address), if it may go on: its
         headers are not too large and its key (AUTH=keys) allows it; else a Problem."""
         limit = edge.settings.edge.max_header_bytes
-        if size > limit:
-            edge.metrics.refused.inc("431")
+        if heads.size > limit:
+            edge.metrics.requests_refused.inc("431")
             raise Problem(
                 Kind.HEADERS_TOO_LARGE, f"the request headers may be at most {limit} bytes"
             )
         if edge.guard is not None:
-            return await edge.guard.admit(scope, counter)
+            return await edge.guard.admit(scope, counter, heads)
         sender = address(scope)
-        refused = (
-            pages_refused(scope) if edge.settings.trusts_loopback and loopback(sender) else None
-        )
+        if heads.plain or not (edge.settings.trusts_loopback and loopback(sender)):
+            return sender
+        refused = pages_refused(scope)
         if refused is not None:
-            edge.metrics.refused.inc("403")
+            edge.metrics.requests_refused.inc("403")
             raise refused
         return sender

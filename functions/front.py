@@ -96,7 +96,7 @@ class Front:
                 # Its values came just as its client went: no one will read them.
                 part = answer.result()
                 assert part.day is not None
-                self.metrics.abandoned.inc()
+                self.metrics.replies_abandoned.inc()
                 task = asyncio.create_task(
                     self.abandon(part.counter, part.first, part.last, part.day, who)
                 )
@@ -131,7 +131,7 @@ class Front:
         sent = time.time()
         batches: list[tuple[Record, list[Waiter]]] = []
         for counter, waiters in groups.items():
-            self.metrics.front_frame_size.observe(len(waiters))
+            self.metrics.front_frame_requests.observe(len(waiters))
             for chunk in _chunks(waiters):
                 record = Record(
                     reply_key(),
@@ -186,7 +186,7 @@ class Front:
             if not waiter.answer.done():
                 waiter.answer.set_result(part)
             elif reply.error is None:
-                self.metrics.abandoned.inc()
+                self.metrics.replies_abandoned.inc()
                 gone.append((part.first, part.last, waiter.who))
         if gone and reply.day is not None:
             for first, last, who in merged(gone):

@@ -24,13 +24,14 @@ from infra.errors import SettingsError
 from infra.observe.emf import Emf
 from infra.observe.health import Health
 from infra.observe.metrics import Metrics
-from infra.ports import Store
+from infra.ports import EdgeStore
 from infra.settings import Settings
 
 
 class LazyStore:
     """The Postgres store, made on first use: /next never touches Postgres, and importing psycopg
-    is a fifth of a cold start's imports (112 of ~480 ms, measured with -X importtime)."""
+    is a large share of a cold start's imports (docs/performance.md, measured with -X
+    importtime)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -59,7 +60,7 @@ def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) 
     metrics = metrics or Metrics()
     metrics.info.labels = {"mode": "aws", "role": "lambda"}
     aws = aws_ports(settings, metrics)
-    store = cast(Store, LazyStore(settings))
+    store = cast(EdgeStore, LazyStore(settings))
     edge = Edge(
         stream=aws.stream,
         replies=aws.replies,

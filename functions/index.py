@@ -8,10 +8,10 @@ nothing and be framed by no one.
 
 from __future__ import annotations
 
-import functools
 from html import escape
 from typing import Any
 
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
@@ -74,12 +74,15 @@ def page(schema: dict[str, Any]) -> str:
     )
 
 
-@functools.cache
-def rendered() -> str:
-    from functions.openapi import SCHEMA
+def rendered(app: Starlette) -> str:
+    """The page of `app`, made at its first ask and kept in its state."""
+    made: str | None = getattr(app.state, "index", None)
+    if made is None:
+        from functions.openapi import served
 
-    return page(SCHEMA)
+        made = app.state.index = page(served(app))
+    return made
 
 
 async def index(request: Request) -> Response:
-    return HTMLResponse(rendered(), headers=HEADERS)
+    return HTMLResponse(rendered(request.app), headers=HEADERS)

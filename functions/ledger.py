@@ -14,23 +14,24 @@ import re
 import time
 from typing import Any
 
+import msgspec
+from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
-from functions import validation
+from functions import bodies, validation
+from functions.answers import JSON, edge_of
 from functions.edge import Edge
 from functions.fastpath import answer_problem, put_and_wait, replied
 from functions.problems import Kind, Problem, invalid
-from functions.routes import JSON, edge_of
 from infra import ledger
-from infra.counters import Counter, check_retention
-from infra.errors import InvalidCounter
+from infra.counters import Counter
 from infra.observe.health import EDGE_DEAD_S
-from infra.wire import MAX_VALUE, MAX_VOID, Confirm, Void, reply_key
+from infra.wire import MAX_VOID, Confirm, Void, reply_key
 
-REASON = re.compile(r"[^\x00-\x1f\x7f]{1,200}")
-PERIOD = re.compile(r"|[0-9]{4}(-[0-9]{2}(-[0-9]{2})?)?")
-MAX_VALUES = 500  # a body of 500 values of 19 digits stays under MAX_BODY_BYTES
+REASON = re.compile(bodies.REASON)
+PERIOD = re.compile(bodies.PERIOD)
+HASH = re.compile(bodies.HASH)
 
 
 async def counter_of(edge: Edge, raw: str) -> Counter:
@@ -54,18 +55,13 @@ def period_of(counter: Counter, raw: object, edge: Edge) -> str:
     return raw
 
 
-def void_ranges(body: dict[str, Any]) -> list[tuple[int, int]]:
-    """The contiguous ranges a void's body names: `values` (a list), or `first` and `last`."""
-    values, first, last = body.get("values"), body.get("first"), body.get("last", body.get("first"))
-    if values is not None:
-        if first is not None:
+def void_ranges(body: bodies.Confirmation) -> list[tuple[int, int]]:
+    """The contiguous ranges a void's body names: `values`, or `first` and `last` (default
+    first); a 422 for both, or neither (the schema's oneOf)."""
+    values, first, last = body.values, body.first, body.last
+    if values is not UNSET:
+        if first is not UNSET or last is not UNSET:  # a `last` beside values was ignored once
             raise invalid("values", "give values, or first and last, not both")
-        if not isinstance(values, list) or not 1 <= len(values) <= MAX_VALUES:
-            raise invalid("values", f"must be a list of 1 to {MAX_VALUES} values")
-        if not all(
-            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_VALUE for v in values
-        ):
-            raise invalid("values", f"each value must be a whole number from 0 to {MAX_VALUE}")
         spans: list[tuple[int, int]] = []
         for value in sorted(set(values)):
             if spans and spans[-1][1] + 1 == value:
@@ -73,10 +69,9 @@ def void_ranges(body: dict[str, Any]) -> list[tuple[int, int]]:
             else:
                 spans.append((value, value))
         return spans
-    for field, number in (("first", first), ("last", last)):
-        if not isinstance(number, int) or isinstance(number, bool) or not 0 <= number <= MAX_VALUE:
-            raise invalid(field, f"must be a whole number from 0 to {MAX_VALUE} (or values: [...])")
-    assert isinstance(first, int) and isinstance(last, int)
+    if first is UNSET:
+        raise invalid("first", "give values: [...], or first (and last)")
+    last = first if last is UNSET else last
     if not 0 <= last - first < MAX_VOID:
         raise invalid("last", f"a void takes 1 to {MAX_VOID} values, first to last")
     return [(first, last)]
@@ -98,23 +93,18 @@ async def mark(request: Request, kind: type[Void]) -> Response:
     """Void or confirm values: one record per contiguous range, each answered by the batcher
     in its frame's transaction."""
     edge = edge_of(request)
-    body = await validation.json_body(request, edge.settings)
-    if not isinstance(body, dict):
-        raise invalid("body", 'must be a JSON object: {"values": [...], ...}')
-    fields = {"values", "first", "last", "period"} | ({"reason"} if kind is Void else set())
-    unknown = sorted(set(body) - fields)
-    if unknown:
-        raise invalid(unknown[0], "unknown field")
-    reason = body.get("reason") if kind is Void else "confirm"
-    if kind is Void:
-        if not isinstance(reason, str) or not REASON.fullmatch(reason):
+    model = bodies.Void if kind is Void else bodies.Confirmation
+    body = validation.checked(model, await validation.json_body(request, edge.settings))
+    reason = body.reason if isinstance(body, bodies.Void) else "confirm"
+    if isinstance(body, bodies.Void):
+        # the model's pattern is searched, so a reason ending in a newline would pass it
+        if not REASON.fullmatch(reason):
             raise invalid("reason", "must be 1 to 200 characters, no control characters")
         if ledger.reserved(reason):
             raise invalid("reason", f"{reason!r} is numerator's own reason; say why in your words")
     counter = await counter_of(edge, request.path_params["name"])
-    period = period_of(counter, body.get("period"), edge)
+    period = period_of(counter, None if body.period is UNSET else body.period, edge)
     spans = void_ranges(body)
-    assert isinstance(reason, str)
     who = request.scope.get("numerator.who", "")
     timeout = edge.timeout(request.scope.get("aws.context"))
     sent = time.time()
@@ -131,10 +121,10 @@ async def mark(request: Request, kind: type[Void]) -> Response:
     if refused is not None:
         refused.extra[what] = done
         raise refused
-    body = {"counter": counter.name, "period": period, what: done}
+    answer: dict[str, Any] = {"counter": counter.name, "period": period, what: done}
     if kind is Void:
-        body["reason"] = reason
-    return JSON(body)
+        answer["reason"] = reason
+    return JSON(answer)
 
 
 async def report(request: Request) -> Response:
@@ -198,25 +188,14 @@ async def verify(request: Request) -> Response:
     return JSON(found, status_code=200 if found["ok"] else 409)
 
 
-HASH = re.compile(r"[0-9a-f]{64}")
-
-
 def anchored_heads(body: object) -> dict[str, dict[str, Any]]:
     """The heads of a verify request: {"heads": {chain: {"row": id, "hash": hex}}}, as
     `numerator audit heads --json` prints them and the anchor sinks keep them."""
-    heads = body.get("heads") if isinstance(body, dict) else None
-    if not isinstance(heads, dict) or not heads:
-        raise invalid("heads", 'must be {"heads": {chain: {"row": id, "hash": hex}, ...}}')
+    heads = validation.checked(bodies.Heads, body).heads
     for chain, head in heads.items():
-        row = head.get("row") if isinstance(head, dict) else None
-        digest = head.get("hash") if isinstance(head, dict) else None
-        if not isinstance(row, int) or isinstance(row, bool) or not 0 < row <= MAX_VALUE:
-            raise invalid("heads", f"{chain}: row must be a whole number")
-        if not isinstance(digest, str) or not HASH.fullmatch(digest):
+        if not HASH.fullmatch(head.hash):  # searched by the model: "…\n" would pass it
             raise invalid("heads", f"{chain}: hash must be 64 hex digits")
-        if not isinstance(head.get("at", ""), str):
-            raise invalid("heads", f"{chain}: at, when given, must be the head's time as text")
-    return heads
+    return {chain: msgspec.to_builtins(head) for chain, head in heads.items()}
 
 
 async def heads(request: Request) -> Response:
@@ -230,12 +209,7 @@ async def update(request: Request) -> Response:
     edge = edge_of(request)
     name = validation.name(request.path_params["name"])
     body = await validation.json_body(request, edge.settings)
-    if not isinstance(body, dict) or set(body) != {"retention_days"}:
-        raise invalid("body", 'only the retention may change: {"retention_days": N or null}')
-    try:
-        days = check_retention(body["retention_days"])
-    except InvalidCounter as exc:
-        raise invalid(exc.field, exc.problem) from None
+    days = validation.checked(bodies.RetentionChange, body).retention_days
     counter = await edge.store.set_retention(name, days)
     if counter is None:
         raise Problem(Kind.COUNTER_NOT_FOUND, f"no counter named {name!r}")

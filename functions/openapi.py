@@ -1,149 +1,20 @@
-"""The OpenAPI document served at /openapi.json."""
+"""The OpenAPI document served at /openapi.json, made of three things written once each: the
+app's routes (its paths and their methods), the models of functions/bodies.py (its schemas, and
+the parameters of its queries), and each operation's words here (id, summary, answers, problems).
+An operation without a route, or a route without an operation, fails `document`."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from functions.ledger import MAX_VALUES, PERIOD
-from functions.ledger import REASON as REASON_PATTERN
-from functions.validation import IDEMPOTENCY_KEY
-from infra.counters import MAX_RETENTION, MAX_START, MAX_TEMPLATE, NAME, TEMPLATE
-from infra.keys import MAX_PATTERN, MAX_SCOPES
-from infra.keys import NAME as KEY_NAME
-from infra.keys import PATTERN as SCOPE_PATTERN
-from infra.ledger import reserved_pattern
-from infra.wire import MAX_COUNT, MAX_VALUE
+import msgspec
+from starlette.applications import Starlette
+from starlette.routing import BaseRoute, Route
 
-PROBLEM = {"$ref": "#/components/responses/Problem"}
-
-
-def _problems(*codes: int) -> dict[str, Any]:
-    """Problem responses: these, and what any route that needs a key may answer (401, 403)
-    and any request at all (431: headers over MAX_HEADER_BYTES)."""
-    return {str(code): PROBLEM for code in sorted({*codes, 401, 403, 431})}
-
-
-OPEN_PROBLEMS = {"431": PROBLEM}
-"""What a route open to all may answer besides its own: 431 (headers over MAX_HEADER_BYTES)."""
-
-
-NEW_KEY = {
-    "type": "object",
-    "required": ["name", "scopes"],
-    "properties": {
-        "name": {"type": "string", "pattern": KEY_NAME.pattern},
-        "scopes": {
-            "type": "array",
-            "minItems": 1,
-            "maxItems": MAX_SCOPES,
-            "items": {
-                "type": "string",
-                "maxLength": len("next:") + MAX_PATTERN,
-                "pattern": f"^(admin|read|next:{SCOPE_PATTERN.pattern.strip('^$')})$",
-            },
-        },
-    },
-}
-
-NAME_PARAM = {
-    "name": "name",
-    "in": "path",
-    "required": True,
-    "schema": {"type": "string", "pattern": NAME.pattern},
-}
-
-RETENTION = {
-    "type": ["integer", "null"],
-    "minimum": 1,
-    "maximum": MAX_RETENTION,
-    "default": None,
-    "description": "How long the audit trail of a period is kept after it ends; "
-    "null: the service's AUDIT_RETENTION_S.",
-}
-
-COUNTER = {
-    "type": "object",
-    "required": ["name"],
-    "additionalProperties": False,
-    "properties": {
-        "name": {"type": "string", "pattern": NAME.pattern},
-        "start": {"type": "integer", "minimum": 0, "maximum": MAX_START, "default": 1},
-        "template": {
-            "type": "string",
-            "default": "{value}",
-            "minLength": 1,
-            "maxLength": MAX_TEMPLATE,
-            "pattern": TEMPLATE.pattern,
-            "description": "Python format string over {value} (with a format spec such as "
-            "{value:06d}), {yyyy}, {yy}, {mm}, {dd}; must contain {value}.",
-            "example": "INV-{yyyy}-{value:06d}",
-        },
-        "reset": {
-            "type": "string",
-            "enum": ["never", "yearly", "monthly", "daily"],
-            "default": "never",
-        },
-        "timezone": {"type": "string", "default": "UTC", "example": "Europe/Berlin"},
-        "retention_days": RETENTION,
-        "confirm": {
-            "type": "string",
-            "enum": ["none", "required"],
-            "default": "none",
-            "description": "required: each value must be confirmed within CONFIRM_TTL_S, "
-            "else it is voided, not-confirmed",
-        },
-    },
-}
-
-PERIOD_PARAM = {
-    "name": "period",
-    "in": "query",
-    "description": "the form the counter's reset takes: '' (never), YYYY (yearly), "
-    "YYYY-MM (monthly) or YYYY-MM-DD (daily); another is 422; default: the current one",
-    "schema": {"type": "string", "pattern": f"^(?:{PERIOD.pattern})$"},
-}
-
-REASON = {
-    "type": "string",
-    "pattern": f"^{REASON_PATTERN.pattern}$",
-    "not": {"pattern": reserved_pattern()},
-    "description": "why, for the audit trail (numerator's own reasons are refused)",
-    "example": "invoice cancelled: order 17 refunded",
-}
-
-VALUE = {"type": "integer", "minimum": 0, "maximum": MAX_VALUE}
-
-
-def marking(**extra: Any) -> dict[str, Any]:
-    """The body of a void or a confirmation: `values`, or `first` (and `last`), in `period`;
-    and the `extra` fields, all required."""
-    values = {"type": "array", "minItems": 1, "maxItems": MAX_VALUES, "items": VALUE}
-    last = {**VALUE, "description": "default: first"}
-    return {
-        "oneOf": [
-            {
-                "type": "object",
-                "required": ["values", *extra],
-                "additionalProperties": False,
-                "properties": {"values": values, **extra, "period": PERIOD_PARAM["schema"]},
-            },
-            {
-                "type": "object",
-                "required": ["first", *extra],
-                "additionalProperties": False,
-                "properties": {
-                    "first": VALUE,
-                    "last": last,
-                    **extra,
-                    "period": PERIOD_PARAM["schema"],
-                },
-            },
-        ]
-    }
-
-
-VOID = marking(reason=REASON)
-CONFIRM = marking()
+from functions import bodies
+from infra import __version__
 
 
 def ref(name: str) -> dict[str, str]:
@@ -155,553 +26,314 @@ def body(name: str) -> dict[str, Any]:
     return {"application/json": {"schema": ref(name)}}
 
 
-RANGE = {
-    "type": "object",
-    "required": ["first", "last"],
-    "properties": {"first": VALUE, "last": VALUE},
-}
-COUNTER_SETTINGS: dict[str, Any] = dict(COUNTER["properties"])  # type: ignore[call-overload]
+PROBLEM = {"$ref": "#/components/responses/Problem"}
 
-SCHEMAS: dict[str, Any] = {
-    "NewCounter": COUNTER,
-    "Counter": {
-        "type": "object",
-        "description": "A counter's settings; from GET, also the current `period` and the last "
-        "`value` handed out in it (null before the first)",
-        "required": list(COUNTER_SETTINGS),
-        "properties": {
-            **COUNTER_SETTINGS,
-            "value": {"type": ["integer", "null"]},
-            "period": {"type": "string"},
-        },
-    },
-    "CounterPage": {
-        "type": "object",
-        "required": ["counters", "next"],
-        "properties": {
-            "counters": {"type": "array", "items": ref("Counter")},
-            "next": {"type": ["string", "null"], "description": "`after` for the next page"},
-        },
-    },
-    "RetentionChange": {
-        "type": "object",
-        "required": ["retention_days"],
-        "additionalProperties": False,
-        "properties": {"retention_days": RETENTION},
-    },
-    "Value": {
-        "type": "object",
-        "description": "One value (count=1)",
-        "required": ["counter", "value", "formatted"],
-        "properties": {
-            "counter": {"type": "string"},
-            "value": VALUE,
-            "formatted": {"type": "string"},
-        },
-    },
-    "FormattedValue": {
-        "type": "object",
-        "required": ["value", "formatted"],
-        "properties": {"value": VALUE, "formatted": {"type": "string"}},
-    },
-    "Values": {
-        "type": "object",
-        "description": "`count` consecutive values (count > 1)",
-        "required": ["counter", "first", "last", "values"],
-        "properties": {
-            "counter": {"type": "string"},
-            "first": VALUE,
-            "last": VALUE,
-            "values": {"type": "array", "items": ref("FormattedValue")},
-        },
-    },
-    "Void": VOID,
-    "Confirmation": CONFIRM,
-    "Range": RANGE,
-    "Voided": {
-        "type": "object",
-        "required": ["counter", "period", "voided", "reason"],
-        "properties": {
-            "counter": {"type": "string"},
-            "period": {"type": "string"},
-            "voided": {"type": "array", "items": ref("Range")},
-            "reason": {"type": "string"},
-        },
-    },
-    "Confirmed": {
-        "type": "object",
-        "required": ["counter", "period", "confirmed"],
-        "properties": {
-            "counter": {"type": "string"},
-            "period": {"type": "string"},
-            "confirmed": {"type": "array", "items": ref("Range")},
-        },
-    },
-    "Report": {
-        "type": "object",
-        "description": "The completeness report of a period (docs/invoices.md)",
-        "required": [
-            "counter",
-            "period",
-            "issued",
-            "delivered",
-            "voided",
-            "voids",
-            "unsure",
-            "unsure_runs",
-            "unexplained_gaps",
-            "gaps",
-            "issued_twice",
-            "rising",
-        ],
-        "properties": {
-            "counter": {"type": "string"},
-            "period": {"type": "string"},
-            "start": {"type": "integer"},
-            "first": {"type": ["integer", "null"]},
-            "last": {"type": ["integer", "null"]},
-            "issued": {"type": "integer"},
-            "delivered": {"type": "integer"},
-            "voided": {"type": "object", "additionalProperties": {"type": "integer"}},
-            "voids": {"type": "array", "items": {"type": "object"}},
-            "unsure": {"type": "integer"},
-            "unsure_runs": {"type": "array", "items": {"type": "object"}},
-            "unexplained_gaps": {"type": "integer"},
-            "gaps": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
-            "issued_twice": {
-                "type": "array",
-                "items": {"type": "array", "items": {"type": "integer"}},
-            },
-            "rising": {"type": "boolean"},
-        },
-    },
-    "AuditExport": {
-        "type": "object",
-        "required": ["counter", "period", "rows"],
-        "properties": {
-            "counter": {"type": "string"},
-            "period": {"type": "string"},
-            "rows": {"type": "array", "items": {"type": "object"}},
-        },
-    },
-    "Verification": {
-        "type": "object",
-        "required": ["ok"],
-        "properties": {"ok": {"type": "boolean"}},
-    },
-    "Heads": {
-        "type": "object",
-        "required": ["heads"],
-        "properties": {
-            "heads": {
-                "type": "object",
-                "minProperties": 1,
-                "additionalProperties": {
-                    "type": "object",
-                    "required": ["row", "hash"],
-                    "properties": {
-                        "row": {"type": "integer", "minimum": 1, "maximum": MAX_VALUE},
-                        "hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
-                        "at": {"type": "string"},
-                    },
-                },
-            }
-        },
-    },
-    "NewKey": NEW_KEY,
-    "Key": {
-        "type": "object",
-        "required": ["id", "name", "scopes", "created", "last_used", "revoked"],
-        "properties": {
-            "id": {"type": "string"},
-            "name": {"type": "string"},
-            "scopes": {"type": "array", "items": {"type": "string"}},
-            "created": {"type": "string"},
-            "last_used": {"type": ["string", "null"]},
-            "revoked": {"type": ["string", "null"]},
-            "secret": {"type": "string", "description": "only when the key is created"},
-        },
-    },
-    "KeyList": {
-        "type": "object",
-        "required": ["keys"],
-        "properties": {"keys": {"type": "array", "items": ref("Key")}},
-    },
-    "Health": {
-        "type": "object",
-        "required": ["status"],
-        "properties": {"status": {"type": "string", "enum": ["ok", "degraded"]}},
-    },
-    "Problem": {
-        "type": "object",
-        "description": "An RFC 9457 problem; `type` is stable (see docs/problems.md)",
-        "required": ["type", "title", "status"],
-        "properties": {
-            "type": {"type": "string"},
-            "title": {"type": "string"},
-            "status": {"type": "integer"},
-            "detail": {"type": "string"},
-        },
-    },
+
+@dataclass(frozen=True)
+class Operation:
+    """One method on one path: its `id` (a generated client's function), `tag` (its module),
+    the `answers` that are not problems (status: (description, content)), the problem statuses
+    it may answer, its request `body` and `query` models, and whether it is `open` to all."""
+
+    id: str
+    tag: str
+    summary: str
+    answers: Mapping[str, tuple[str, dict[str, Any] | None]]
+    problems: tuple[int, ...] = ()
+    body: str | None = None
+    query: type[msgspec.Struct] | None = None
+    headers: tuple[dict[str, Any], ...] = ()
+    open: bool = False
+
+    def render(self, route: Route) -> dict[str, Any]:
+        parameters = [*path_parameters(route), *query_parameters(self.query), *self.headers]
+        answers: dict[str, Any] = {}
+        for status, (description, content) in self.answers.items():
+            answers[status] = {"description": description}
+            if content is not None:
+                answers[status]["content"] = content
+        # a route open to all answers 431 (headers over MAX_HEADER_BYTES) besides its own;
+        # one that needs a key, also 401 and 403
+        extra = {431} if self.open else {401, 403, 431}
+        answers.update({str(code): PROBLEM for code in sorted({*self.problems, *extra})})
+        out: dict[str, Any] = {"operationId": self.id, "summary": self.summary}
+        if self.open:
+            out["security"] = []
+        if parameters:
+            out["parameters"] = parameters
+        if self.body is not None:
+            out["requestBody"] = {"required": True, "content": body(self.body)}
+        out["responses"] = answers
+        out["tags"] = [self.tag]
+        return out
+
+
+def fields(model: type[msgspec.Struct]) -> dict[str, dict[str, Any]]:
+    """The JSON Schema of each field of `model`."""
+    schema = msgspec.json.schema(model)
+    properties: dict[str, dict[str, Any]] = schema["$defs"][model.__name__]["properties"]
+    return properties
+
+
+def path_parameters(route: Route) -> list[dict[str, Any]]:
+    """The `{name}` of a path: a key's name under /keys, else a counter's."""
+    model = bodies.NewKey if route.path.startswith("/keys/") else bodies.NewCounter
+    return [
+        {"name": name, "in": "path", "required": True, "schema": fields(model)[name]}
+        for name in route.param_convertors
+    ]
+
+
+def query_parameters(model: type[msgspec.Struct] | None) -> list[dict[str, Any]]:
+    """A query model's fields as parameters, each with its schema and description."""
+    if model is None:
+        return []
+    out = []
+    for name, schema in fields(model).items():
+        about = schema.pop("description", None)
+        parameter = {"name": name, "in": "query", "schema": schema}
+        if about is not None:
+            parameter["description"] = about
+        out.append(parameter)
+    return out
+
+
+IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "description": "A retry with the same key returns the same values; "
+    "the same key with another count is 422 idempotency-key-reused",
+    "schema": {"type": "string", "pattern": bodies.IDEMPOTENCY_KEY},
+}
+PING = {"200": ("{ok: true}", None)}
+MARKED = (404, 408, 409, 413, 415, 422, 502, 503, 504)
+VERIFIED = {
+    "200": ("Every chain is sound", body("Verification")),
+    "409": ("Each table and row that is not", body("Verification")),
 }
 
-SCHEMA: dict[str, Any] = {
-    "openapi": "3.1.0",
-    "info": {
-        "title": "numerator",
-        "version": "0.1.0",
-        "description": "Unique, increasing, formatted numbers from named counters.",
-    },
-    "paths": {
-        "/counters": {
-            "post": {
-                "operationId": "createCounter",
-                "summary": "Create a counter",
-                "requestBody": {"required": True, "content": body("NewCounter")},
-                "responses": {
-                    "201": {
-                        "description": "Created; Location names it",
-                        "content": body("Counter"),
-                    },
-                    **_problems(408, 409, 413, 415, 422, 503),
-                },
-            },
-            "get": {
-                "operationId": "listCounters",
-                "summary": "List counters by name, a page at a time",
-                "parameters": [
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "schema": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": 1000,
-                            "default": 100,
-                        },
-                    },
-                    {
-                        "name": "after",
-                        "in": "query",
-                        "description": "the `next` of the last page",
-                        "schema": {"type": "string", "pattern": NAME.pattern},
-                    },
-                ],
-                "responses": {
-                    "200": {
-                        "description": "A page; `next` is null on the last one",
-                        "content": body("CounterPage"),
-                    },
-                    **_problems(422, 503),
-                },
-            },
-        },
-        "/counters/{name}": {
-            "get": {
-                "operationId": "getCounter",
-                "summary": "A counter's settings, current period and last value handed out",
-                "parameters": [NAME_PARAM],
-                "responses": {
-                    "200": {"description": "The counter", "content": body("Counter")},
-                    **_problems(404, 422, 503),
-                },
-            },
-            "patch": {
-                "operationId": "changeRetention",
-                "summary": "Change a counter's retention (scope admin)",
-                "parameters": [NAME_PARAM],
-                "requestBody": {"required": True, "content": body("RetentionChange")},
-                "responses": {
-                    "200": {"description": "The counter", "content": body("Counter")},
-                    **_problems(404, 408, 413, 415, 422, 503),
-                },
-            },
-        },
-        "/counters/{name}/void": {
-            "post": {
-                "operationId": "voidValues",
-                "summary": "Take values out of use, for a reason (idempotent; never reused)",
-                "parameters": [NAME_PARAM],
-                "requestBody": {"required": True, "content": body("Void")},
-                "responses": {
-                    "200": {"description": "The ranges voided", "content": body("Voided")},
-                    **_problems(404, 408, 409, 413, 415, 422, 502, 503, 504),
-                },
-            }
-        },
-        "/counters/{name}/confirm": {
-            "post": {
-                "operationId": "confirmValues",
-                "summary": "Confirm values were used (a counter created to need it; idempotent)",
-                "parameters": [NAME_PARAM],
-                "requestBody": {"required": True, "content": body("Confirmation")},
-                "responses": {
-                    "200": {"description": "The ranges confirmed", "content": body("Confirmed")},
-                    **_problems(404, 408, 409, 413, 415, 422, 502, 503, 504),
-                },
-            }
-        },
-        "/counters/{name}/report": {
-            "get": {
-                "operationId": "getReport",
-                "summary": "The completeness report of a period: issued, voided, gaps",
-                "parameters": [NAME_PARAM, PERIOD_PARAM],
-                "responses": {
-                    "200": {"description": "The report", "content": body("Report")},
-                    **_problems(404, 422, 503),
-                },
-            }
-        },
-        "/counters/{name}/audit": {
-            "get": {
-                "operationId": "exportAudit",
-                "summary": "The audit export of a period: who took each value, voids, hashes",
-                "parameters": [
-                    NAME_PARAM,
-                    PERIOD_PARAM,
-                    {
-                        "name": "format",
-                        "in": "query",
-                        "schema": {"type": "string", "enum": ["json", "csv"], "default": "json"},
-                    },
-                ],
-                "responses": {
-                    "200": {
-                        "description": "The export",
-                        "content": {
-                            **body("AuditExport"),
-                            "text/csv": {"schema": {"type": "string"}},
-                        },
-                    },
-                    **_problems(404, 422, 503),
-                },
-            }
-        },
-        "/audit/verify": {
-            "get": {
-                "operationId": "verifyAudit",
-                "summary": "Recompute the audit trail's hash chains",
-                "parameters": [
-                    {
-                        "name": "counter",
-                        "in": "query",
-                        "description": "only the chains holding this counter's rows",
-                        "schema": {"type": "string", "pattern": NAME.pattern},
-                    }
-                ],
-                "responses": {
-                    "200": {"description": "Every chain is sound", "content": body("Verification")},
-                    "409": {
-                        "description": "Each table and row that is not",
-                        "content": body("Verification"),
-                    },
-                    **_problems(422, 503),
-                },
-            },
-            "post": {
-                "operationId": "verifyAuditHeads",
-                "summary": "Verify, and prove the chains still hold heads anchored earlier",
-                "parameters": [
-                    {
-                        "name": "counter",
-                        "in": "query",
-                        "description": "only the chains holding this counter's rows",
-                        "schema": {"type": "string", "pattern": NAME.pattern},
-                    }
-                ],
-                "requestBody": {"required": True, "content": body("Heads")},
-                "responses": {
-                    "200": {
-                        "description": "Sound, and every anchored head held or pruned",
-                        "content": body("Verification"),
-                    },
-                    "409": {
-                        "description": "Each table and row that is not",
-                        "content": body("Verification"),
-                    },
-                    **_problems(408, 413, 415, 422, 503),
-                },
-            },
-        },
-        "/audit/heads": {
-            "get": {
-                "operationId": "getHeads",
-                "summary": "Each hash chain's head: what to keep outside Postgres",
-                "responses": {
-                    "200": {"description": "The heads", "content": body("Heads")},
-                    **_problems(503),
-                },
-            }
-        },
-        "/counters/{name}/next": {
-            "post": {
-                "operationId": "nextValues",
-                "summary": "The next value, or the next `count` consecutive values",
-                "parameters": [
-                    NAME_PARAM,
-                    {
-                        "name": "count",
-                        "in": "query",
-                        "schema": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": MAX_COUNT,
-                            "default": 1,
-                        },
-                    },
-                    {
-                        "name": "Idempotency-Key",
-                        "in": "header",
-                        "description": "A retry with the same key returns the same values; "
-                        "the same key with another count is 422 idempotency-key-reused",
-                        "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY.pattern},
-                    },
-                ],
-                "responses": {
-                    "200": {
-                        "description": "Value for one value; Values for count > 1",
-                        "content": {
-                            "application/json": {"schema": {"oneOf": [ref("Value"), ref("Values")]}}
-                        },
-                    },
-                    **_problems(404, 413, 422, 429, 502, 503, 504),
-                },
-            }
-        },
-        "/keys": {
-            "post": {
-                "operationId": "createKey",
-                "summary": "Create an API key (scope admin); its secret is in this answer only",
-                "requestBody": {"required": True, "content": body("NewKey")},
-                "responses": {
-                    "201": {
-                        "description": "Created: the key, with `secret` (shown once)",
-                        "content": body("Key"),
-                    },
-                    **_problems(408, 409, 413, 415, 422, 503),
-                },
-            },
-            "get": {
-                "operationId": "listKeys",
-                "summary": "List API keys, revoked ones too (scope admin); never their secrets",
-                "responses": {
-                    "200": {"description": "The keys", "content": body("KeyList")},
-                    **_problems(503),
-                },
-            },
-        },
-        "/keys/{name}": {
-            "delete": {
-                "operationId": "revokeKey",
-                "summary": "Revoke the unrevoked key of this name (scope admin)",
-                "parameters": [
-                    {
-                        "name": "name",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string", "pattern": KEY_NAME.pattern},
-                    }
-                ],
-                "responses": {
-                    "200": {"description": "The key, revoked", "content": body("Key")},
-                    **_problems(404, 503),
-                },
-            }
-        },
-        "/healthz": {
-            "get": {
-                "operationId": "getHealth",
-                "summary": "Health",
-                "security": [],
-                "responses": {
-                    "200": {"description": "Healthy", "content": body("Health")},
-                    "503": {"description": "Degraded", "content": body("Health")},
-                    **OPEN_PROBLEMS,
-                },
-            }
-        },
-        "/metrics": {
-            "get": {
-                "operationId": "getMetrics",
-                "summary": "Prometheus metrics (scope read)",
-                "responses": {
-                    "200": {
-                        "description": "Text exposition format",
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    },
-                    **_problems(),
-                },
-            }
-        },
-        "/ping": {
-            "get": {
-                "operationId": "ping",
-                "summary": "A trivial answer: the yardstick the benchmark holds /next against",
-                "security": [],
-                "responses": {"200": {"description": "{ok: true}"}, **OPEN_PROBLEMS},
-            },
-            "post": {
-                "operationId": "pingPost",
-                "summary": "The same, for POST",
-                "security": [],
-                "responses": {"200": {"description": "{ok: true}"}, **OPEN_PROBLEMS},
-            },
-        },
-        "/openapi.json": {
-            "get": {
-                "operationId": "getOpenapi",
-                "summary": "This OpenAPI 3.1 document: every route, body and problem",
-                "security": [],
-                "responses": {"200": {"description": "OpenAPI 3.1"}, **OPEN_PROBLEMS},
-            }
-        },
-        "/": {
-            "get": {
-                "operationId": "getIndex",
-                "summary": "A page for a browser: what this is, these routes, where to read on",
-                "security": [],
-                "responses": {"200": {"description": "HTML, static"}, **OPEN_PROBLEMS},
-            }
-        },
-    },
-    "security": [{"bearer": []}, {}],
-    "components": {
-        "securitySchemes": {
-            "bearer": {
-                "type": "http",
-                "scheme": "bearer",
-                "description": "An API key, `nmr_…` (`numerator keys create`). Before the first "
-                "key exists, clients on the service's own machine need none (protected mode); "
-                "once one exists, every route but /, /healthz, /ping and /openapi.json needs one.",
-            }
-        },
-        "schemas": SCHEMAS,
-        "responses": {
-            "Problem": {
-                "description": "An RFC 9457 problem; `type` is stable (see docs/problems.md)",
-                "content": {"application/problem+json": {"schema": ref("Problem")}},
-            }
-        },
-    },
-}
-
-TAGS = {
-    "counters": ("createCounter", "listCounters", "getCounter", "changeRetention", "nextValues"),
-    "ledger": (
-        "voidValues",
-        "confirmValues",
-        "getReport",
-        "exportAudit",
-        "verifyAudit",
-        "verifyAuditHeads",
-        "getHeads",
+OPERATIONS: dict[tuple[str, str], Operation] = {
+    ("POST", "/counters"): Operation(
+        "createCounter",
+        "counters",
+        "Create a counter",
+        {"201": ("Created; Location names it", body("Counter"))},
+        (408, 409, 413, 415, 422, 503),
+        body="NewCounter",
     ),
-    "keys": ("createKey", "listKeys", "revokeKey"),
-    "service": ("getHealth", "getMetrics", "ping", "pingPost", "getOpenapi", "getIndex"),
+    ("GET", "/counters"): Operation(
+        "listCounters",
+        "counters",
+        "List counters by name, a page at a time",
+        {"200": ("A page; `next` is null on the last one", body("CounterPage"))},
+        (422, 503),
+        query=bodies.PageQuery,
+    ),
+    ("GET", "/counters/{name}"): Operation(
+        "getCounter",
+        "counters",
+        "A counter's settings, current period and last value handed out",
+        {"200": ("The counter", body("Counter"))},
+        (404, 422, 503),
+    ),
+    ("PATCH", "/counters/{name}"): Operation(
+        "changeRetention",
+        "counters",
+        "Change a counter's retention (scope admin)",
+        {"200": ("The counter", body("Counter"))},
+        (404, 408, 413, 415, 422, 503),
+        body="RetentionChange",
+    ),
+    ("POST", "/counters/{name}/next"): Operation(
+        "nextValues",
+        "counters",
+        "The next value, or the next `count` consecutive values",
+        {
+            "200": (
+                "Value for one value; Values for count > 1",
+                {"application/json": {"schema": {"oneOf": [ref("Value"), ref("Values")]}}},
+            )
+        },
+        (404, 413, 422, 429, 502, 503, 504),
+        query=bodies.NextQuery,
+        headers=(IDEMPOTENCY_KEY,),
+    ),
+    ("POST", "/counters/{name}/void"): Operation(
+        "voidValues",
+        "ledger",
+        "Take values out of use, for a reason (idempotent; never reused)",
+        {"200": ("The ranges voided", body("Voided"))},
+        MARKED,
+        body="Void",
+    ),
+    ("POST", "/counters/{name}/confirm"): Operation(
+        "confirmValues",
+        "ledger",
+        "Confirm values were used (a counter created to need it; idempotent)",
+        {"200": ("The ranges confirmed", body("Confirmed"))},
+        MARKED,
+        body="Confirmation",
+    ),
+    ("GET", "/counters/{name}/report"): Operation(
+        "getReport",
+        "ledger",
+        "The completeness report of a period: issued, voided, gaps",
+        {"200": ("The report", body("Report"))},
+        (404, 422, 503),
+        query=bodies.PeriodQuery,
+    ),
+    ("GET", "/counters/{name}/audit"): Operation(
+        "exportAudit",
+        "ledger",
+        "The audit export of a period: who took each value, voids, hashes",
+        {
+            "200": (
+                "The export",
+                {**body("AuditExport"), "text/csv": {"schema": {"type": "string"}}},
+            )
+        },
+        (404, 422, 503),
+        query=bodies.AuditQuery,
+    ),
+    ("GET", "/audit/verify"): Operation(
+        "verifyAudit",
+        "ledger",
+        "Recompute the audit trail's hash chains",
+        VERIFIED,
+        (422, 503),
+        query=bodies.VerifyQuery,
+    ),
+    ("POST", "/audit/verify"): Operation(
+        "verifyAuditHeads",
+        "ledger",
+        "Verify, and prove the chains still hold heads anchored earlier",
+        {**VERIFIED, "200": ("Sound, and every anchored head held or pruned", VERIFIED["200"][1])},
+        (408, 413, 415, 422, 503),
+        body="Heads",
+        query=bodies.VerifyQuery,
+    ),
+    ("GET", "/audit/heads"): Operation(
+        "getHeads",
+        "ledger",
+        "Each hash chain's head: what to keep outside Postgres",
+        {"200": ("The heads", body("Heads"))},
+        (503,),
+    ),
+    ("POST", "/keys"): Operation(
+        "createKey",
+        "keys",
+        "Create an API key (scope admin); its secret is in this answer only",
+        {"201": ("Created: the key, with `secret` (shown once)", body("Key"))},
+        (408, 409, 413, 415, 422, 503),
+        body="NewKey",
+    ),
+    ("GET", "/keys"): Operation(
+        "listKeys",
+        "keys",
+        "List API keys, revoked ones too (scope admin); never their secrets",
+        {"200": ("The keys", body("KeyList"))},
+        (503,),
+    ),
+    ("DELETE", "/keys/{name}"): Operation(
+        "revokeKey",
+        "keys",
+        "Revoke the unrevoked key of this name (scope admin)",
+        {"200": ("The key, revoked", body("Key"))},
+        (404, 503),
+    ),
+    ("GET", "/healthz"): Operation(
+        "getHealth",
+        "service",
+        "Health",
+        {"200": ("Healthy", body("Health")), "503": ("Degraded", body("Health"))},
+        open=True,
+    ),
+    ("GET", "/metrics"): Operation(
+        "getMetrics",
+        "service",
+        "Prometheus metrics (scope read)",
+        {"200": ("Text exposition format", {"text/plain": {"schema": {"type": "string"}}})},
+    ),
+    ("GET", "/ping"): Operation(
+        "ping",
+        "service",
+        "A trivial answer: the yardstick the benchmark holds /next against",
+        PING,
+        open=True,
+    ),
+    ("POST", "/ping"): Operation("pingPost", "service", "The same, for POST", PING, open=True),
+    ("GET", "/openapi.json"): Operation(
+        "getOpenapi",
+        "service",
+        "This OpenAPI 3.1 document: every route, body and problem",
+        {"200": ("OpenAPI 3.1", None)},
+        open=True,
+    ),
+    ("GET", "/"): Operation(
+        "getIndex",
+        "service",
+        "A page for a browser: what this is, these routes, where to read on",
+        {"200": ("HTML, static", None)},
+        open=True,
+    ),
 }
+
+TAGS = ("counters", "ledger", "keys", "service")
 """Each operation's group: a generated client's modules (api.counters.next_values, ...)."""
 
-SCHEMA["tags"] = [{"name": tag} for tag in TAGS]
-for _path in SCHEMA["paths"].values():
-    for _operation in _path.values():
-        _operation["tags"] = [t for t, ids in TAGS.items() if _operation["operationId"] in ids]
+SECURITY = {
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "An API key, `nmr_…` (`numerator keys create`). Before the first "
+        "key exists, clients on the service's own machine need none (protected mode); "
+        "once one exists, every route but /, /healthz, /ping and /openapi.json needs one.",
+    }
+}
+
+
+def document(routes: Sequence[BaseRoute]) -> dict[str, Any]:
+    """The OpenAPI document of an app with these `routes`."""
+    paths: dict[str, dict[str, Any]] = {}
+    served = set()
+    for route in routes:
+        if not isinstance(route, Route):
+            continue
+        for method in sorted((route.methods or set()) - {"HEAD"}):
+            operation = OPERATIONS.get((method, route.path))
+            if operation is None:
+                raise LookupError(f"{method} {route.path} has no operation in OPERATIONS")
+            paths.setdefault(route.path, {})[method.lower()] = operation.render(route)
+            served.add((method, route.path))
+    unrouted = sorted(set(OPERATIONS) - served)
+    if unrouted:
+        raise LookupError(f"operations without a route: {unrouted}")
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "numerator",
+            "version": __version__,
+            "description": "Unique, increasing, formatted numbers from named counters.",
+        },
+        "paths": paths,
+        "security": [{"bearer": []}, {}],
+        "tags": [{"name": tag} for tag in TAGS],
+        "components": {
+            "securitySchemes": SECURITY,
+            "schemas": bodies.schemas(),
+            "responses": {
+                "Problem": {
+                    "description": "An RFC 9457 problem; `type` is stable (see docs/problems.md)",
+                    "content": {"application/problem+json": {"schema": ref("Problem")}},
+                }
+            },
+        },
+    }
+
+
+def served(app: Starlette) -> dict[str, Any]:
+    """The document of `app`, made at its first ask and kept in its state."""
+    made: dict[str, Any] | None = getattr(app.state, "openapi", None)
+    if made is None:
+        made = app.state.openapi = document(app.routes)
+    return made

@@ -3,15 +3,12 @@ A store that cannot serve (Unavailable, StoreError) becomes a 503 in one handler
 
 from __future__ import annotations
 
-from typing import Any
-
-import orjson
+from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
-from functions import validation
-from functions.edge import Edge
-from functions.fastpath import take
+from functions import bodies, validation
+from functions.answers import JSON, edge_of
 from functions.problems import Kind, Problem, invalid
 from infra import keys
 from infra.counters import Counter
@@ -22,33 +19,6 @@ from infra.errors import (
     KeyExists,
 )
 from infra.observe.health import verdict
-
-
-class JSON(Response):
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        return orjson.dumps(content)
-
-
-def edge_of(request: Request) -> Edge:
-    edge: Edge = request.app.state.edge
-    return edge
-
-
-async def next_values(request: Request) -> Response:
-    """/next when the Starlette app is served on its own; create_app() puts FastPath in front,
-    which answers these POSTs first. Other methods on the path get 405 from this route."""
-    edge = edge_of(request)
-    body = await take(
-        edge,
-        request.path_params["name"],
-        request.query_params.get("count"),
-        request.headers.get("idempotency-key"),
-        edge.timeout(request.scope.get("aws.context")),
-        request.client.host if request.client else "",
-    )
-    return JSON(body)
 
 
 async def counters(request: Request) -> Response:
@@ -106,8 +76,8 @@ async def get_counter(request: Request) -> Response:
 
 async def list_counters(request: Request) -> Response:
     edge = edge_of(request)
-    limit = validation.page_size(request.query_params.get("limit"))
-    after = request.query_params.get("after")
+    query = validation.checked(bodies.PageQuery, dict(request.query_params), text=True)
+    limit, after = query.limit, None if query.after is UNSET else query.after
     if after is not None:
         validation.name(after, "after")
     counters = await edge.store.page(after, limit + 1)
@@ -174,9 +144,9 @@ async def metrics(request: Request) -> Response:
 
 
 async def openapi(request: Request) -> Response:
-    from functions.openapi import SCHEMA
+    from functions.openapi import served
 
-    return JSON(SCHEMA)
+    return JSON(served(request.app))
 
 
 async def ping(request: Request) -> Response:

@@ -31,6 +31,14 @@ TEMPLATE = re.compile(
 )
 
 
+class ConfirmMode(StrEnum):
+    """Whether a counter's values must be confirmed (POST /counters/{name}/confirm) within
+    CONFIRM_TTL_S, or are voided, not-confirmed: a counter's `confirm` setting."""
+
+    NONE = "none"
+    REQUIRED = "required"
+
+
 class Reset(StrEnum):
     """When a counter starts again at `start`: the period its values belong to."""
 
@@ -196,7 +204,7 @@ class Counter:
             "reset": self.reset.value,
             "timezone": self.timezone,
             "retention_days": self.retention_days,
-            "confirm": "required" if self.confirm else "none",
+            "confirm": ConfirmMode.REQUIRED if self.confirm else ConfirmMode.NONE,
         }
 
     def retention_s(self, default: float) -> float:
@@ -241,9 +249,10 @@ class Counter:
         zone(tz)
         assert isinstance(name, str) and isinstance(text, str) and isinstance(tz, str)
         retention = check_retention(body.get("retention_days"))
-        confirm = body.get("confirm", "none")
-        if confirm not in ("none", "required"):
-            raise InvalidCounter("confirm", "must be none or required")
+        try:
+            confirm = ConfirmMode(body.get("confirm", ConfirmMode.NONE))
+        except ValueError as exc:
+            raise InvalidCounter("confirm", f"must be {' or '.join(ConfirmMode)}") from exc
         return cls(
             name=name,
             start=start,
@@ -251,7 +260,7 @@ class Counter:
             reset=period,
             timezone=tz,
             retention_days=retention,
-            confirm=confirm == "required",
+            confirm=confirm is ConfirmMode.REQUIRED,
         )
 
 

@@ -7,7 +7,6 @@ NumeratorError
 │   ├── InvalidCounter     a counter definition (name, template, reset, time zone)
 │   └── InvalidKey         an API key's name or scopes
 ├── CounterExists          create: the name is taken
-├── CounterNotFound        no counter by that name
 ├── KeyExists              create key: an unrevoked key has that name
 ├── StoreError             Postgres refused the work for a reason other than availability
 ├── Unavailable            a backend cannot serve now; retry later (503)
@@ -48,10 +47,6 @@ class InvalidCounter(Invalid):
 
 
 class CounterExists(NumeratorError):
-    pass
-
-
-class CounterNotFound(NumeratorError):
     pass
 
 

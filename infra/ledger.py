@@ -17,30 +17,39 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from itertools import pairwise
 from typing import Any
 
 from infra.counters import Counter
+from infra.spans import Run
 
-ABANDONED = "abandoned"
-NOT_DELIVERED = frozenset({ABANDONED})
+
+class VoidReason(StrEnum):
+    """The reasons numerator gives its own voids; a user's void names its own, in free text
+    that may not read as one of these (`reserved`)."""
+
+    ABANDONED = "abandoned"
+    """No client received the values: their edge gave up after the record was applied."""
+    NOT_CONFIRMED = "not-confirmed"
+    """Values of a counter that takes confirmations, not confirmed within CONFIRM_TTL_S."""
+
+
+NOT_DELIVERED = frozenset({VoidReason.ABANDONED})
 """Void reasons that say no client received the values."""
-NOT_CONFIRMED = "not-confirmed"
-SYSTEM_REASONS = frozenset({ABANDONED, NOT_CONFIRMED})
-"""Reasons numerator gives itself; a user's void names its own."""
 
 
 def reserved(reason: str) -> bool:
     """Whether a user's reason reads as one of numerator's own (`Abandoned`, ` abandoned `):
     a report's reader could not tell them apart."""
-    return " ".join(reason.split()).casefold() in SYSTEM_REASONS
+    return " ".join(reason.split()).casefold() in set(VoidReason)
 
 
 def reserved_pattern() -> str:
     """`reserved` as an ECMA regular expression, for the OpenAPI schema."""
     words = [
         "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in reason)
-        for reason in sorted(SYSTEM_REASONS)
+        for reason in sorted(VoidReason)
     ]
     return rf"^\s*(?:{'|'.join(words)})\s*$"
 
@@ -124,10 +133,9 @@ def taken(link: Link, counter: str, period: str) -> Iterator[Taken]:
             yield Taken(first, last, None, None, link)
             continue
         cursor = first
-        for count, who, *rest in runs:  # [count, who], [count, who, key], [count, who, key, edge]
-            key, edge = [*rest, None, None][:2]
-            yield Taken(cursor, cursor + count - 1, who, key, link, edge)
-            cursor += count
+        for run in map(Run.of, runs):
+            yield Taken(cursor, cursor + run.size - 1, run.who, run.key, link, run.edge)
+            cursor += run.size
 
 
 def voids(links: Sequence[Link], counter: str, period: str) -> list[VoidRow]:
@@ -245,16 +253,7 @@ def report(
     covered = ranges(links, counter.name, period)
     holes, twice = gaps(covered, start, last)
     pruned, holes = _pruned(holes, start, pruned_upto)
-    falls = [
-        {"row": row, "first": first, "after": before}
-        for (_, before, _), (first, _, row) in pairwise(covered)
-        if first <= before
-    ]
-    beyond = [
-        {"row": row, "first": max(first, last + 1), "last": end}
-        for first, end, row in covered
-        if end > last
-    ]
+    falls, beyond = _out_of_order(covered, last)
     by_reason: dict[str, int] = {}
     for void in voids:
         by_reason[void.reason] = by_reason.get(void.reason, 0) + void.last - void.first + 1
@@ -290,6 +289,23 @@ def report(
         "past_last": beyond[:10],
         "breaches": breaches(holes, twice, falls, beyond, last),
     }
+
+
+def _out_of_order(
+    covered: Sequence[tuple[int, int, int]], last: int
+) -> tuple[list[dict[str, int]], list[dict[str, int]]]:
+    """The trail's ranges that fall back below the one before them, and those past `last`."""
+    falls = [
+        {"row": row, "first": first, "after": before}
+        for (_, before, _), (first, _, row) in pairwise(covered)
+        if first <= before
+    ]
+    beyond = [
+        {"row": row, "first": max(first, last + 1), "last": end}
+        for first, end, row in covered
+        if end > last
+    ]
+    return falls, beyond
 
 
 def breaches(

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from infra.counters import Counter
 from infra.keys import Key
 from infra.ledger import EdgeEnd, Link, VoidRow
+from infra.spans import Span
 from infra.wire import BadRecord, Demand, Reply, ReplyError, decode_record
 
 
@@ -115,16 +116,22 @@ class Claim:
 
 @dataclass(slots=True)
 class Audit:
-    """A frame's audit row for the counters of one retention class (Counter.keeping): the
-    (counter, period, first, last) ranges it allocated, and `detail`: "r", per counter and
-    period [counter, period, runs], who took its range, run by run in order ([count, who] or
-    [count, who, Idempotency-Key]); "v", each void made as [counter, period, first, last,
-    reason, who]."""
+    """A frame's audit row for the counters of one retention class (Counter.keeping), hashed
+    into its chain as written (docs/invoices.md, "What an audit row holds"):
+
+    - `ranges`: [counter, period, first, last] for each range the frame allocated;
+    - `detail["r"]`: [counter, period, runs] for each counter and period, who took its range,
+      run by run in the order it is split: each a Run [size, who, Idempotency-Key or
+      null, edge] (edge: the reply-key prefix of the edge that asked; rows written before runs had
+      an edge or a key hold [count, who] or [count, who, key]);
+    - `detail["v"]`: [counter, period, first, last, reason, who] for each void made;
+    - `detail["c"]`, only in a frame that confirmed values: [counter, period, first, last,
+      who] for each confirmation."""
 
     klass: str
     keep_s: float
     detail: dict[str, list[list[Any]]]
-    ranges: list[tuple[str, str, int, int]] = field(default_factory=list)
+    ranges: list[Span] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,9 +286,7 @@ class Frames(Protocol):
         """The highest value the audit trail holds for each (counter, period), among the
         counter's newest rows: the floor below which a batcher refuses to allocate."""
 
-    async def committed(
-        self, lease: Lease, sequence: str
-    ) -> list[tuple[str, str, int, int]] | None:
+    async def committed(self, lease: Lease, sequence: str) -> list[Span] | None:
         """The (counter, period, first, last) ranges of the frame `lease` committed up to
         `sequence` (its checkpoint there, under its epoch), or None: whether a commit whose
         answer was lost (Postgres went away as it committed) took effect."""
@@ -370,6 +375,15 @@ class Keys(Protocol):
         """Record when keys (by id) were last used."""
 
 
+class EdgeStore(Counters, Keys, Leases, Ledger, Protocol):
+    """The roles an edge uses: all but Frames, which only batchers write."""
+
+
+class BatcherStore(Counters, Leases, Frames, Ledger, Protocol):
+    """The roles a batcher uses: all but Keys. Each of its jobs takes only its own."""
+
+
 class Store(Counters, Leases, Frames, Ledger, Keys, Protocol):
-    """Everything numerator keeps in Postgres: one adapter holds every role, and each component
-    is typed with the roles it uses."""
+    """Everything numerator keeps in Postgres: one adapter holds every role
+    (infra/adapters/postgres/, a module per role), and each component is typed with the roles
+    it uses."""

@@ -83,7 +83,7 @@ class Group:
 
 
 @dataclass(frozen=True, slots=True)
-class Database(Group):
+class DatabaseSettings(Group):
     """Postgres: read by the store (every process that allocates or reads counters)."""
 
     database_url: str = ""  # DATABASE_URL: a postgresql:// URL, or an RDS secret's JSON
@@ -100,7 +100,7 @@ class Database(Group):
 
 
 @dataclass(frozen=True, slots=True)
-class Frames(Group):
+class FrameSettings(Group):
     """The batcher: its frames, its leases on shards, its metrics lines."""
 
     back_frame_ms: float = 10.0  # BACK_FRAME_MS: how long the batcher collects at most
@@ -117,7 +117,7 @@ class Frames(Group):
 
 
 @dataclass(frozen=True, slots=True)
-class Retention(Group):
+class RetentionSettings(Group):
     """How long what the ledger and retries rely on is kept: read by the batcher (which writes
     and prunes it) and the reply adapters."""
 
@@ -143,7 +143,7 @@ class Retention(Group):
 
 
 @dataclass(frozen=True, slots=True)
-class Edge(Group):
+class EdgeSettings(Group):
     """The HTTP edge: what a request may be, how long it waits, who may call."""
 
     reply_timeout_s: float = 5.0  # REPLY_TIMEOUT_S: how long a request waits for its reply (504)
@@ -183,7 +183,7 @@ class Edge(Group):
 
 
 @dataclass(frozen=True, slots=True)
-class Aws(Group):
+class AwsSettings(Group):
     """The AWS path: the stream and reply table, and how they are read (MODE=aws)."""
 
     stream_name: str = "numerator"  # STREAM_NAME: the Kinesis stream
@@ -203,25 +203,25 @@ class Aws(Group):
 
 
 @dataclass(frozen=True, slots=True)
-class Local(Group):
+class LocalSettings(Group):
     """Knobs of the local runners only (`numerator up`, the bench); a deployment leaves them."""
 
     workers: int = 1  # WORKERS: HTTP worker processes (set by --workers)
     # LAMBDA_CONTAINERS: concurrent invocations of `--edge lambda`. Each container polls the
-    # reply table on its own, as in Lambda; locally that table is moto's or LocalStack's, and
-    # 32 pollers saturated moto (~100 calls/s) so that 300 requests took 21 s against 11 s with 8.
+    # reply table on its own, as in Lambda; locally that table is moto's or LocalStack's, which
+    # many pollers saturate: requests then take longer (docs/performance.md).
     lambda_containers: int = 8
 
     POSITIVE = ("workers", "lambda_containers")
 
 
 GROUPS: dict[str, type[Group]] = {
-    "database": Database,
-    "frames": Frames,
-    "retention": Retention,
-    "edge": Edge,
-    "aws": Aws,
-    "local": Local,
+    "database": DatabaseSettings,
+    "frames": FrameSettings,
+    "retention": RetentionSettings,
+    "edge": EdgeSettings,
+    "aws": AwsSettings,
+    "local": LocalSettings,
 }
 
 
@@ -231,12 +231,12 @@ class Settings:
     `of` with keyword arguments) and handed down, to children as `to_env()`."""
 
     mode: Mode = Mode.EMBEDDED  # MODE: embedded (in-process stream) or aws (Kinesis, DynamoDB)
-    database: Database = field(default_factory=Database)
-    frames: Frames = field(default_factory=Frames)
-    retention: Retention = field(default_factory=Retention)
-    edge: Edge = field(default_factory=Edge)
-    aws: Aws = field(default_factory=Aws)
-    local: Local = field(default_factory=Local)
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    frames: FrameSettings = field(default_factory=FrameSettings)
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
+    edge: EdgeSettings = field(default_factory=EdgeSettings)
+    aws: AwsSettings = field(default_factory=AwsSettings)
+    local: LocalSettings = field(default_factory=LocalSettings)
 
     @classmethod
     def of(cls, **values: object) -> Settings:
@@ -344,7 +344,7 @@ def parse(variable: str, raw: str, kind: type) -> object:
         raise SettingsError(variable, f"must be {name}, not {raw!r}") from None
 
 
-@functools.lru_cache(maxsize=4096)  # per request before the first key: ip_address was 3 % of /next
+@functools.lru_cache(maxsize=4096)  # per request before the first key: ip_address showed on /next
 def loopback(host: str) -> bool:
     """Whether `host` (an address or a name) is on this machine only."""
     if host == "localhost":

@@ -307,6 +307,55 @@ def anchored(
     return out, held, pruned
 
 
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What verify reads, in one snapshot: the audit rows (in id order), where retention left
+    each chain, and the tables checked against them, as their rows come."""
+
+    now: datetime
+    rows: list[Row]
+    starts: dict[str, Start]
+    voids: list[tuple[Any, ...]] = field(default_factory=list)
+    confirmations: list[tuple[Any, ...]] = field(default_factory=list)
+    values: list[tuple[Any, ...]] = field(default_factory=list)
+    pruned: list[tuple[Any, ...]] = field(default_factory=list)
+    edges: list[tuple[Any, ...]] = field(default_factory=list)
+
+
+def verdict(
+    seen: Snapshot, name: str | None, anchors: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    """Every check above over one snapshot (of the counter `name`'s chains, or all for None),
+    and with `anchors`, that the chains still hold the heads kept outside Postgres: what
+    `audit verify` answers."""
+    rows = seen.rows
+    pruned = {(c, p): int(u) for c, p, u in seen.pruned}
+    breaches = [
+        *chains(rows, seen.starts),
+        *voids(rows, seen.voids, seen.now, name),
+        *confirmations(rows, seen.confirmations, seen.now, name),
+        *counter_values(rows, seen.values, pruned, name),
+        *edges(rows, seen.edges),
+    ]
+    out: dict[str, Any] = {}
+    if anchors is not None:
+        mine = {c: h for c, h in anchors.items() if not name or c in {r.chain for r in rows}}
+        late, held, gone = anchored(mine, rows, seen.starts)
+        breaches += late
+        out["anchors"] = {"held": held, "pruned": gone}
+    found = heads(rows)
+    return {
+        "counter": name,
+        "rows": len(rows),
+        "chains": len(found),
+        "ok": not breaches,
+        "first_bad": breaches[0].to_json() if breaches else None,
+        "breaches": [b.to_json() for b in breaches[:100]],
+        "heads": found,
+        **out,
+    }
+
+
 def _us(value: int | None) -> str:
     if value is None:
         return "none"

@@ -72,7 +72,7 @@ def edge_id() -> str:
     return _PREFIX
 
 
-def edge_of(key: str) -> str:
+def edge_of_key(key: str) -> str:
     """The edge that made reply key `key` ('' for a key of another shape)."""
     edge, dash, _ = key.rpartition("-")
     return edge if dash else ""

@@ -1,19 +1,48 @@
 """The top floor: the command line and the local stacks that wire the parts together; and the
-Python client (`from numerator import Client, AsyncClient`), imported only when asked for, so
-that the CLI starts without it."""
+Python client (`from numerator import Client, AsyncClient, NotFound, ...`), imported only when
+asked for, so that the CLI starts without it."""
 
 from typing import TYPE_CHECKING, Any
 
 from infra import __version__
 
 if TYPE_CHECKING:
-    from numerator.client import AsyncClient, Client
+    from numerator.client import (
+        AsyncClient,
+        BadRequest,
+        BadURL,
+        Client,
+        Conflict,
+        Forbidden,
+        NotFound,
+        NumeratorError,
+        Problem,
+        TooMany,
+        Unauthorized,
+        Unavailable,
+        Unreachable,
+    )
 
-__all__ = ["AsyncClient", "Client", "__version__"]
+__all__ = [
+    "AsyncClient",
+    "BadRequest",
+    "BadURL",
+    "Client",
+    "Conflict",
+    "Forbidden",
+    "NotFound",
+    "NumeratorError",
+    "Problem",
+    "TooMany",
+    "Unauthorized",
+    "Unavailable",
+    "Unreachable",
+    "__version__",
+]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("Client", "AsyncClient"):
+    if name in __all__:
         from numerator import client
 
         return getattr(client, name)

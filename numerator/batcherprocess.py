@@ -16,6 +16,7 @@ import signal
 import sys
 
 from infra.errors import NumeratorError
+from infra.faults import Faults
 from infra.observe.health import verdict
 from infra.run import loop
 from infra.settings import Settings
@@ -24,11 +25,13 @@ from numerator.stack import BatcherStack
 log = logging.getLogger("numerator.batcher")
 
 
-async def run(settings: Settings, host: str, port: int, owner: str | None = None) -> None:
+async def run(
+    settings: Settings, host: str, port: int, owner: str | None = None, faults: Faults | None = None
+) -> None:
     stopping = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stopping.set)
-    async with BatcherStack(settings, owner=owner) as stack:
+    async with BatcherStack(settings, owner=owner, faults=faults) as stack:
 
         async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
@@ -79,12 +82,14 @@ async def respond(stack: BatcherStack, path: str) -> tuple[str, bytes, str]:
     return "404 Not Found", b"no such path: /healthz or /metrics", "text/plain"
 
 
-def main(settings: Settings, host: str, port: int, owner: str | None = None) -> None:
+def main(
+    settings: Settings, host: str, port: int, owner: str | None = None, faults: Faults | None = None
+) -> None:
     """Run the batcher on the HTTP workers' loop, so that its timers behave as the embedded
     batcher's do (FRAME_MIN_MS=0.5: one turn of the loop, not the 1 ms that the stdlib loop's
     epoll wait rounds up to)."""
     try:
-        loop.run(lambda: run(settings, host, port, owner))
+        loop.run(lambda: run(settings, host, port, owner, faults))
     except NumeratorError as exc:
         print(f"numerator batcher: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -11,7 +11,19 @@ of it sends the same key: after a timeout, a dropped connection, a 502, a 503 or
 `Retry-After`) or a 504, the service answers the retry with the values the first try took, never
 new ones. Retries wait a jittered, doubling backoff, and all the tries of one call end within its
 `deadline`. A problem answer (RFC 9457) is raised as a `Problem` subclass by status, carrying the
-problem's `type`, `title` and `detail`.
+problem's `type`, `title` and `detail`. The exceptions, all importable from `numerator` too:
+
+    NumeratorError
+    ├── Unreachable      no answer within the deadline
+    ├── BadURL           not an http:// or https:// URL (also a ValueError)
+    └── Problem          an RFC 9457 answer
+        ├── BadRequest   400, 413, 415, 422
+        ├── Unauthorized 401
+        ├── Forbidden    403
+        ├── NotFound     404
+        ├── Conflict     409
+        ├── TooMany      429, after the retries
+        └── Unavailable  502, 503, 504, after the retries
 
 Each call is described once (`Call`: what to send, how to read the answer) and sent by either
 client; only the sending (and the sleeping between tries) differs between the two.
@@ -19,6 +31,7 @@ client; only the sending (and the sleeping between tries) differs between the tw
 
 from __future__ import annotations
 
+import email.utils
 import ipaddress
 import os
 import random
@@ -27,10 +40,34 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
 import httpx
+
+__all__ = [
+    "DEADLINE_S",
+    "DEFAULT_URL",
+    "TIMEOUT_S",
+    "AsyncClient",
+    "BadRequest",
+    "BadURL",
+    "Client",
+    "Conflict",
+    "Counter",
+    "Forbidden",
+    "Marked",
+    "NotFound",
+    "NumeratorError",
+    "Problem",
+    "TooMany",
+    "Unauthorized",
+    "Unavailable",
+    "Unreachable",
+    "Value",
+    "Values",
+]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 TIMEOUT_S = 30.0
@@ -127,7 +164,7 @@ PROBLEMS: dict[int, type[Problem]] = {
 }
 
 
-def problem(response: httpx.Response) -> Problem:
+def _problem(response: httpx.Response) -> Problem:
     """The exception for a 4xx or 5xx answer."""
     try:
         body = response.json()
@@ -226,10 +263,7 @@ class Marked:
         return read
 
 
-CounterList = list[Counter]
-
-
-def as_sent(body: Any) -> Any:
+def _as_sent(body: Any) -> Any:
     """An answer read as the JSON (or text) the service sent."""
     return body
 
@@ -261,7 +295,7 @@ class Call(Generic[T]):
 
     def answer(self, response: httpx.Response) -> T:
         if response.status_code >= 400 and response.status_code not in self.ok:
-            raise problem(response)
+            raise _problem(response)
         if self.text and response.is_success:
             return self.read(response.text)
         return self.read(response.json() if response.content else None)
@@ -342,7 +376,7 @@ class Calls:
     @staticmethod
     def report(counter: str, period: str | None) -> Call[dict[str, Any]]:
         params = {"period": period} if period is not None else {}
-        return Call("GET", f"/counters/{counter}/report", as_sent, params=params)
+        return Call("GET", f"/counters/{counter}/report", _as_sent, params=params)
 
 
 class Retry:
@@ -367,21 +401,38 @@ class Retry:
         """Seconds to wait before the next try; None: do not try again."""
         if response is not None and response.status_code not in RETRIED:
             return None
-        self.tries += 1
         wait = random.uniform(0, min(LONGEST_WAIT_S, FIRST_WAIT_S * 2**self.tries))
-        after = response.headers.get("Retry-After") if response is not None else None
-        if after is not None and after.isdigit():
-            wait = float(after)
+        self.tries += 1
+        after = _retry_after(response.headers.get("Retry-After")) if response is not None else None
+        if after is not None:
+            wait = after
         return wait if wait < self.left() else None
 
 
+def _retry_after(header: str | None) -> float | None:
+    """The seconds a Retry-After asks for: delay-seconds, or an HTTP-date (RFC 9110 10.2.3),
+    from now (0 for a date past); None when absent or unreadable."""
+    if header is None:
+        return None
+    header = header.strip()
+    if header.isascii() and header.isdigit():
+        return float(header)
+    try:
+        when = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:  # RFC 9110's dates are GMT; "-0000" parses as naive
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, when.timestamp() - time.time())
+
+
 def _settings(url: str | None, key: str | None) -> tuple[str, dict[str, str]]:
-    url = checked_url(url or os.environ.get("NUMERATOR_URL") or DEFAULT_URL)
+    url = _checked_url(url or os.environ.get("NUMERATOR_URL") or DEFAULT_URL)
     key = key if key is not None else os.environ.get("NUMERATOR_KEY")
     return url, ({"Authorization": f"Bearer {key}"} if key else {})
 
 
-def checked_url(url: str) -> str:
+def _checked_url(url: str) -> str:
     """`url` without a trailing slash, if it is one the client can send to; else BadURL, at
     once (`localhost:8080` would otherwise be retried as the scheme 'localhost')."""
     scheme, sep, rest = url.partition("://")
@@ -391,7 +442,7 @@ def checked_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def nothing_answers(failure: Exception, url: str) -> str | None:
+def _nothing_answers(failure: Exception, url: str) -> str | None:
     """Why no try of a call to `url` can succeed soon, if `failure` says so: the connection to
     this machine was refused, or the host's name does not resolve. None: worth trying again."""
     if not isinstance(failure, httpx.ConnectError):
@@ -487,7 +538,7 @@ class Client:
                 response = self.http.request(**call.request(retry.left(), self.timeout))
             except FAILED as exc:
                 failure = exc
-                if nothing_answers(exc, self.url):
+                if _nothing_answers(exc, self.url):
                     retry.cut(REFUSED_DEADLINE_S)
             wait = retry.wait(response)
             if wait is None:
@@ -506,12 +557,12 @@ class Client:
         try:
             return self.send(Calls.create(name, fields))
         except Conflict as conflict:
-            return existing(self.send(Calls.get(name)), fields, conflict)
+            return _existing(self.send(Calls.get(name)), fields, conflict)
 
     def get(self, name: str) -> Counter:
         return self.send(Calls.get(name))
 
-    def list(self, *, page: int = 100) -> CounterList:
+    def counters(self, *, page: int = 100) -> list[Counter]:
         """Every counter, by name (fetched `page` at a time)."""
         found: list[Counter] = []
         after: str | None = None
@@ -597,12 +648,12 @@ class AsyncClient:
                 response = await self.http.request(**call.request(retry.left(), self.timeout))
             except FAILED as exc:
                 failure = exc
-                if nothing_answers(exc, self.url):
+                if _nothing_answers(exc, self.url):
                     retry.cut(REFUSED_DEADLINE_S)
             wait = retry.wait(response)
             if wait is None:
                 return _end(call, response, failure, self.url)
-            import asyncio  # here: the CLI's calls are synchronous, and asyncio takes 50 ms to load
+            import asyncio  # here: the CLI's calls are synchronous, and asyncio is slow to load
 
             await asyncio.sleep(wait)
 
@@ -615,12 +666,12 @@ class AsyncClient:
         try:
             return await self.send(Calls.create(name, fields))
         except Conflict as conflict:
-            return existing(await self.send(Calls.get(name)), fields, conflict)
+            return _existing(await self.send(Calls.get(name)), fields, conflict)
 
     async def get(self, name: str) -> Counter:
         return await self.send(Calls.get(name))
 
-    async def list(self, *, page: int = 100) -> CounterList:
+    async def counters(self, *, page: int = 100) -> list[Counter]:
         found: list[Counter] = []
         after: str | None = None
         while True:
@@ -656,7 +707,7 @@ class AsyncClient:
         return await self.send(Calls.report(counter, period))
 
 
-def existing(counter: Counter, fields: dict[str, Any], conflict: Conflict) -> Counter:
+def _existing(counter: Counter, fields: dict[str, Any], conflict: Conflict) -> Counter:
     """`counter`, if it has the settings `fields` ask for (those given); else `conflict`."""
     for name, value in fields.items():
         if value is not None and getattr(counter, name, None) != value:
@@ -668,6 +719,6 @@ def _end(call: Call[T], response: httpx.Response | None, failure: Exception | No
     """The last try's outcome: its answer, its problem, or Unreachable."""
     if response is None:
         assert failure is not None
-        why = nothing_answers(failure, url) or f"cannot reach numerator at {url}: {failure}"
+        why = _nothing_answers(failure, url) or f"cannot reach numerator at {url}: {failure}"
         raise Unreachable(why) from failure
     return call.answer(response)

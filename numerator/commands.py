@@ -230,7 +230,7 @@ def add_counters(commands: Any) -> Any:
     create.add_argument(
         "--confirm",
         action="store_const",
-        const="required",
+        const="required",  # ConfirmMode.REQUIRED: the parser imports no model, to start fast
         help="each value must be confirmed (numerator confirm) within CONFIRM_TTL_S, else it "
         "is voided, not-confirmed",
     )

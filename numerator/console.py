@@ -8,7 +8,8 @@ import os
 from dataclasses import replace
 from typing import Any
 
-from numerator.client import DEFAULT_URL, Call, Calls, Client, T, as_sent
+from infra.counters import ConfirmMode
+from numerator.client import DEFAULT_URL, Call, Calls, Client, T, _as_sent
 
 CLI_DEADLINE_S = 5.0
 """A person waits this long for a command, retries included (the library's calls wait 60 s)."""
@@ -24,7 +25,7 @@ def service(args: argparse.Namespace) -> Client:
 
 def raw(call: Call[T]) -> Call[Any]:
     """The same call, its answer read as the JSON the service sent (what --json prints)."""
-    return replace(call, read=as_sent)
+    return replace(call, read=_as_sent)
 
 
 def call(
@@ -38,7 +39,7 @@ def call(
 ) -> Any:
     """The JSON body of the answer (its text, with `text`); a Problem for a 4xx or 5xx answer
     but for the statuses in `ok` (numerator.client, retried as its calls are)."""
-    return client.send(Call(method, path, as_sent, params or {}, json, ok=ok, text=text))
+    return client.send(Call(method, path, _as_sent, params or {}, json, ok=ok, text=text))
 
 
 def show(body: Any, as_json: bool, lines: list[str]) -> None:
@@ -55,7 +56,7 @@ def describe(counter: dict[str, Any]) -> list[str]:
         f"  start     {counter['start']}",
         f"  reset     {counter['reset']} ({counter['timezone']})",
     ]
-    if counter.get("confirm") == "required":
+    if counter.get("confirm") == ConfirmMode.REQUIRED:
         lines.append("  confirm   required")
     if counter.get("retention_days"):
         lines.append(f"  retention {counter['retention_days']} days after each period")

@@ -17,6 +17,7 @@ from contextlib import ExitStack, contextmanager
 
 from infra.adapters.postgres import migrate, migrations
 from infra.errors import Refused, StoreUnavailable
+from infra.faults import Faults
 from infra.run.embedded import Postgres, default_data_dir, embedded, ephemeral
 from infra.settings import LOOPBACK_ONLY, Auth, Mode, Settings, loopback
 
@@ -235,7 +236,7 @@ def run_batcher(args: argparse.Namespace) -> None:
         raise Refused("numerator batcher needs --database-url or DATABASE_URL")
     asyncio.run(migrate_when_ready(settings.database.database_url, 10.0))
     quiet_loggers()
-    batcherprocess.main(settings, args.host, args.port, args.owner)
+    batcherprocess.main(settings, args.host, args.port, args.owner, Faults.from_env())
 
 
 def run_migrate(args: argparse.Namespace) -> None:

@@ -40,9 +40,10 @@ from typing import Any
 import httpx
 import psutil
 
-from functions.fastpath import WATCH_AFTER_S
+from functions.watch import WATCH_AFTER_S
 from infra.adapters.aws import clients, create
 from infra.adapters.postgres import migrate
+from infra.ledger import VoidReason
 from infra.observe.health import EDGE_DEAD_S
 from infra.run.process import wait_ready
 from infra.run.server import die_with_parent, free_port
@@ -113,7 +114,7 @@ class Batchers:
                 process.kill()
 
 
-class Edge:
+class EdgeServer:
     """`numerator serve --aws` with its HTTP workers, one of which dies."""
 
     def __init__(self, env: dict[str, str], folder: Path, workers: int) -> None:
@@ -225,7 +226,7 @@ def say(tally: Tally, began: float, event: str) -> None:
 
 
 async def chaos(
-    batchers: Batchers, edge: Edge, postgres: Any, tally: Tally, every: float, target: int
+    batchers: Batchers, edge: EdgeServer, postgres: Any, tally: Tally, every: float, target: int
 ) -> None:
     """Kill a batcher every `every` seconds (and start a fresh one); an HTTP worker at a third
     of the values; restart Postgres halfway."""
@@ -279,7 +280,7 @@ async def soak(args: argparse.Namespace, folder: Path) -> Tally:
             batchers = Batchers({**settings.to_env(), **env}, folder)
             for _ in range(args.batchers):
                 batchers.start()
-            edge = Edge({**settings.to_env(), **env}, folder, args.edge_workers)
+            edge = EdgeServer({**settings.to_env(), **env}, folder, args.edge_workers)
             try:
                 async with httpx.AsyncClient(base_url=edge.url, timeout=60) as client:
                     for i in range(COUNTERS):
@@ -327,7 +328,7 @@ async def audit(client: httpx.AsyncClient, tally: Tally) -> None:
                 for run in report["voids"] + report["unsure_runs"]:
                     missing -= set(range(run["first"], run["last"] + 1))
                 tally.unexplained += max(0, len(missing) - tally.excused[name])
-            tally.abandoned += report["voided"].get("abandoned", 0)
+            tally.abandoned += report["voided"].get(VoidReason.ABANDONED, 0)
             tally.unsure += report["unsure"]
         if not tally.unexplained or time.monotonic() > deadline:
             return
@@ -348,6 +349,15 @@ async def report_of(client: httpx.AsyncClient, name: str) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="numerator-soak-") as folder:
+        began = time.monotonic()
+        tally = asyncio.run(soak(args, Path(folder)))
+        seconds = time.monotonic() - began
+    return 0 if _told(tally, seconds) else 1
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m numerator.soak", description=__doc__.split("\n")[0]
     )
@@ -365,11 +375,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keyed", type=float, default=0.5, help="share of requests with an Idempotency-Key (0.5)"
     )
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="numerator-soak-") as folder:
-        began = time.monotonic()
-        tally = asyncio.run(soak(args, Path(folder)))
-        seconds = time.monotonic() - began
+    return parser
+
+
+def _told(tally: Tally, seconds: float) -> bool:
+    """Print what the soak found; whether every promise held."""
     clean = all(
         k in ("200", "cut by the client") or k.startswith(("503 ", "504 ", "client error "))
         for k in tally.answers
@@ -407,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
         if ok
         else "FAILED"
     )
-    return 0 if ok else 1
+    return ok
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.adapters.postgres import PostgresStore, migrate
 from infra.adapters.serverless import AwsPorts, aws_ports
 from infra.clock import utc_now
+from infra.faults import Faults
 from infra.observe.health import Check, Health, responds
 from infra.observe.metrics import Metrics
 from infra.observe.workers import sharing, workers_dir
@@ -63,13 +64,18 @@ class BatcherStack:
         settings: Settings,
         clock: Callable[[], datetime] = utc_now,
         owner: str | None = None,
+        faults: Faults | None = None,
     ) -> None:
+        """`faults`: the crash tests' switches, read from the environment by the caller."""
         if not settings.database.database_url:
             raise ValueError("the batcher needs settings.database.database_url")
+        faults = faults or Faults()
         self.settings = settings
         self.metrics = Metrics()
         describe(self.metrics, settings, self.role)
-        self.store = PostgresStore(settings.database.database_url, settings.database.pool_max)
+        self.store = PostgresStore(
+            settings.database.database_url, settings.database.pool_max, faults=faults
+        )
         self.aws: AwsPorts | None = None
         self.stream, self.replies = self.ports()
         self.batcher = Batcher(
@@ -81,6 +87,7 @@ class BatcherStack:
             clock,
             owner,
             anchors_to(settings.retention.anchor_to),
+            faults,
         )
         self.health = Health(self.checks())
 
@@ -127,10 +134,15 @@ class EmbeddedStack(BatcherStack):
 
     role = "edge+batcher"
 
-    def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        clock: Callable[[], datetime] = utc_now,
+        faults: Faults | None = None,
+    ) -> None:
         if not settings.database.database_url:
             raise ValueError("the stack needs settings.database.database_url")
-        super().__init__(settings, clock)
+        super().__init__(settings, clock, faults=faults)
         self.edge = Edge(
             stream=self.stream,
             replies=self.replies,
@@ -139,7 +151,7 @@ class EmbeddedStack(BatcherStack):
             metrics=self.metrics,
             clock=clock,
             health=self.health,
-            observe=lambda: self.metrics.stream_depth.set(len(self.memory)),
+            observe=lambda: self.metrics.stream_depth_records.set(len(self.memory)),
         )
 
     def ports(self) -> tuple[Stream, Replies]:
@@ -220,7 +232,11 @@ def app_from_env() -> FastPath:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         worker_signals()
-        stack = EdgeStack(settings) if settings.mode is Mode.AWS else EmbeddedStack(settings)
+        stack = (
+            EdgeStack(settings)
+            if settings.mode is Mode.AWS
+            else EmbeddedStack(settings, faults=Faults.from_env())
+        )
         async with stack as running, AsyncExitStack() as shared:
             app.state.edge = edge = running.edge
             if settings.database.database_url:  # stops last: after the requests it held

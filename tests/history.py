@@ -45,7 +45,7 @@ from typing import Any
 
 import httpx
 
-from functions.fastpath import WATCH_AFTER_S
+from functions.watch import WATCH_AFTER_S
 from infra.observe.health import EDGE_DEAD_S
 
 PROBLEM = "application/problem+json"

@@ -1,12 +1,12 @@
 """AWS clients, and the calls made with them.
 
 Clients are made once per process (per Lambda container) with short timeouts and no retries of
-botocore's own: `Calls` retries what is retryable — throttling and lost connections — with jittered
-backoff, counts every call and retry, and runs the blocking boto3 call on a bounded thread pool so
-that it never blocks the event loop. botocore's errors never leave this module: they become
-AwsUnavailable, AwsRefused or MissingResource. Endpoints come from the environment as boto3 reads
-it (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL_DYNAMODB), so the same code talks
-to AWS, LocalStack or moto server.
+botocore's own: `AwsCaller` retries what is retryable — throttling and lost connections — with
+jittered backoff, counts every call and retry, and runs the blocking boto3 call on a bounded
+thread pool so that it never blocks the event loop. botocore's errors never leave this module:
+they become AwsUnavailable, AwsRefused or MissingResource. Endpoints come from the environment as
+boto3 reads it (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL_DYNAMODB), so the
+same code talks to AWS, LocalStack or moto server.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def clients(settings: Settings, env: Mapping[str, str] | None = None) -> Clients
     config = Config(
         connect_timeout=2,
         read_timeout=10,
-        retries={"mode": "standard", "total_max_attempts": 1},  # Calls retries, and counts
+        retries={"mode": "standard", "total_max_attempts": 1},  # AwsCaller retries, and counts
         max_pool_connections=settings.aws.aws_threads,
     )
     try:
@@ -89,7 +89,7 @@ def clients(settings: Settings, env: Mapping[str, str] | None = None) -> Clients
         raise SettingsError("AWS_DEFAULT_REGION", "no AWS region is set") from None
 
 
-class Calls:
+class AwsCaller:
     """Runs boto3 calls off the event loop, retrying throttling and lost connections."""
 
     def __init__(self, threads: int, metrics: Metrics, attempts: int = 6, cap: float = 1.0):
@@ -203,7 +203,7 @@ def _create(found: Clients, settings: Settings, wait: float) -> list[str]:
     return made
 
 
-async def check(found: Clients, calls: Calls, settings: Settings) -> None:
+async def check(found: Clients, calls: AwsCaller, settings: Settings) -> None:
     """Raise MissingResource naming what is missing and how to create it."""
     how = "create both with `numerator aws init` (or deploy template.yaml)"
     try:

@@ -1,4 +1,4 @@
-"""The Replies port on Amazon DynamoDB (boto3, through `Calls`).
+"""The Replies port on Amazon DynamoDB (boto3, through `AwsCaller`).
 
 The table's key is (`k`, `f`); every item has `r`, its encoded replies, and `x`, the Unix time the
 table's TTL removes it at. The batcher writes them with BatchWriteItem, 25 a call, retrying
@@ -37,11 +37,11 @@ from typing import Any
 
 import orjson
 
-from infra.adapters.aws import Calls
+from infra.adapters.aws import AwsCaller
 from infra.backoff import Retries
 from infra.errors import AwsRefused, AwsUnavailable, NumeratorError, ReplyTimeout
 from infra.observe.metrics import Metrics
-from infra.wire import BadReply, Reply, decode_reply, edge_of, encode, grouped
+from infra.wire import BadReply, Reply, decode_reply, edge_of_key, encode, grouped
 
 log = logging.getLogger("numerator.replies")
 
@@ -88,7 +88,7 @@ class DynamoReplies:
     def __init__(
         self,
         client: Any,
-        calls: Calls,
+        calls: AwsCaller,
         table: str,
         metrics: Metrics,
         ttl: float = 3600,
@@ -124,7 +124,7 @@ class DynamoReplies:
         frames: defaultdict[str, list[bytes]] = defaultdict(list)
         for reply in replies:
             if grouped(reply.key):
-                frames[edge_of(reply.key)].append(encode(reply))
+                frames[edge_of_key(reply.key)].append(encode(reply))
             else:
                 items.append(_item(reply.key, OWN, encode(reply), expires))
         for edge, lines in frames.items():
@@ -183,7 +183,7 @@ class DynamoReplies:
                 wait.step = min(wait.step * GROWTH, LONGEST_STEP)
                 wait.due = now + wait.step
                 if grouped(key):
-                    edge = edge_of(key)
+                    edge = edge_of_key(key)
                     back = wait.since - SKEW_S - max(0.0, wall - wait.since)
                     if wait.since:  # a key this process put (not one looked up by key alone)
                         back = max(back, wall - WINDOW_S)
@@ -273,7 +273,7 @@ class DynamoReplies:
             try:
                 out = await self.calls(self.client.query, **arguments)
             except AwsRefused as exc:
-                self._refused([k for k in self._poller.waits if edge_of(k) == edge], exc)
+                self._refused([k for k in self._poller.waits if edge_of_key(k) == edge], exc)
                 return
             except NumeratorError as exc:
                 self._warn(exc)

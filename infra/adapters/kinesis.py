@@ -1,4 +1,4 @@
-"""The Stream port on Amazon Kinesis Data Streams (boto3, through `Calls`).
+"""The Stream port on Amazon Kinesis Data Streams (boto3, through `AwsCaller`).
 
 Putting: concurrent puts of one process are gathered into PutRecords calls (at most 500 records
 and 5 MiB a call; PutRecord for a lone record): while one call is out, the next batch collects.
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from infra.adapters.aws import Calls
+from infra.adapters.aws import AwsCaller
 from infra.adapters.limits import PUT_RECORDS_MAX, PUT_RECORDS_MAX_BYTES
 from infra.backoff import Retries
 from infra.errors import AwsRefused, NumeratorError, ShardEnded, StreamFull
@@ -51,7 +51,7 @@ class KinesisStream:
     def __init__(
         self,
         client: Any,
-        calls: Calls,
+        calls: AwsCaller,
         name: str,
         metrics: Metrics,
         spread: int = 1,

@@ -68,7 +68,8 @@ class MemoryStream:
 
 class MemoryReplies:
     """Futures keyed by reply key. A reply published for a key nobody waits on any more (its client
-    timed out) is dropped and counted as abandoned: those values are the gaps of guarantee 5.
+    timed out) is dropped; one with values is counted as abandoned: those values are the gaps of
+    guarantee 5.
 
     Timeouts are swept, not timed one by one: waits share one timeout, so their deadlines come in
     order, and a sweep every SWEEP_S seconds pops the overdue ones off the front of a deque —
@@ -89,7 +90,8 @@ class MemoryReplies:
         self._waiting[key] = loop.create_future()
 
     def _started(self) -> asyncio.AbstractEventLoop:
-        # Asked once: under granian, finding the running loop per request cost 5 % of a worker.
+        # Asked once: finding the running loop per request showed in a granian worker's CPU
+        # (docs/performance.md, measurements behind the code).
         self._loop = asyncio.get_running_loop()
         return self._loop
 
@@ -101,7 +103,8 @@ class MemoryReplies:
         for reply in replies:
             future = waiting.get(reply.key)
             if future is None:
-                self.metrics.abandoned.inc()
+                if reply.error is None:  # an error reply held no values: nothing was lost
+                    self.metrics.replies_abandoned.inc()
             elif not future.done():
                 future.set_result(reply)
 

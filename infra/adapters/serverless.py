@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.adapters.aws import Calls, Clients, clients
+from infra.adapters.aws import AwsCaller, Clients, clients
 from infra.adapters.dynamodb import DynamoReplies
 from infra.adapters.kinesis import KinesisStream
 from infra.observe.health import BATCHER_ALIVE_S, Check, responds
 from infra.observe.metrics import Metrics
-from infra.ports import Store
+from infra.ports import EdgeStore
 from infra.settings import Settings
 
 
 @dataclass
 class AwsPorts:
     clients: Clients
-    calls: Calls
+    calls: AwsCaller
     stream: KinesisStream
     replies: DynamoReplies
 
@@ -32,7 +32,7 @@ class AwsPorts:
             "calls": self.calls.outcomes.check,
         }
 
-    def edge_checks(self, store: Store) -> dict[str, Check]:
+    def edge_checks(self, store: EdgeStore) -> dict[str, Check]:
         """An edge's /healthz on the AWS path: Postgres, the stream, the reply table, and a
         live batcher (one that said so within BATCHER_ALIVE_S): without one, every /next would
         wait for its 504."""
@@ -48,7 +48,7 @@ class AwsPorts:
 
 def aws_ports(settings: Settings, metrics: Metrics, found: Clients | None = None) -> AwsPorts:
     found = found or clients(settings)
-    calls = Calls(settings.aws.aws_threads, metrics)
+    calls = AwsCaller(settings.aws.aws_threads, metrics)
     read_interval = settings.aws.read_interval_ms / 1000
     stream = KinesisStream(
         found.kinesis,

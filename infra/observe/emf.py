@@ -25,10 +25,10 @@ COUNTS = {  # Metrics attribute: the CloudWatch metric
     "frame_retries": "FrameRetries",
     "records_in": "RecordsIn",
     "dead_letters": "DeadLetters",
-    "expired": "RecordsExpired",
-    "abandoned": "RepliesAbandoned",
-    "republished": "RepliesRepublished",
-    "takeovers": "LeaseTakeovers",
+    "records_expired": "RecordsExpired",
+    "replies_abandoned": "RepliesAbandoned",
+    "replies_republished": "RepliesRepublished",
+    "lease_takeovers": "LeaseTakeovers",
 }
 STATUSES = {"503": "Unavailable", "504": "ReplyTimeouts"}
 
@@ -69,7 +69,7 @@ class Emf:
         changed = {k: v for k, v in changed.items() if v}
         self.last = now
         if self.role == "batcher":
-            changed["LagSeconds"] = self.metrics.lag.value
+            changed["LagSeconds"] = self.metrics.batcher_lag_seconds.value
         if not changed:
             return {}
         for name, value in changed.items():

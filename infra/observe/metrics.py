@@ -7,15 +7,16 @@ kind also says how several processes' values of it add up (`add`) and how it tra
 
 Why not `prometheus_client`: its multi-process mode (what several server workers need) writes
 every increment under a lock to a memory-mapped file per process, and sums them by reading
-every file at each scrape. Measured on the team's 2-core machine, a million increments each:
-1.9 µs per increment there (0.26.0, PROMETHEUS_MULTIPROC_DIR set), 0.18 µs here. `/next`
-increments several metrics per request, so the difference is several per cent of a request's
-CPU at the rates numerator is for, past the 2 % the switch was allowed to cost. Nor does it
-sum the Lambda containers' metrics, which travel as JSON (`state`), or take the "largest of"
-sum some gauges need (`Gauge(most=True)`). So the registry is ours, every kind with its sum,
+every file at each scrape. `/next` increments several metrics per request, and an increment
+there cost many times one here — more of a request's CPU than the switch was allowed to cost
+(docs/performance.md, measurements behind the code). Nor does it sum the Lambda containers'
+metrics, which travel as JSON (`state`), or take the "largest of" sum some gauges need
+(`Gauge(most=True)`). So the registry is ours, every kind with its sum,
 label values escaped as the format asks (`escape`). Its classes are Total and LabeledTotal
 (Prometheus's counters): Counter is numerator's counter.
 """
+
+# ruff: noqa: RUF009  # `metric` makes a field(init=False): no default is shared
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import os
 import resource
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 from infra.observe.health import OK
@@ -119,6 +121,8 @@ class LabeledGauge(LabeledTotal):
 class Info:
     """A constant 1 with labels that describe the process (version, settings)."""
 
+    kind = "gauge"
+
     def __init__(self, name: str, help: str) -> None:
         self.name, self.help = name, help
         self.labels: dict[str, str] = {}
@@ -138,12 +142,14 @@ class Info:
         pairs = ",".join(f'{k}="{escape(v)}"' for k, v in sorted(self.labels.items()))
         return [
             f"# HELP {self.name} {self.help}",
-            f"# TYPE {self.name} gauge",
+            f"# TYPE {self.name} {self.kind}",
             f"{self.name}{{{pairs}}} 1",
         ]
 
 
 class Histogram:
+    kind = "histogram"
+
     def __init__(self, name: str, help: str, buckets: Sequence[float]) -> None:
         self.name, self.help = name, help
         self.bounds = list(buckets)
@@ -170,7 +176,7 @@ class Histogram:
             self.sum, self.count = float(state["sum"]), int(state["count"])
 
     def render(self) -> list[str]:
-        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} histogram"]
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
         running = 0
         for bound, count in zip(self.bounds, self.counts, strict=False):
             running += count
@@ -203,168 +209,145 @@ def _number(value: float) -> str:
 SIZES = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
+Kind = Total | LabeledTotal | Info | Histogram
+KINDS: dict[str, type[Kind]] = {
+    kind.__name__: kind for kind in (Total, LabeledTotal, Gauge, LabeledGauge, Info, Histogram)
+}
 
+
+def metric(help: str, prefix: str = "numerator_", **options: Any) -> Any:
+    """One metric of `Metrics`, declared as a field: its kind is the field's type, its name the
+    field's (`numerator_` before it, `_total` after a counter's)."""
+    return field(init=False, metadata={"help": help, "prefix": prefix, "options": options})
+
+
+@dataclass(slots=True, eq=False, repr=False)
 class Metrics:
-    """Every signal numerator exposes. Names follow Prometheus conventions; one word per idea."""
+    """Every signal numerator exposes, declared below in the order `/metrics` shows them. Names
+    follow Prometheus conventions; one word per idea."""
 
-    def __init__(self) -> None:
-        self.info = Info("numerator_info", "Version and settings of this process.")
-        self.next_requests = Total(
-            "numerator_next_requests_total", "Requests to POST /counters/{name}/next."
-        )
-        self.responses = LabeledTotal(
-            "numerator_responses_total", "HTTP responses to /next by status code.", "status"
-        )
-        self.values_allocated = Total(
-            "numerator_values_allocated_total", "Values handed out by committed frames."
-        )
-        self.frames_committed = Total(
-            "numerator_frames_committed_total",
-            "Postgres transactions that allocated values (one per frame).",
-        )
-        self.frame_retries = Total(
-            "numerator_frame_retries_total", "Frames retried after a retryable Postgres error."
-        )
-        self.records_in = Total(
-            "numerator_records_in_total", "Records the batcher read from the stream."
-        )
-        self.records_out = Total("numerator_records_out_total", "Replies the batcher published.")
-        self.dead_letters = Total(
-            "numerator_dead_letters_total", "Records kept in the dead-letter table."
-        )
-        self.expired = Total(
-            "numerator_records_expired_total",
-            "Records read after their client stopped waiting; answered without allocating.",
-        )
-        self.abandoned = Total(
-            "numerator_replies_abandoned_total",
-            "Replies nobody read (client timed out or gone); their values are void, abandoned.",
-        )
-        self.gone = Total(
-            "numerator_clients_gone_total",
-            "/next requests whose client went away before the answer: their records cancelled.",
-        )
-        self.cancelled = Total(
-            "numerator_records_cancelled_total",
-            "Records whose edge gave up before they were applied: nothing allocated.",
-        )
-        self.voided = Total(
-            "numerator_values_abandoned_total",
-            "Values voided as abandoned: their edge gave up after the record was applied.",
-        )
-        self.republished = Total(
-            "numerator_replies_republished_total",
-            "Replies published again by a shard's next owner after a crash before publishing.",
-        )
-        self.replays = Total(
-            "numerator_records_replayed_total",
-            "Records read again after they were applied (a rewound checkpoint): answered from "
-            "their kept replies, never allocated twice.",
-        )
-        self.records_put = Total(
-            "numerator_records_put_total",
-            "Records the edge put on the stream: divided by /next requests, what front frames "
-            "save (one record per counter per front frame).",
-        )
-        self.front_frame_size = Histogram(
-            "numerator_front_frame_requests",
-            "Requests one front frame answered with one counter's record.",
-            SIZES,
-        )
-        self.batchers = Gauge(
-            "numerator_batchers",
-            "Live batchers sharing the stream's shards, as this one sees.",
-            most=True,
-        )
-        self.leases = Gauge("numerator_leases_held", "Shard leases this batcher holds.")
-        self.restarts = Total(
-            "numerator_shard_restarts_total",
-            "Shard loops that died of an unexpected error and were started again (a bug: see "
-            "the log's traceback).",
-        )
-        self.takeovers = Total(
-            "numerator_lease_takeovers_total",
-            "Shard leases taken from another batcher: expired (a dead batcher's) or given up "
-            "to balance the shards.",
-        )
-        self.aws_throttles = LabeledTotal(
-            "numerator_aws_throttles_total",
-            "AWS calls answered with throttling (retried), by API call.",
-            "call",
-        )
-        self.aws_calls = LabeledTotal(
-            "numerator_aws_calls_total", "Calls to Kinesis and DynamoDB, by API call.", "call"
-        )
-        self.reply_items = LabeledTotal(
-            "numerator_reply_items_total",
-            "Reply table items read and written, by op (DynamoDB bills by the item): a frame's "
-            "replies to one long-running edge are one item.",
-            "op",
-        )
-        self.reply_units = LabeledTotal(
-            "numerator_reply_units_total",
-            "DynamoDB capacity units of the reply table's reads and writes, by op, as DynamoDB "
-            "bills them: a write unit per KB of an item, a strongly consistent read unit per "
-            "4 KB a Query reads (one at least) or per key a BatchGetItem asks for.",
-            "op",
-        )
-        self.aws_retries = LabeledTotal(
-            "numerator_aws_retries_total",
-            "AWS calls tried again, by reason (throttled, transient, connection).",
-            "reason",
-        )
-        self.refused = LabeledTotal(
-            "numerator_requests_refused_total",
-            "Requests refused before any work: no or a bad key (401), a key without the scope "
-            "(403), too many Idempotency-Keys (429), headers too large (431), by status.",
-            "status",
-        )
-        self.keys_refresh_errors = Total(
-            "numerator_keys_refresh_errors_total",
-            "Failed reloads of the API keys from Postgres (the edge keeps its last copy).",
-        )
-        self.frame_size = Histogram("numerator_frame_size_records", "Records per frame.", SIZES)
-        self.frame_seconds = Histogram(
-            "numerator_frame_commit_seconds", "Time to commit one frame's transaction.", SECONDS
-        )
-        self.reply_wait = Histogram(
-            "numerator_reply_wait_seconds", "Time a request waited for its reply.", SECONDS
-        )
-        self.lag = Gauge(
-            "numerator_batcher_lag_seconds",
-            "Age of the oldest record in the last frame.",
-            most=True,
-        )
-        self.stream_depth = Gauge(
-            "numerator_stream_depth_records", "Records waiting on the in-process stream."
-        )
-        self.checks = LabeledGauge(
-            "numerator_check_up",
-            "1 when what this process needs answers (its /healthz checks: store, stream, "
-            "replies, batchers), 0 when not; as of the scrape.",
-            "check",
-        )
-        self.cpu = Total(
-            "process_cpu_seconds_total", "CPU time this role's processes used (user and system)."
-        )
-        self.memory = Gauge(
-            "process_resident_memory_bytes", "Resident memory of this role's processes."
-        )
+    info: Info = metric("Version and settings of this process.")
+    next_requests: Total = metric("Requests to POST /counters/{name}/next.")
+    responses: LabeledTotal = metric("HTTP responses to /next by status code.", label="status")
+    values_allocated: Total = metric("Values handed out by committed frames.")
+    frames_committed: Total = metric("Postgres transactions that allocated values (one per frame).")
+    frame_retries: Total = metric("Frames retried after a retryable Postgres error.")
+    records_in: Total = metric("Records the batcher read from the stream.")
+    records_out: Total = metric("Replies the batcher published.")
+    dead_letters: Total = metric("Records kept in the dead-letter table.")
+    records_expired: Total = metric(
+        "Records read after their client stopped waiting; answered without allocating."
+    )
+    replies_abandoned: Total = metric(
+        "Replies with values nobody read (client timed out or gone); their values are void, "
+        "abandoned. An error reply nobody read is not counted: it held no values.",
+    )
+    clients_gone: Total = metric(
+        "/next requests whose client went away before the answer: their records cancelled.",
+    )
+    records_cancelled: Total = metric(
+        "Records whose edge gave up before they were applied: nothing allocated."
+    )
+    values_abandoned: Total = metric(
+        "Values voided as abandoned: their edge gave up after the record was applied."
+    )
+    replies_republished: Total = metric(
+        "Replies published again by a shard's next owner after a crash before publishing."
+    )
+    records_replayed: Total = metric(
+        "Records read again after they were applied (a rewound checkpoint): answered from "
+        "their kept replies, never allocated twice.",
+    )
+    records_put: Total = metric(
+        "Records the edge put on the stream: divided by /next requests, what front frames "
+        "save (one record per counter per front frame).",
+    )
+    front_frame_requests: Histogram = metric(
+        "Requests one front frame answered with one counter's record.", buckets=SIZES
+    )
+    batchers: Gauge = metric(
+        "Live batchers sharing the stream's shards, as this one sees.", most=True
+    )
+    leases_held: Gauge = metric("Shard leases this batcher holds.")
+    shard_restarts: Total = metric(
+        "Shard loops that died of an unexpected error and were started again (a bug: see "
+        "the log's traceback).",
+    )
+    lease_takeovers: Total = metric(
+        "Shard leases taken from another batcher: expired (a dead batcher's) or given up "
+        "to balance the shards.",
+    )
+    aws_throttles: LabeledTotal = metric(
+        "AWS calls answered with throttling (retried), by API call.", label="call"
+    )
+    aws_calls: LabeledTotal = metric("Calls to Kinesis and DynamoDB, by API call.", label="call")
+    reply_items: LabeledTotal = metric(
+        "Reply table items read and written, by op (DynamoDB bills by the item): a frame's "
+        "replies to one long-running edge are one item.",
+        label="op",
+    )
+    reply_units: LabeledTotal = metric(
+        "DynamoDB capacity units of the reply table's reads and writes, by op, as DynamoDB "
+        "bills them: a write unit per KB of an item, a strongly consistent read unit per "
+        "4 KB a Query reads (one at least) or per key a BatchGetItem asks for.",
+        label="op",
+    )
+    aws_retries: LabeledTotal = metric(
+        "AWS calls tried again, by reason (throttled, transient, connection).",
+        label="reason",
+    )
+    requests_refused: LabeledTotal = metric(
+        "Requests refused before any work: no or a bad key (401), a key without the scope "
+        "(403), too many Idempotency-Keys (429), headers too large (431), by status.",
+        label="status",
+    )
+    keys_refresh_errors: Total = metric(
+        "Failed reloads of the API keys from Postgres (the edge keeps its last copy)."
+    )
+    frame_size_records: Histogram = metric("Records per frame.", buckets=SIZES)
+    frame_commit_seconds: Histogram = metric(
+        "Time to commit one frame's transaction.", buckets=SECONDS
+    )
+    reply_wait_seconds: Histogram = metric("Time a request waited for its reply.", buckets=SECONDS)
+    batcher_lag_seconds: Gauge = metric("Age of the oldest record in the last frame.", most=True)
+    stream_depth_records: Gauge = metric("Records waiting on the in-process stream.")
+    check_up: LabeledGauge = metric(
+        "1 when what this process needs answers (its /healthz checks: store, stream, "
+        "replies, batchers), 0 when not; as of the scrape.",
+        label="check",
+    )
+    process_cpu_seconds: Total = metric(
+        "CPU time this role's processes used (user and system).", prefix=""
+    )
+    process_resident_memory_bytes: Gauge = metric(
+        "Resident memory of this role's processes.", prefix=""
+    )
+
+    def __post_init__(self) -> None:
+        for declared in fields(self):
+            kind, about = KINDS[str(declared.type)], declared.metadata
+            setattr(
+                self, declared.name, kind(NAMES[declared.name], about["help"], **about["options"])
+            )
 
     def sample(self) -> None:
         """Read this process's CPU time and resident memory."""
-        self.cpu.value = time.process_time()
-        self.memory.set(resident_bytes())
+        self.process_cpu_seconds.value = time.process_time()
+        self.process_resident_memory_bytes.set(resident_bytes())
 
     def health(self, report: Mapping[str, str]) -> Metrics:
         """Set numerator_check_up from a health report (observe.health: "ok" or what is wrong)."""
         for name, answer in report.items():
-            self.checks.set(name, 1.0 if answer == OK else 0.0)
+            self.check_up.set(name, 1.0 if answer == OK else 0.0)
         return self
+
+    def items(self) -> list[tuple[str, Kind]]:
+        """Each metric's name with this process's value of it, in the declared order."""
+        return [(NAMES[declared.name], getattr(self, declared.name)) for declared in fields(self)]
 
     def render(self) -> str:
         lines: list[str] = []
-        for item in vars(self).values():
+        for _, item in self.items():
             lines.extend(item.render())
         return "\n".join(lines) + "\n"
 
@@ -374,22 +357,33 @@ class Metrics:
         histograms add up, gauges too (leases held, depth) or the largest is taken (lag), the
         info is the first's."""
         out = cls()
+        into = dict(out.items())
         for metrics in many:
-            for name, item in vars(metrics).items():
-                getattr(out, name).add(item)
+            for name, item in metrics.items():
+                into[name].add(item)  # type: ignore[arg-type]  # the same kind: the same name
         return out
 
     def state(self) -> dict[str, Any]:
-        """Every value, as JSON can hold it: `from_state` makes the Metrics again."""
-        return {name: item.state() for name, item in vars(self).items()}
+        """Every value by its metric's name, as JSON can hold it: `from_state` makes the
+        Metrics again."""
+        return {name: item.state() for name, item in self.items()}
 
     @classmethod
     def from_state(cls, state: dict[str, Any], gauges: bool = True) -> Metrics:
         """Without `gauges`, a gone process's metrics: what it counted stays, what it held
         (leases, depth) does not. Names this version does not know are left out."""
         out = cls()
-        for name, value in state.items():
-            item = getattr(out, name, None)
-            if item is not None and (gauges or not isinstance(item, Gauge | LabeledGauge)):
+        for name, item in out.items():
+            value = state.get(name)
+            if value is not None and (gauges or not isinstance(item, Gauge | LabeledGauge)):
                 item.load(value)
         return out
+
+
+def _name(declared: Field[Any]) -> str:
+    counter = KINDS[str(declared.type)].kind == "counter"
+    return f"{declared.metadata['prefix']}{declared.name}{'_total' if counter else ''}"
+
+
+NAMES = {declared.name: _name(declared) for declared in fields(Metrics)}
+"""Each attribute's metric name: the attribute's own, with `numerator_` and `_total` as due."""

@@ -1,7 +1,7 @@
 """The HTTP server every numerator process (and the bench baselines) runs under: granian.
 
-Chosen by measurement (docs/performance.md): on this project's /next it answers 1.4x the requests
-of uvicorn with uvloop and httptools."""
+Chosen by measurement (docs/performance.md): on this project's /next it answers more requests
+than uvicorn with uvloop and httptools."""
 
 from __future__ import annotations
 
@@ -32,10 +32,9 @@ WORKERS_DIR = "NUMERATOR_WORKERS_DIR"  # infra.observe.workers reads it in each 
 
 BACKLOG = 4096  # connections the kernel queues for accept
 # Threads of each worker's Rust I/O runtime. With one, the burst of closing and re-accepting
-# 3,000 half-open connections every HEADER_TIMEOUT_S stalled everyone's I/O: a normal client's
-# p99 at 500 requests/s was 36-41 ms, against 18-21 ms with two (three runs each, 3,000 held by
-# tests/slowloris.py). /next at wrk -c1024 was 9.1-9.2k rps with one and 9.8-10.0k with two
-# (the trivial route 15 % slower), at 64 and 256 connections within run-to-run spread.
+# thousands of half-open connections every HEADER_TIMEOUT_S stalled everyone's I/O, and /next
+# at high concurrency was slower; two mended both (docs/performance.md, measurements behind the
+# code).
 RUNTIME_THREADS = 2
 
 

@@ -15,7 +15,7 @@ from numerator.plan.latency import Hop, budget, p50
 from numerator.plan.model import (
     HEADROOM,
     MEASURED,
-    Edge,
+    EdgeKind,
     Limit,
     Load,
     Measured,
@@ -25,12 +25,12 @@ from numerator.plan.model import (
     size,
 )
 
-__all__ = ["Edge", "Load", "Plan", "PlanError", "plan"]
+__all__ = ["EdgeKind", "Load", "Plan", "PlanError", "plan"]
 
 
 @dataclass
 class Plan:
-    edge: Edge
+    edge: EdgeKind
     load: Load
     sizing: Sizing
     calls: dict[str, float]  # a second, at the mean rate
@@ -88,7 +88,9 @@ def read_measured(path: Path = MEASURED) -> dict[str, Any]:
     return data
 
 
-def plan(load: Load, edge: Edge, prices: Prices, measured: dict[str, Any] | None = None) -> Plan:
+def plan(
+    load: Load, edge: EdgeKind, prices: Prices, measured: dict[str, Any] | None = None
+) -> Plan:
     data = measured if measured is not None else read_measured()
     runs = Measured.of(edge, data["edges"][str(edge)])
     front_frame_ms = Settings.of().edge.front_frame_ms  # the default the template keeps
@@ -107,7 +109,7 @@ def plan(load: Load, edge: Edge, prices: Prices, measured: dict[str, Any] | None
         bill(load, sizing, calls, prices, units),
         units,
     )
-    if edge is not Edge.ATOMIC:
+    if edge is not EdgeKind.ATOMIC:
         settings = Settings.of()
         out.hops = budget(edge, settings, 1000 / commits)
         out.fan_out_hops = budget(edge, settings, 1000 / commits, fan_out=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from numerator.plan.model import MONTH_S, Edge, Load, PlanError, Sizing
+from numerator.plan.model import MONTH_S, EdgeKind, Load, PlanError, Sizing
 
 PRICES = Path(__file__).with_name("prices.json")
 NEEDED: tuple[str, ...] = (
@@ -139,12 +139,12 @@ def bill(
     scale = load.rps / sizing.peak_rps  # records at the mean (an upper bound with front frames)
     records = sizing.records_per_s * scale * MONTH_S
     out = Bill({}, [], requests)
-    if sizing.edge is Edge.ATOMIC:
+    if sizing.edge is EdgeKind.ATOMIC:
         lambda_lines(out, requests, sizing, prices)
         writes = requests * usd["dynamodb_write_per_million"] / 1e6
         out.lines["DynamoDB counter table (UpdateItem ADD)"] = writes
         return out
-    if sizing.edge is Edge.LAMBDA:
+    if sizing.edge is EdgeKind.LAMBDA:
         lambda_lines(out, requests, sizing, prices)
     else:
         tasks = sizing.edge_tasks * hours
@@ -168,7 +168,7 @@ def bill(
         )
     else:  # an older measured.json: an item per record, every waiting key read per poll
         reads = calls.get("batch_get_item", 0.0) + calls.get("get_item", 0.0)
-        if sizing.edge is Edge.SERVER:
+        if sizing.edge is EdgeKind.SERVER:  # one poll reads every reply its process waits for
             edges = max(1, sizing.edge_tasks)
             reads *= max(1.0, sizing.records_per_s * scale / edges * sizing.reply_wait_s)
         out.lines["DynamoDB reply table"] = (
@@ -252,7 +252,7 @@ def fan_out(load: Load, sizing: Sizing, prices: Prices, faster_s: float) -> dict
         + gigabytes * usd["kinesis_efo_gb_retrieved"]
     )
     saves = 0.0
-    if sizing.edge is Edge.LAMBDA:
+    if sizing.edge is EdgeKind.LAMBDA:
         seconds = load.rps * MONTH_S * faster_s * LAMBDA_MEMORY_GB
         saves = seconds * usd["lambda_arm64_gb_second"]
     return {"usd_per_month": cost, "saves_lambda_duration_usd_per_month": saves}

@@ -18,7 +18,7 @@ import orjson
 
 from infra.adapters.dynamodb import FIRST_STEP, GROWTH, LONGEST_STEP, TICK_S
 from infra.settings import Settings
-from numerator.plan.model import Edge, PlanError
+from numerator.plan.model import EdgeKind, PlanError
 
 LATENCY = Path(__file__).with_name("latency.json")
 EXPECT_MARGIN_S = 0.02  # infra/adapters/serverless.py: a reply is first looked for this late
@@ -52,15 +52,17 @@ def found_after(arrives_s: float, expected_s: float) -> float:
     return due + TICK_S / 2  # the poller wakes once a tick
 
 
-def budget(edge: Edge, settings: Settings, commit_ms: float, fan_out: bool = False) -> list[Hop]:
+def budget(
+    edge: EdgeKind, settings: Settings, commit_ms: float, fan_out: bool = False
+) -> list[Hop]:
     """The hops of one request on `edge` (numerator's two edges; not the atomic counter)."""
-    if edge is Edge.ATOMIC:
+    if edge is EdgeKind.ATOMIC:
         raise PlanError("the atomic counter has no hops of numerator's")
     got = figures()
     kinesis, dynamodb = got["kinesis_call_ms"]["ms"], got["dynamodb_call_ms"]["ms"]
     frames, aws = settings.frames, settings.aws
     hops: list[Hop] = []
-    if edge is Edge.SERVER:
+    if edge is EdgeKind.SERVER:
         hops += [
             Hop("the load balancer", got["alb_ms"]["ms"], got["alb_ms"]["source"]),
             Hop(
@@ -91,7 +93,7 @@ def budget(edge: Edge, settings: Settings, commit_ms: float, fan_out: bool = Fal
         Hop("the commit", commit_ms, "one commit, measured here by numerator plan --measure"),
         Hop("the reply write (BatchWriteItem)", dynamodb, got["dynamodb_call_ms"]["source"]),
     ]
-    arrives = sum(h.ms for h in hops[2 if edge is Edge.SERVER else 1 :]) / 1000
+    arrives = sum(h.ms for h in hops[2 if edge is EdgeKind.SERVER else 1 :]) / 1000
     # as infra/adapters/serverless.py sets it: the batcher's wait, a frame and a margin
     wait_s = read.ms / 1000 if fan_out else aws.read_interval_ms / 2000
     expected = wait_s + frames.back_frame_ms / 1000 + EXPECT_MARGIN_S

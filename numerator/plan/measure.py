@@ -22,19 +22,25 @@ import orjson
 
 from bench.record import read_json
 from infra.wire import Record, encode, reply_key
-from numerator.plan.model import MEASURED, Edge, PlanError
+from numerator.plan.model import MEASURED, EdgeKind, PlanError
 
 # Rates within what moto and the Lambda edge's 8 simulated containers hold on one machine:
-RATES = {Edge.SERVER: (300.0, 1000.0), Edge.LAMBDA: (6.0, 16.0), Edge.ATOMIC: (30.0, 90.0)}
+RATES = {
+    EdgeKind.SERVER: (300.0, 1000.0),
+    EdgeKind.LAMBDA: (6.0, 16.0),
+    EdgeKind.ATOMIC: (30.0, 90.0),
+}
 SECONDS = 8
 COMMAND = "numerator plan --measure"
 
 
-def bench(edge: Edge, rate: float, seconds: int = SECONDS) -> dict[str, Any]:
+def bench(edge: EdgeKind, rate: float, seconds: int = SECONDS) -> dict[str, Any]:
     """One bench run on moto, as the plan keeps it."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "run.json"
-        how = ["--edge", "server", "--compare"] if edge is Edge.ATOMIC else ["--edge", str(edge)]
+        how = (
+            ["--edge", "server", "--compare"] if edge is EdgeKind.ATOMIC else ["--edge", str(edge)]
+        )
         argv = [
             sys.executable, "-m", "numerator", "bench", "--aws", "moto", *how,
             "--schedule", f"const({rate:g},{seconds}s)", "--json", str(out), "--quiet",
@@ -43,12 +49,12 @@ def bench(edge: Edge, rate: float, seconds: int = SECONDS) -> dict[str, Any]:
         if done.returncode != 0 or not out.exists():
             raise PlanError(f"{' '.join(argv[2:])} failed: {done.stderr[-2000:]}")
         runs = read_json(out)
-    if edge is Edge.ATOMIC:  # --compare ran it last, beside numerator
+    if edge is EdgeKind.ATOMIC:  # --compare ran it last, beside numerator
         return kept(edge, rate, runs[-1])
     return kept(edge, rate, runs[0])
 
 
-def kept(edge: Edge, rate: float, run: dict[str, Any]) -> dict[str, Any]:
+def kept(edge: EdgeKind, rate: float, run: dict[str, Any]) -> dict[str, Any]:
     """What the plan reads of one bench run's JSON."""
     summary, totals = run["summary"], run["service"]["totals"]
     settings = run["settings"]
@@ -58,7 +64,7 @@ def kept(edge: Edge, rate: float, run: dict[str, Any]) -> dict[str, Any]:
         "offered_rps": rate,
         "rps": summary["rps_mean"],
         "duration_s": duration,
-        "edge_processes": settings["workers"] if edge is Edge.SERVER else 0,
+        "edge_processes": settings["workers"] if edge is EdgeKind.SERVER else 0,
         "shards": settings.get("shards") or 0,
         "batchers": settings.get("batchers") or 0,
         "calls": {k[4:]: v for k, v in totals.items() if k.startswith("aws:") and v},

@@ -37,7 +37,7 @@ class PlanError(NumeratorError):
     """Bad input to the plan: a rate, an edge, a prices file. The message names it."""
 
 
-class Edge(StrEnum):
+class EdgeKind(StrEnum):
     """How requests reach the numbers: numerator's two edges, and the baseline beside them."""
 
     LAMBDA = "lambda"
@@ -150,7 +150,7 @@ def fit(points: list[tuple[float, float]], units: float) -> Fit:
 class Measured:
     """What the bench measured for one edge (measured.json), and the fits made of it."""
 
-    edge: Edge
+    edge: EdgeKind
     runs: list[dict[str, Any]]
     fits: dict[str, Fit] = field(default_factory=dict)
     replies: dict[str, Fit] = field(default_factory=dict)
@@ -158,7 +158,7 @@ class Measured:
     runs measured them."""
 
     @classmethod
-    def of(cls, edge: Edge, runs: list[dict[str, Any]]) -> Measured:
+    def of(cls, edge: EdgeKind, runs: list[dict[str, Any]]) -> Measured:
         if len({run["rps"] for run in runs}) < 2:
             raise PlanError(f"measured.json: the {edge} edge needs runs at two rates at least")
         calls = sorted({call for run in runs for call in run["calls"]})
@@ -223,7 +223,7 @@ def distinct(requests: float, load: Load) -> tuple[float, float]:
 
 @dataclass
 class Sizing:
-    edge: Edge
+    edge: EdgeKind
     peak_rps: float
     edge_tasks: int = 0  # server: 1-vCPU Fargate tasks
     concurrency: float = 0.0  # lambda: concurrent executions at the peak (Little's law)
@@ -250,12 +250,12 @@ def size(load: Load, measured: Measured, record_bytes: float, front_frame_ms: fl
     out = Sizing(measured.edge, peak, record_bytes=record_bytes)
     out.reply_wait_s = measured.least("latency_mean_ms") / 1000
     out.in_flight = peak * out.reply_wait_s
-    if measured.edge is Edge.ATOMIC:  # one item per counter, no stream, no Postgres
+    if measured.edge is EdgeKind.ATOMIC:  # one item per counter, no stream, no Postgres
         out.concurrency = out.in_flight
         out.shards = out.batchers = 0
         out.hot_records_per_s = peak * load.hot_share  # the hot counter's item's writes
         return out
-    if measured.edge is Edge.SERVER:
+    if measured.edge is EdgeKind.SERVER:
         out.rps_per_task = measured.rps_per_task(TASK_CPU_TARGET)
         out.edge_tasks = max(2, math.ceil(peak / out.rps_per_task))
         per_frame = peak / out.edge_tasks * front_frame_ms / 1000
@@ -305,24 +305,35 @@ class Limit:
 
 def limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
     """Every limit this deployment meets, with what to change when it is crossed."""
-    if sizing.edge is Edge.ATOMIC:
-        return [
-            Limit(
-                "DynamoDB writes to the hot counter's one item (one partition, units/s)",
-                sizing.hot_records_per_s,
-                DYNAMODB_PARTITION_WRITES,
-                "none: one counter is one item; numerator's frames take one write per frame",
-            ),
-            Limit(
-                "DynamoDB on-demand table at first (write units/s)",
-                sizing.peak_rps,
-                DYNAMODB_ON_DEMAND_START,
-                "warm throughput on the table",
-            ),
-            *lambda_limits(sizing),
-        ]
+    if sizing.edge is EdgeKind.ATOMIC:
+        return atomic_limits(sizing)
+    out = stream_limits(sizing, commits_per_s)
+    if sizing.edge is EdgeKind.LAMBDA:
+        out += lambda_limits(sizing)
+    return out
+
+
+def atomic_limits(sizing: Sizing) -> list[Limit]:
+    return [
+        Limit(
+            "DynamoDB writes to the hot counter's one item (one partition, units/s)",
+            sizing.hot_records_per_s,
+            DYNAMODB_PARTITION_WRITES,
+            "none: one counter is one item; numerator's frames take one write per frame",
+        ),
+        Limit(
+            "DynamoDB on-demand table at first (write units/s)",
+            sizing.peak_rps,
+            DYNAMODB_ON_DEMAND_START,
+            "warm throughput on the table",
+        ),
+        *lambda_limits(sizing),
+    ]
+
+
+def stream_limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
     shard_records = sizing.records_per_s / sizing.shards
-    out = [
+    return [
         Limit(
             "Kinesis writes per shard (records/s)",
             shard_records,
@@ -367,9 +378,6 @@ def limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
             "fewer shards per batcher frame (BACK_FRAME_MS up), or a larger instance",
         ),
     ]
-    if sizing.edge is Edge.LAMBDA:
-        out += lambda_limits(sizing)
-    return out
 
 
 def lambda_limits(sizing: Sizing) -> list[Limit]:

@@ -8,14 +8,14 @@ from typing import Any
 
 import orjson
 
-from numerator.plan import Edge, Load, Plan, PlanError, plan, read_measured
+from numerator.plan import EdgeKind, Load, Plan, PlanError, plan, read_measured
 from numerator.plan.cost import Prices
 from numerator.plan.latency import p50
 
 HEADS = {
-    Edge.LAMBDA: "lambda edge",
-    Edge.SERVER: "server edge",
-    Edge.ATOMIC: "atomic counter",
+    EdgeKind.LAMBDA: "lambda edge",
+    EdgeKind.SERVER: "server edge",
+    EdgeKind.ATOMIC: "atomic counter",
 }
 
 
@@ -34,7 +34,7 @@ def run_plan(args: argparse.Namespace) -> None:
     load = Load(args.rps, args.counters, hot, args.count, args.peak_to_mean)
     prices = Prices.read(args.prices, args.region)
     measured = read_measured()
-    edges = list(Edge) if args.edge == "both" else [Edge(args.edge)]
+    edges = list(EdgeKind) if args.edge == "both" else [EdgeKind(args.edge)]
     plans = [plan(load, edge, prices, measured) for edge in edges]
     if args.json:
         out = {
@@ -63,15 +63,15 @@ def columns(rows: list[tuple[str, list[str]]], heads: list[str]) -> list[str]:
 def sizing_rows(plans: list[Plan]) -> list[tuple[str, list[str]]]:
     def row(name: str, get: Any, atomic: bool = False) -> tuple[str, list[str]]:
         """`get`'s answer for each plan; "-" for the atomic counter where it has no such part."""
-        return name, [get(p) if atomic or p.edge is not Edge.ATOMIC else "-" for p in plans]
+        return name, [get(p) if atomic or p.edge is not EdgeKind.ATOMIC else "-" for p in plans]
 
     return [
         row("edge", lambda p: (
-            f"{p.sizing.edge_tasks} Fargate tasks (1 vCPU)" if p.edge is Edge.SERVER
+            f"{p.sizing.edge_tasks} Fargate tasks (1 vCPU)" if p.edge is EdgeKind.SERVER
             else f"{p.sizing.concurrency:,.0f} concurrent Lambdas"
         ), atomic=True),
         row("  per task or Lambda", lambda p: (
-            f"{p.sizing.rps_per_task:,.0f} rps at 60 % CPU" if p.edge is Edge.SERVER
+            f"{p.sizing.rps_per_task:,.0f} rps at 60 % CPU" if p.edge is EdgeKind.SERVER
             else f"{p.sizing.reply_wait_s * 1000:.0f} ms each"
         ), atomic=True),
         row("requests in flight", lambda p: f"{p.sizing.in_flight:,.0f}", atomic=True),
@@ -118,7 +118,7 @@ def text(load: Load, plans: list[Plan], prices: Prices, measured: dict[str, Any]
                     f"  {p.edge}: {limit.name}: {limit.state} ({limit.need:,.0f} of "
                     f"{limit.limit:,.0f}): {limit.change}"
                 )
-    if any(p.edge is Edge.ATOMIC for p in plans):
+    if any(p.edge is EdgeKind.ATOMIC for p in plans):
         lines += ["", ATOMIC]
     return "\n".join(lines)
 
@@ -162,7 +162,7 @@ def latency_lines(plans: list[Plan], heads: list[str]) -> list[str]:
             "  Lambda duration it saves",
             [
                 money(p.fan_out.get("saves_lambda_duration_usd_per_month"))
-                if p.edge is Edge.LAMBDA and p.fan_out
+                if p.edge is EdgeKind.LAMBDA and p.fan_out
                 else "-"
                 for p in plans
             ],

@@ -6,18 +6,20 @@ from __future__ import annotations
 
 import pytest
 
-from numerator.plan import Edge, read_measured
+from numerator.plan import EdgeKind, read_measured
 from numerator.plan.measure import RATES, bench
 from numerator.plan.model import Measured, measured_units
 
 pytestmark = pytest.mark.slow
 
-OTHER_RATES = {Edge.SERVER: (500.0, 800.0), Edge.LAMBDA: (9.0, 12.0)}
+OTHER_RATES = {EdgeKind.SERVER: (500.0, 800.0), EdgeKind.LAMBDA: (9.0, 12.0)}
 
 
-@pytest.mark.parametrize("edge", [Edge.SERVER, Edge.LAMBDA])  # the atomic counter: 1 per request
+@pytest.mark.parametrize(
+    "edge", [EdgeKind.SERVER, EdgeKind.LAMBDA]
+)  # the atomic counter: 1 per request
 def test_the_predicted_calls_per_request_are_within_a_quarter_of_the_measured(
-    edge: Edge,
+    edge: EdgeKind,
 ) -> None:
     model = Measured.of(edge, read_measured()["edges"][str(edge)])
     for rate in OTHER_RATES[edge]:

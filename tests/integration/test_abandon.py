@@ -75,7 +75,7 @@ async def test_a_client_gone_before_its_frame_costs_no_number(
             found = await report(client, name)
     assert after["value"] == 1, "no number was spent on the request that went away"
     assert found["issued"] == 1 and found["unexplained_gaps"] == 0 and found["voided"] == {}
-    assert stack.metrics.cancelled.value == 1 and stack.metrics.gone.value == 1
+    assert stack.metrics.records_cancelled.value == 1 and stack.metrics.clients_gone.value == 1
 
 
 async def test_a_record_applied_before_its_cancel_is_void_abandoned(
@@ -102,7 +102,7 @@ async def test_a_record_applied_before_its_cancel_is_void_abandoned(
     assert found["issued"] == 4 and found["delivered"] == 1 and found["unexplained_gaps"] == 0
     assert [(v["first"], v["last"], v["who"]) for v in found["voids"]] == [(2, 4, "key:gone")]
     assert [r["status"] for r in exported] == ["issued", "issued", "void"]
-    assert stack.metrics.voided.value == 3
+    assert stack.metrics.values_abandoned.value == 3
 
 
 async def test_a_front_frame_with_some_requests_gone_voids_only_theirs(
@@ -168,7 +168,9 @@ async def test_a_lambda_request_that_times_out_is_cancelled(
     finally:
         lam.close()
     assert found["issued"] == 0 and found["unexplained_gaps"] == 0
-    assert batcher.metrics.expired.value == 1, "the record and its cancel: nothing allocated"
+    assert batcher.metrics.records_expired.value == 1, (
+        "the record and its cancel: nothing allocated"
+    )
 
 
 async def test_a_cancel_after_a_takeover_voids_what_the_previous_owner_applied(
@@ -189,7 +191,7 @@ async def test_a_cancel_after_a_takeover_voids_what_the_previous_owner_applied(
                 assert (reply.first, reply.last) == (1, 2)
             async with BatcherStack(settings) as heir:
                 await edge.edge.give_up(record)
-                await until(lambda: heir.metrics.voided.value == 2, within=10)
+                await until(lambda: heir.metrics.values_abandoned.value == 2, within=10)
             found = await report(client, name)
     assert found["voided"] == {"abandoned": 2} and found["delivered"] == 0
     assert found["unexplained_gaps"] == 0

@@ -387,3 +387,20 @@ async def test_a_body_that_does_not_arrive_in_time_is_408(settings: Settings) ->
         await asyncio.wait_for(app(scope, never, send), 5)  # type: ignore[arg-type]
         assert sent[0]["status"] == 408
         assert b"body-timeout" in sent[1]["body"]
+
+
+async def test_the_bare_app_answers_next_through_fastpath_and_its_admission(
+    stack: EmbeddedStack, name: str
+) -> None:
+    """The Starlette app without FastPath in front (`create_app().app`) still admits a /next
+    as FastPath does (here: headers over MAX_HEADER_BYTES are a 431), never around it."""
+    bare = stack.app().app
+    transport = httpx.ASGITransport(app=bare)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        assert (await http.post("/counters", json={"name": name})).status_code == 201
+        taken = await http.post(f"/counters/{name}/next")
+        assert taken.status_code == 200 and taken.json()["value"] == 1, taken.text
+        huge = {"x-padding": "x" * stack.settings.edge.max_header_bytes}
+        problem(await http.post(f"/counters/{name}/next", headers=huge), 431, "headers-too-large")
+        assert (await http.get(f"/counters/{name}/next")).status_code == 405
+        assert (await http.get(f"/counters/{name}")).json()["value"] == 1

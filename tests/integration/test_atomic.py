@@ -44,14 +44,14 @@ def answer(result: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 def test_it_hands_out_numbers_with_one_update_item_each(table: str) -> None:
     assert answer(atomic.handler(load("http-api-create.json")))[0] == 201
     assert answer(atomic.handler(load("http-api-create.json")))[0] == 409
-    before = atomic.CALLS.made.get("update_item", 0)
+    before = atomic.TALLY.made.get("update_item", 0)
     assert answer(atomic.handler(load("http-api-next.json"))) == (
         200,
         {"counter": "events-demo", "value": 1, "formatted": "1"},
     )
     status, body = answer(atomic.handler(load("http-api-next-count.json")))
     assert (status, body["first"], body["last"]) == (200, 2, 4)
-    assert atomic.CALLS.made["update_item"] - before == 2
+    assert atomic.TALLY.made["update_item"] - before == 2
     missing = load("http-api-next.json") | {"rawPath": "/counters/nobody/next"}
     assert answer(atomic.handler(missing))[0] == 404
     bad = load("http-api-next-count.json") | {"queryStringParameters": {"count": "0"}}

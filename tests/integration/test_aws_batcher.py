@@ -96,7 +96,7 @@ async def test_a_rewound_checkpoint_allocates_nothing_and_publishes_the_same_val
     assert {k: (r.first, r.last) for k, r in again.items()} == {
         k: (r.first, r.last) for k, r in first.items()
     }
-    assert batcher.metrics.replays.value == 10
+    assert batcher.metrics.records_replayed.value == 10
     assert batcher.metrics.values_allocated.value == 0
     assert await store.allocated(name, "") == 10
 
@@ -130,7 +130,7 @@ async def test_after_a_crash_between_commit_and_publish_the_next_owner_publishes
     keys = [f"c{i}" for i in range(5)]
     await asyncio.gather(*(ports.stream.put([record(k, name)]) for k in keys))
     await asyncio.wait_for(stuck.committed.wait(), 15)
-    for task in crashing._tasks:  # the process dies: no publish, no release
+    for task in crashing.tasks:  # the process dies: no publish, no release
         task.cancel()
     assert await store.allocated(name, "") == 5
     successor, fresh = await started(settings, found, store)
@@ -139,7 +139,7 @@ async def test_after_a_crash_between_commit_and_publish_the_next_owner_publishes
     finally:
         await successor.stop()
     assert sorted(r.first for r in got.values()) == [1, 2, 3, 4, 5]
-    assert successor.metrics.republished.value == 5
+    assert successor.metrics.replies_republished.value == 5
     assert await store.allocated(name, "") == 5  # rebuilt from what was committed, not again
 
 
@@ -177,7 +177,7 @@ async def test_a_stream_made_again_under_its_name_is_read_afresh(
         assert (await answers(ports, ["new"]))["new"].first == 2
     finally:
         await batcher.stop()
-    assert batcher.metrics.replays.value == 0
+    assert batcher.metrics.records_replayed.value == 0
 
 
 async def test_a_hot_counter_spread_over_shards_stays_unique_and_keys_meet_in_one_shard(

@@ -18,6 +18,7 @@ from infra.errors import LeaseLost, ShardEnded, Unavailable
 from infra.observe.metrics import Metrics
 from infra.ports import Audit, Entry
 from infra.settings import Settings
+from infra.spans import Span
 from infra.wire import Record, Reply, ReplyError
 from tests.checks import until
 from tests.streams import ListStream
@@ -136,7 +137,7 @@ async def test_lease_is_exclusive_and_fences_an_old_owner(store: PostgresStore, 
         await tx.checkpoint(theirs, "9", [])
 
 
-def audit(*ranges: tuple[str, str, int, int], keep: float = 3600.0) -> Audit:
+def audit(*ranges: Span, keep: float = 3600.0) -> Audit:
     """One audit row of the class 'never reset, kept `keep` seconds', with these ranges."""
     return Audit(f"{keep:g}s-never", keep, {"r": [], "v": []}, list(ranges))
 
@@ -333,16 +334,16 @@ async def test_a_shard_loop_that_dies_of_a_bug_is_started_again_from_its_checkpo
     replies, metrics = Collect(), Metrics()
     batcher = Batcher(stream, replies, store, settings, metrics)
     await batcher.start()
-    await until(lambda: metrics.restarts.value > 0, within=5)
+    await until(lambda: metrics.shard_restarts.value > 0, within=5)
     # it died on its first frame: said, counted and shown, before anything was answered
-    assert metrics.restarts.value == 1
+    assert metrics.shard_restarts.value == 1
     assert batcher.trouble == ["dead shard-shard-0"] and not replies.seen
     assert "a bug that one frame trips" in caplog.text  # the traceback, for whoever fixes it
     # started again from the checkpoint: both records answered, each once
     await until(lambda: len(replies.seen) >= 2, within=5)
     await batcher.stop()
     assert sorted((r.key, r.first) for r in replies.seen) == [("a", 1), ("b", 2)]
-    assert batcher.healthy and metrics.restarts.value == 1
+    assert batcher.healthy and metrics.shard_restarts.value == 1
     assert await store.allocated(name, "") == 2
 
 

@@ -75,7 +75,7 @@ async def test_a_front_frame_puts_one_record_per_counter_and_splits_it_in_arriva
     assert metrics.next_requests.value == 33
     # 30 requests in (usually) one frame: two records, one per counter; the keyed ones alone.
     assert metrics.records_put.value <= 2 * 2 + 3, metrics.records_put.value
-    assert metrics.front_frame_size.count >= 2
+    assert metrics.front_frame_requests.count >= 2
 
 
 async def test_the_embedded_default_and_lambda_put_one_record_per_request(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from infra.adapters.aws import Calls
+from infra.adapters.aws import AwsCaller
 from infra.adapters.kinesis import KinesisStream
 from infra.errors import ShardEnded
 from infra.observe.metrics import Metrics
@@ -64,7 +64,7 @@ class Flaky:
 
 
 def stream(settings: Settings, client: Any, metrics: Metrics) -> KinesisStream:
-    return KinesisStream(client, Calls(4, metrics), settings.aws.stream_name, metrics, 1, 0.02)
+    return KinesisStream(client, AwsCaller(4, metrics), settings.aws.stream_name, metrics, 1, 0.02)
 
 
 async def test_many_puts_go_out_in_few_calls_and_partial_failures_are_put_once(
@@ -131,7 +131,7 @@ class Resharded:
 
 async def test_a_closed_shard_ends_and_its_children_name_their_parent() -> None:
     metrics = Metrics()
-    kinesis = KinesisStream(Resharded(), Calls(2, metrics), "s", metrics, 1, 0.0)
+    kinesis = KinesisStream(Resharded(), AwsCaller(2, metrics), "s", metrics, 1, 0.0)
     shards = await kinesis.shards()
     assert shards == {"shard-0": (), "shard-1": ("shard-0",), "shard-2": ("shard-0",)}
     assert kinesis.name == "s@1795996800"  # the stream's name and creation time, for its leases

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import csv
 import io
+import re
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +24,8 @@ from infra.observe.health import EDGE_DEAD_S
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
 from tests.checks import problem, until
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def take(client: httpx.AsyncClient, name: str, count: int = 1) -> None:
@@ -171,6 +175,8 @@ async def test_a_pruned_span_is_named_not_counted_as_a_gap(
         {"values": [], "reason": "x"},
         {"values": [1.5], "reason": "x"},
         {"values": [1], "first": 1, "reason": "x"},
+        {"values": [1], "last": 3, "reason": "x"},
+        {"values": [1], "first": None, "reason": "x"},
         {"first": 3, "last": 1, "reason": "x"},
         {"first": 1},
         {"first": 1, "reason": ""},
@@ -344,3 +350,77 @@ async def test_a_report_for_a_period_the_counter_cannot_hold_is_422(
     problem(voided, 422, "invalid-request")
     found = await client.get(f"/counters/{name}/report")  # the current period: its own form
     assert found.status_code == 200 and found.json()["issued"] == 3, found.text
+
+
+KINDS: dict[str, Any] = {
+    "counter": str,
+    "period": str,
+    "first": int,
+    "last": int,
+    "size": int,
+    "who": str,
+    "key": (str, type(None)),
+    "edge": str,
+    "reason": str,
+}
+
+
+def documented_row() -> dict[str, list[str]]:
+    """docs/invoices.md's "What an audit row holds": each field and the names of its entry's
+    items (a run's, as `runs`)."""
+    text = (ROOT / "docs" / "invoices.md").read_text()
+    table = text.split("<!-- audit-row")[1].split("<!-- /audit-row -->")[0]
+    found = {}
+    for field, entry in re.findall(r"^\| `([\w.]+)` \| `\[([^\]]+)\]`", table, re.M):
+        found[field] = [item.strip() for item in entry.split(",")]
+    runs = re.search(r"each run `\[([^\]]+)\]`", table)
+    assert runs is not None
+    found["runs"] = [item.strip() for item in runs.group(1).split(",")]
+    return found
+
+
+def shaped(entry: list[Any], names: list[str]) -> bool:
+    return len(entry) == len(names) and all(
+        isinstance(item, KINDS[name]) and not isinstance(item, bool)
+        for item, name in zip(entry, names, strict=True)
+        if name in KINDS
+    )
+
+
+async def test_an_audit_row_holds_what_the_docs_say(
+    settings: Settings, name: str, database_url: str
+) -> None:
+    """An auditor reads the hashed rows raw: every list in a real row (ranges, runs, voids,
+    confirmations) has the items docs/invoices.md names, in its order (the edges' `detail.e`,
+    in rows of another chain, is not made here)."""
+    docs = documented_row()
+    assert set(docs) >= {"ranges", "detail.r", "detail.v", "detail.c", "runs"}
+    async with EmbeddedStack(settings) as stack:
+        transport = httpx.ASGITransport(app=stack.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name, "confirm": "required"})
+            await take(client, name, 2)
+            keyed = await client.post(f"/counters/{name}/next", headers={"Idempotency-Key": "k-1"})
+            assert keyed.status_code == 200, keyed.text
+            void = {"first": 1, "reason": "spoiled"}
+            assert (await client.post(f"/counters/{name}/void", json=void)).status_code == 200
+            done = await client.post(f"/counters/{name}/confirm", json={"first": 2, "last": 3})
+            assert done.status_code == 200, done.text
+    async with await psycopg.AsyncConnection.connect(database_url) as sql:
+        cursor = await sql.execute(
+            "SELECT ranges, detail FROM allocation_frames WHERE counters @> ARRAY[%s]", (name,)
+        )
+        rows = await cursor.fetchall()
+    seen: dict[str, list[list[Any]]] = {"ranges": [], "runs": []}
+    for ranges, detail in rows:
+        seen["ranges"] += ranges
+        for field, entries in detail.items():
+            seen.setdefault(f"detail.{field}", []).extend(entries)
+        seen["runs"] += [run for group in detail.get("r", []) for run in group[2]]
+    assert {"ranges", "detail.r", "detail.v", "detail.c", "runs"} <= {f for f in seen if seen[f]}
+    assert set(seen) <= set(docs), f"undocumented: {set(seen) - set(docs)}"
+    for field, entries in seen.items():
+        names = docs[field]
+        wrong = [entry for entry in entries if not shaped(entry, names)]
+        assert not wrong, f"{field}: {wrong} are not {names}"
+    assert any(run[2] == "k-1" for run in seen["runs"]) and any(r[2] is None for r in seen["runs"])

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from infra.adapters.aws import Calls
+from infra.adapters.aws import AwsCaller
 from infra.adapters.dynamodb import DynamoReplies
 from infra.adapters.memory import MemoryReplies
 from infra.errors import ReplyTimeout
@@ -23,7 +23,7 @@ from infra.wire import BadReply, Reply, ReplyError, encode
 def dynamo(aws: tuple[Settings, Any], metrics: Metrics) -> DynamoReplies:
     settings, found = aws
     return DynamoReplies(
-        found.dynamodb, Calls(8, metrics), settings.aws.reply_table, metrics, 60, expected=0.01
+        found.dynamodb, AwsCaller(8, metrics), settings.aws.reply_table, metrics, 60, expected=0.01
     )
 
 
@@ -119,7 +119,7 @@ async def test_dynamodb_unprocessed_items_are_written_again(aws: tuple[Settings,
             return getattr(found.dynamodb, name)
 
     metrics = Metrics()
-    table = DynamoReplies(Unprocessed(), Calls(2, metrics), settings.aws.reply_table, metrics)
+    table = DynamoReplies(Unprocessed(), AwsCaller(2, metrics), settings.aws.reply_table, metrics)
     await table.publish([ok(f"u{i}") for i in range(5)])
     reader = dynamo(aws, Metrics())
     assert [(await reader.wait(f"u{i}", 5)).key for i in range(5)] == [f"u{i}" for i in range(5)]

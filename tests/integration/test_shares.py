@@ -21,9 +21,9 @@ from tests.integration.test_aws_batcher import started
 async def settle(batchers: list[Batcher], shares: list[int], within: float) -> float:
     """Seconds until each batcher holds its expected number of leases; fail after `within`."""
     began = time.monotonic()
-    while [b.metrics.leases.value for b in batchers] != shares:
+    while [b.metrics.leases_held.value for b in batchers] != shares:
         if time.monotonic() - began > within:
-            held = [b.metrics.leases.value for b in batchers]
+            held = [b.metrics.leases_held.value for b in batchers]
             raise AssertionError(f"leases held {held}, expected {shares} within {within}s")
         await asyncio.sleep(0.1)
     return time.monotonic() - began
@@ -62,8 +62,8 @@ async def test_a_new_batcher_gets_its_share_and_a_leaving_one_gives_its_shards_b
             if second is not None:
                 await second.stop()
     assert moved < 2 * ttl and back < 2 * ttl
-    assert second.metrics.takeovers.value == 2  # the two shards the first gave up
-    assert first.metrics.takeovers.value == 2  # and took back when the second stopped
+    assert second.metrics.lease_takeovers.value == 2  # the two shards the first gave up
+    assert first.metrics.lease_takeovers.value == 2  # and took back when the second stopped
     assert sorted(values) == list(range(1, 121))
 
 
@@ -85,10 +85,13 @@ async def test_a_joining_batcher_knows_its_share_before_it_claims(
             more = aws_ports(own, Metrics(), found)
             second = Batcher(more.stream, more.replies, store, own, Metrics(), owner="aa-joiner")
             await second.start()
-            assert second._share == 0, "known at start, before any claim"
+            assert second.shares.share == 0, "known at start, before any claim"
             await asyncio.sleep(2 * ttl)  # several balances of each
-            assert [first.metrics.leases.value, second.metrics.leases.value] == [1, 0]
-            assert second.metrics.takeovers.value == 0 and first.metrics.takeovers.value == 0
+            assert [first.metrics.leases_held.value, second.metrics.leases_held.value] == [1, 0]
+            assert (
+                second.metrics.lease_takeovers.value == 0
+                and first.metrics.lease_takeovers.value == 0
+            )
         finally:
             await first.stop()
             if second is not None:

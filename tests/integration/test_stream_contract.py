@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from infra.adapters.aws import Calls
+from infra.adapters.aws import AwsCaller
 from infra.adapters.kinesis import KinesisStream
 from infra.adapters.memory import MemoryStream
 from infra.observe.metrics import Metrics
@@ -35,7 +35,7 @@ def kinesis(
     settings: Settings, found: Any, metrics: Metrics | None = None, threads: int = 4
 ) -> KinesisStream:
     metrics = metrics or Metrics()
-    calls = Calls(threads, metrics)
+    calls = AwsCaller(threads, metrics)
     return KinesisStream(
         found.kinesis, calls, settings.aws.stream_name, metrics, read_interval=0.02
     )

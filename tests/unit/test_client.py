@@ -3,9 +3,11 @@ problems. (Against a live service: tests/e2e/test_client.py.)"""
 
 from __future__ import annotations
 
+import email.utils
 import socket
 import ssl
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -52,9 +54,29 @@ def test_the_backoff_doubles_with_jitter_up_to_its_cap() -> None:
     retry = Retry(10_000)
     waits = [retry.wait(None) for _ in range(12)]
     assert all(w is not None and 0 <= w <= LONGEST_WAIT_S for w in waits)
-    caps = [min(LONGEST_WAIT_S, client.FIRST_WAIT_S * 2**n) for n in range(1, 13)]
+    caps = [min(LONGEST_WAIT_S, client.FIRST_WAIT_S * 2**n) for n in range(12)]
     assert all(w is not None and w <= cap for w, cap in zip(waits, caps, strict=True))
     assert max(w for w in waits[6:] if w is not None) > client.FIRST_WAIT_S * 2
+
+
+def test_the_first_wait_is_drawn_up_to_first_wait_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each wait's ceiling, drawn at its top: FIRST_WAIT_S first, then doubling to the cap."""
+    monkeypatch.setattr(client.random, "uniform", lambda low, high: high)
+    retry = Retry(10_000)
+    waits = [retry.wait(None) for _ in range(8)]
+    assert waits == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0])
+    assert waits[0] == client.FIRST_WAIT_S
+
+
+def test_retry_after_as_an_http_date_is_waited_for() -> None:
+    """RFC 9110 10.2.3: Retry-After is delay-seconds or an HTTP-date."""
+    soon = email.utils.format_datetime(datetime.now(UTC) + timedelta(seconds=3), usegmt=True)
+    wait = Retry(60).wait(answer(503, **{"Retry-After": soon}))
+    assert wait is not None and 1.5 < wait <= 3.0, (soon, wait)
+    past = "Wed, 21 Oct 2015 07:28:00 GMT"
+    assert Retry(60).wait(answer(503, **{"Retry-After": past})) == 0.0
+    later = email.utils.format_datetime(datetime.now(UTC) + timedelta(seconds=90), usegmt=True)
+    assert Retry(60).wait(answer(503, **{"Retry-After": later})) is None, "past the deadline"
 
 
 def test_retry_after_is_honoured_and_the_deadline_ends_the_tries() -> None:
@@ -235,16 +257,16 @@ async def test_the_async_client_gives_up_as_soon() -> None:
 def test_a_refused_connection_elsewhere_is_retried_to_the_deadline() -> None:
     """Another machine's service may be restarting behind its balancer: worth the retries."""
     refused = httpx.ConnectError("[Errno 111] Connection refused")
-    assert client.nothing_answers(refused, "http://numbers.example:8080") is None
-    assert client.nothing_answers(refused, "http://[::1]:8080") is not None
-    assert client.nothing_answers(httpx.ReadTimeout("slow"), "http://127.0.0.1:8080") is None
+    assert client._nothing_answers(refused, "http://numbers.example:8080") is None
+    assert client._nothing_answers(refused, "http://[::1]:8080") is not None
+    assert client._nothing_answers(httpx.ReadTimeout("slow"), "http://127.0.0.1:8080") is None
 
 
 @pytest.mark.parametrize("url", ["localhost:18080", "127.0.0.1:8080", "ftp://host", "http://"])
 def test_a_url_without_http_is_refused_at_once(url: str) -> None:
     with pytest.raises(BadURL, match="must start with http:// or https://"):
         Client(url)
-    assert client.checked_url("http://h:1/") == "http://h:1"
+    assert client._checked_url("http://h:1/") == "http://h:1"
 
 
 def test_a_problem_names_the_field_it_is_about() -> None:
@@ -253,3 +275,25 @@ def test_a_problem_names_the_field_it_is_about() -> None:
     other = {**body, "field": "body", "detail": "not valid JSON"}
     assert str(Problem(422, other)) == "422 The request is malformed: body: not valid JSON"
     assert Problem(422, body).field == "count" and Problem(404, {"title": "t"}).field is None
+
+
+def test_the_package_root_exports_every_exception_the_client_raises() -> None:
+    import numerator
+
+    raised = {
+        name
+        for name, thing in vars(client).items()
+        if isinstance(thing, type) and issubclass(thing, client.NumeratorError)
+    }
+    assert raised <= set(numerator.__all__) and raised <= set(client.__all__)
+    assert all(getattr(numerator, name) is getattr(client, name) for name in raised)
+    assert all(not name.startswith("_") for name in client.__all__)
+
+
+def test_no_method_shadows_a_builtin_type() -> None:
+    """A method named `list` made `list[Counter]` in the class's annotations mean the method."""
+    import builtins
+
+    for cls in (Client, client.AsyncClient):
+        shadowing = [name for name in vars(cls) if isinstance(getattr(builtins, name, None), type)]
+        assert not shadowing, f"{cls.__name__}: {shadowing}"

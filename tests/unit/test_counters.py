@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infra.counters import Counter, Reset, Template, check_name
+from infra.counters import ConfirmMode, Counter, Reset, Template, check_name
 from infra.errors import InvalidCounter
 
 days = st.dates(min_value=date(1900, 1, 1), max_value=date(2999, 12, 31))
@@ -100,3 +100,17 @@ def test_bad_names(name: object) -> None:
 
 def test_parse_applies_defaults() -> None:
     assert Counter.parse({"name": "x"}) == Counter("x", 1, "{value}", Reset.NEVER, "UTC")
+
+
+@pytest.mark.parametrize("mode", list(ConfirmMode))
+def test_a_confirm_mode_reads_and_writes_back_as_given(mode: ConfirmMode) -> None:
+    counter = Counter.parse({"name": "c", "confirm": str(mode)})
+    assert counter.confirm is (mode is ConfirmMode.REQUIRED)
+    assert counter.to_json()["confirm"] == mode
+    assert Counter.parse({"name": "c"}).confirm is False, "none unless asked"
+
+
+@pytest.mark.parametrize("given", ["Required", "yes", True, ["required"]])
+def test_any_other_confirm_mode_is_refused_naming_the_modes(given: object) -> None:
+    with pytest.raises(InvalidCounter, match="confirm: must be none or required"):
+        Counter.parse({"name": "c", "confirm": given})

@@ -7,7 +7,7 @@ import pytest
 from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.errors import ReplyTimeout, StreamFull
 from infra.observe.metrics import Metrics
-from infra.wire import Record, Reply
+from infra.wire import Record, Reply, ReplyError
 
 
 async def test_stream_delivers_in_order_with_increasing_sequences() -> None:
@@ -47,4 +47,14 @@ async def test_replies_reach_their_waiter_and_time_out_otherwise() -> None:
     with pytest.raises(ReplyTimeout):
         await replies.wait("b", 0.01)
     await replies.publish([Reply("b", "c", 2, 2)])  # nobody waits: abandoned, a gap
-    assert metrics.abandoned.value == 1
+    assert metrics.replies_abandoned.value == 1
+
+
+async def test_an_error_reply_nobody_waits_for_is_not_counted_abandoned() -> None:
+    """numerator_replies_abandoned_total counts values nobody received (the gaps of guarantee 5):
+    an error reply holds none."""
+    metrics = Metrics()
+    replies = MemoryReplies(metrics)
+    error = Reply("a", "c", error=ReplyError.COUNTER_NOT_FOUND, detail="no counter c")
+    await replies.publish([error, Reply("b", "c", 1, 2)])  # neither waited for
+    assert metrics.replies_abandoned.value == 1, "only the reply with values"

@@ -18,27 +18,27 @@ def test_metrics_of_several_containers_add_up() -> None:
     one.aws_calls.inc("put_records", 2)
     two.aws_calls.inc("put_records", 1)
     two.aws_calls.inc("batch_get_item", 5)
-    one.reply_wait.observe(0.01)
-    two.reply_wait.observe(2.0)
+    one.reply_wait_seconds.observe(0.01)
+    two.reply_wait_seconds.observe(2.0)
     total = Metrics.total([one, two])
     assert total.next_requests.value == 7
     assert total.aws_calls.values == {"put_records": 3, "batch_get_item": 5}
-    assert total.reply_wait.count == 2 and total.reply_wait.sum == 2.01
+    assert total.reply_wait_seconds.count == 2 and total.reply_wait_seconds.sum == 2.01
     assert total.info.labels == {"role": "lambda"}
     assert one.next_requests.value == 3, "the parts are left as they were"
 
 
 def test_gauges_add_up_or_take_the_largest() -> None:
     one, two = Metrics(), Metrics()
-    one.leases.set(2)
-    two.leases.set(3)
-    one.lag.set(0.5)
-    two.lag.set(0.2)
+    one.leases_held.set(2)
+    two.leases_held.set(3)
+    one.batcher_lag_seconds.set(0.5)
+    two.batcher_lag_seconds.set(0.2)
     one.batchers.set(2)
     two.batchers.set(2)
     total = Metrics.total([one, two])
-    assert total.leases.value == 5  # each holds its own
-    assert total.lag.value == 0.5  # the oldest record, not a sum of ages
+    assert total.leases_held.value == 5  # each holds its own
+    assert total.batcher_lag_seconds.value == 0.5  # the oldest record, not a sum of ages
     assert total.batchers.value == 2  # both see the same two
 
 
@@ -48,10 +48,10 @@ def full() -> Metrics:
     metrics.next_requests.inc(7)
     metrics.responses.inc("200", 6)
     metrics.responses.inc("503")
-    metrics.frame_seconds.observe(0.003)
-    metrics.frame_seconds.observe(4.0)
-    metrics.leases.set(2)
-    metrics.lag.set(0.25)
+    metrics.frame_commit_seconds.observe(0.003)
+    metrics.frame_commit_seconds.observe(4.0)
+    metrics.leases_held.set(2)
+    metrics.batcher_lag_seconds.set(0.25)
     return metrics
 
 
@@ -64,17 +64,21 @@ def test_state_makes_the_same_metrics_again() -> None:
 def test_a_gone_process_keeps_what_it_counted_not_what_it_held() -> None:
     gone = Metrics.from_state(full().state(), gauges=False)
     assert gone.next_requests.value == 7 and gone.responses.values == {"200": 6, "503": 1}
-    assert gone.frame_seconds.count == 2
-    assert gone.leases.value == 0 and gone.lag.value == 0
+    assert gone.frame_commit_seconds.count == 2
+    assert gone.leases_held.value == 0 and gone.batcher_lag_seconds.value == 0
 
 
 def test_a_state_from_another_version_loads_what_this_one_knows() -> None:
     state = full().state()
     state["numerator_gone_total"] = 3
-    state["frame_seconds"] = {"counts": [1, 2], "sum": 1.0, "count": 3}  # other buckets
+    state["numerator_frame_commit_seconds"] = {
+        "counts": [1, 2],
+        "sum": 1.0,
+        "count": 3,
+    }  # other buckets
     loaded = Metrics.from_state(state)
     assert loaded.next_requests.value == 7
-    assert loaded.frame_seconds.count == 0
+    assert loaded.frame_commit_seconds.count == 0
 
 
 def test_label_values_are_escaped_as_the_text_format_asks() -> None:

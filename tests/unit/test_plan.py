@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from infra.adapters.limits import SHARD_RECORDS_PER_S
-from numerator.plan import Edge, Load, PlanError, plan
+from numerator.plan import EdgeKind, Load, PlanError, plan
 from numerator.plan.cost import PRICES, Prices, tiered
 from numerator.plan.model import (
     HEADROOM,
@@ -78,7 +78,7 @@ def test_a_fit_splits_the_fixed_part_per_unit_from_the_part_per_request() -> Non
 
 
 def test_the_calls_scale_their_fixed_part_with_the_units_a_deployment_has() -> None:
-    server = Measured.of(Edge.SERVER, MEASURED["edges"]["server"])
+    server = Measured.of(EdgeKind.SERVER, MEASURED["edges"]["server"])
     calls = server.calls(10_000, {Unit.EDGE: 4, Unit.SHARD: 3, Unit.PROCESS: 6})
     assert math.isclose(calls["put_record"], 200)  # 50 a second for each of 4 processes
     assert math.isclose(calls["get_records"], 15)  # 5 for each of 3 shards
@@ -87,7 +87,7 @@ def test_the_calls_scale_their_fixed_part_with_the_units_a_deployment_has() -> N
 
 def test_the_lambda_edge_puts_a_record_per_request_and_sizes_concurrency_by_littles_law() -> None:
     load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
-    out = plan(load, Edge.LAMBDA, prices(), MEASURED)
+    out = plan(load, EdgeKind.LAMBDA, prices(), MEASURED)
     assert out.sizing.records_per_s == 20_000
     assert out.sizing.concurrency == pytest.approx(20_000 * 0.2)
     assert out.sizing.shards == math.ceil(20_000 / (SHARD_RECORDS_PER_S * HEADROOM))
@@ -104,7 +104,7 @@ def test_the_lambda_edge_puts_a_record_per_request_and_sizes_concurrency_by_litt
 
 def test_the_server_edge_puts_a_record_per_counter_per_front_frame() -> None:
     load = Load(1_000, counters=1, hot_share=1, peak_to_mean=1)
-    out = plan(load, Edge.SERVER, prices(), MEASURED)
+    out = plan(load, EdgeKind.SERVER, prices(), MEASURED)
     # CPU 0.2 + 0.0002 per rps: at 60 % a process serves 2,000 rps; two tasks at least
     assert out.sizing.rps_per_task == pytest.approx(2_000)
     assert out.sizing.edge_tasks == 2
@@ -126,7 +126,7 @@ def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_edges_and_sha
             "read": (20 + 0.002 * rps) * seconds,
         }
     load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
-    out = plan(load, Edge.SERVER, prices(), measured)
+    out = plan(load, EdgeKind.SERVER, prices(), measured)
     edges, shards = out.sizing.edge_tasks, out.sizing.shards
     write = 5 * edges * shards + 0.001 * 10_000
     read = 20 * edges + 0.002 * 10_000
@@ -134,7 +134,7 @@ def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_edges_and_sha
     assert out.bill.lines["DynamoDB reply table"] == pytest.approx(
         MONTH_S / 1e6 * (write * 0.625 + read * 0.125)
     )
-    old = plan(load, Edge.SERVER, prices(), MEASURED)  # no units measured: estimated from calls
+    old = plan(load, EdgeKind.SERVER, prices(), MEASURED)  # no units measured: estimated from calls
     assert old.bill.lines["DynamoDB reply table"] != out.bill.lines["DynamoDB reply table"]
 
 
@@ -144,7 +144,7 @@ def test_the_latency_budget_adds_its_hops_and_fan_out_shortens_the_batchers_read
 
     settings = Settings.of()
     got = figures()
-    for edge in (Edge.SERVER, Edge.LAMBDA):
+    for edge in (EdgeKind.SERVER, EdgeKind.LAMBDA):
         polled = budget(edge, settings, commit_ms=2.0)
         pushed = budget(edge, settings, commit_ms=2.0, fan_out=True)
         read = next(h for h in polled if h.name.startswith("the batcher's read"))
@@ -157,12 +157,12 @@ def test_the_latency_budget_adds_its_hops_and_fan_out_shortens_the_batchers_read
     assert found_after(0.05, expected_s=0.13) == pytest.approx(0.13 + 0.01)
     assert 0.2 <= found_after(0.2, expected_s=0.13) <= 0.2 + 0.25 + 0.01
     with pytest.raises(PlanError):
-        budget(Edge.ATOMIC, settings, 1.0)
+        budget(EdgeKind.ATOMIC, settings, 1.0)
 
 
 def test_the_atomic_counter_takes_one_write_per_request_on_one_item_per_counter() -> None:
     load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
-    out = plan(load, Edge.ATOMIC, prices(), MEASURED)
+    out = plan(load, EdgeKind.ATOMIC, prices(), MEASURED)
     assert out.calls == {"update_item": pytest.approx(10_000)}
     assert out.sizing.concurrency == pytest.approx(20_000 * 0.010)
     assert (out.sizing.shards, out.sizing.batchers) == (0, 0)

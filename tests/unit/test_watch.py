@@ -8,7 +8,7 @@ import contextlib
 import time
 from typing import Any
 
-from functions.fastpath import Watch
+from functions.watch import Watch
 
 
 async def test_a_request_that_came_just_after_a_sweep_is_watched_within_after() -> None:
@@ -38,3 +38,75 @@ async def test_a_request_that_came_just_after_a_sweep_is_watched_within_after() 
             await asyncio.wait_for(task, 2)
         watch.done(task)
     assert "second" in gone_at and gone_at["second"] - came <= after * 1.5, gone_at["second"] - came
+
+
+async def watched_by_a_future() -> tuple[Watch, list[asyncio.Future[dict[str, Any]]], Any]:
+    """A watch, the futures a granian-like receive() has returned, and a request that has
+    waited two sweeps: watched by the second."""
+    after = 0.02
+    watch = Watch(after)
+    loop = watch.start()
+    asked: list[asyncio.Future[dict[str, Any]]] = []
+
+    def receive() -> asyncio.Future[dict[str, Any]]:
+        asked.append(loop.create_future())
+        return asked[-1]
+
+    request = asyncio.create_task(asyncio.sleep(10))
+    watch.add(request, receive)
+    await asyncio.sleep(after * 3)
+    return watch, asked, request
+
+
+async def test_a_future_from_receive_is_watched_by_a_callback_and_a_disconnect_cancels() -> None:
+    """granian's receive() returns a future: the watch puts a callback on it, no task, and
+    listens again after a message that is not the disconnect."""
+    watch, asked, request = await watched_by_a_future()
+    assert watch.watchers[request] is asked[0], "the watcher is the future, not a task"
+    asked[0].set_result({"type": "http.request", "body": b"", "more_body": False})
+    await asyncio.sleep(0)
+    assert len(asked) == 2 and watch.watchers[request] is asked[1], "it listens again"
+    assert not request.cancelled()
+    asked[1].set_result({"type": "http.disconnect"})
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(request, 1)
+    assert request.cancelled() and request in watch.gone
+    watch.done(request)
+
+
+async def test_a_request_answered_before_its_client_leaves_is_not_cancelled() -> None:
+    watch, asked, request = await watched_by_a_future()
+    watch.done(request)  # answered
+    assert asked[0].cancelled(), "its watcher is cancelled with it"
+    await asyncio.sleep(0)
+    assert not request.cancelled() and request not in watch.gone
+    request.cancel()
+
+
+async def test_a_watcher_ended_before_it_runs_leaves_no_receive_unawaited() -> None:
+    """A coroutine receive() (httpx's ASGITransport, uvicorn): a request answered between the
+    sweep that starts its watcher and the watcher's first step must leave no receive()
+    coroutine never awaited (a RuntimeWarning, an error under the suite's filterwarnings)."""
+    watch = Watch(0.02)
+    watch.start()
+    made: list[Any] = []
+
+    async def listening() -> dict[str, Any]:
+        await asyncio.sleep(10)
+        return {"type": "http.disconnect"}
+
+    def receive() -> Any:
+        made.append(listening())
+        return made[-1]
+
+    request = asyncio.create_task(asyncio.sleep(10))
+    watch.add(request, receive)
+    watch.sweep()  # young → old
+    watch.sweep()  # old: its watcher task is made, not yet run
+    assert request in watch.watchers
+    watch.done(request)  # answered before the watcher's first step
+    request.cancel()
+    await asyncio.sleep(0.01)
+    assert made, "receive() was asked"
+    # a coroutine keeps its frame until it has run to its end or been closed
+    assert all(coro.cr_frame is None for coro in made), "a receive() was left never awaited"

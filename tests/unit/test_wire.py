@@ -108,7 +108,7 @@ def test_a_long_running_edges_keys_say_it_reads_its_replies_a_frame_at_a_time() 
     edge, and so do the children it forks; a Lambda container's (the default) are not grouped."""
     import os
 
-    from infra.wire import edge_id, edge_of, grouped, read_grouped, reply_key
+    from infra.wire import edge_id, edge_of_key, grouped, read_grouped, reply_key
 
     read, write = os.pipe()
     child = os.fork()
@@ -130,5 +130,5 @@ def test_a_long_running_edges_keys_say_it_reads_its_replies_a_frame_at_a_time() 
     before, after, edge, child_key = os.read(read, 400).decode().split()
     os.waitpid(child, 0)
     assert not grouped(before) and grouped(after) and grouped(child_key)
-    assert edge_of(child_key) == edge and len(edge) == len(edge_of(before)) == 16
-    assert edge_of(after) != edge_of(before), "a prefix of its own, drawn again"
+    assert edge_of_key(child_key) == edge and len(edge) == len(edge_of_key(before)) == 16
+    assert edge_of_key(after) != edge_of_key(before), "a prefix of its own, drawn again"

@@ -1,5 +1,6 @@
 """The audit trail's own statements on Postgres: `audit verify` (read in one snapshot, judged by
-infra/trail.py), the heads, and the chained ends of edges. Used by PostgresStore only."""
+infra/trail.py), the heads, and the chained ends of edges. Used by the ledger and leases
+roles."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-import psycopg
 
 from infra import trail
+from infra.adapters.postgres.pool import Connection
 from infra.ledger import EdgeEnd
 
 # A row's detail is read once (`d`: a hot counter's lists hundreds of runs of who took what,
@@ -62,11 +63,15 @@ def row(found: tuple[Any, ...]) -> trail.Row:
 
 
 async def verify(
-    conn: psycopg.AsyncConnection[tuple[Any, ...]],
-    name: str | None,
-    anchors: Mapping[str, Mapping[str, Any]] | None,
+    conn: Connection, name: str | None, anchors: Mapping[str, Mapping[str, Any]] | None
 ) -> dict[str, Any]:
     """Every check of infra/trail.py over one snapshot of the trail and the tables beside it."""
+    return trail.verdict(await snapshot(conn, name), name, anchors)
+
+
+async def snapshot(conn: Connection, name: str | None) -> trail.Snapshot:
+    """What verify reads, in one repeatable-read transaction: the counter's chains (every
+    chain, for None) and the rows of the tables checked against them."""
     async with conn.transaction():
         await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         params = {"name": name}
@@ -77,54 +82,34 @@ async def verify(
 
         (now,) = (await fetch("SELECT now()"))[0]
         found = await fetch(ROWS.format(where=OF_COUNTER if name else ""))
-        rows = sorted((row(r) for r in found), key=lambda r: r.id)
         starts = {
             c: trail.Start(int(i), bytes(h))
             for c, i, h in await fetch("SELECT chain, after_id, after_hash FROM chain_starts")
         }
         only = " WHERE counter = %(name)s" if name else ""
-        void_rows = await fetch(
-            "SELECT counter, period, first, last, reason, who, keep_until FROM voids" + only
+        return trail.Snapshot(
+            now,
+            sorted((row(r) for r in found), key=lambda r: r.id),
+            starts,
+            await fetch(
+                "SELECT counter, period, first, last, reason, who, keep_until FROM voids" + only
+            ),
+            await fetch(
+                "SELECT counter, period, first, last, who, keep_until FROM confirmations" + only
+            ),
+            await fetch(
+                "SELECT v.counter, v.period, v.allocated, c.start FROM counter_values v"
+                " JOIN counters c ON c.name = v.counter" + only.replace("counter", "v.counter")
+            ),
+            await fetch("SELECT counter, period, upto FROM pruned" + only),
+            await fetch(
+                f"SELECT id, {US.format('seen_at')}, {US.format('settled_at')},"
+                f" {US.format('ended_at')}, marked FROM edges"
+            ),
         )
-        confirm_rows = await fetch(
-            "SELECT counter, period, first, last, who, keep_until FROM confirmations" + only
-        )
-        values = await fetch(
-            "SELECT v.counter, v.period, v.allocated, c.start FROM counter_values v"
-            " JOIN counters c ON c.name = v.counter" + only.replace("counter", "v.counter")
-        )
-        pruned = await fetch("SELECT counter, period, upto FROM pruned" + only)
-        edge_rows = await fetch(
-            f"SELECT id, {US.format('seen_at')}, {US.format('settled_at')},"
-            f" {US.format('ended_at')}, marked FROM edges"
-        )
-    breaches = [
-        *trail.chains(rows, starts),
-        *trail.voids(rows, void_rows, now, name),
-        *trail.confirmations(rows, confirm_rows, now, name),
-        *trail.counter_values(rows, values, {(c, p): int(u) for c, p, u in pruned}, name),
-        *trail.edges(rows, edge_rows),
-    ]
-    out: dict[str, Any] = {}
-    if anchors is not None:
-        mine = {c: h for c, h in anchors.items() if not name or c in {r.chain for r in rows}}
-        late, held, gone = trail.anchored(mine, rows, starts)
-        breaches += late
-        out["anchors"] = {"held": held, "pruned": gone}
-    heads = trail.heads(rows)
-    return {
-        "counter": name,
-        "rows": len(rows),
-        "chains": len(heads),
-        "ok": not breaches,
-        "first_bad": breaches[0].to_json() if breaches else None,
-        "breaches": [b.to_json() for b in breaches[:100]],
-        "heads": heads,
-        **out,
-    }
 
 
-async def heads(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> dict[str, dict[str, Any]]:
+async def heads(conn: Connection) -> dict[str, dict[str, Any]]:
     """Each chain's head: its newest row, that row's hash and time."""
     cur = await conn.execute(
         "SELECT DISTINCT ON (chain) chain, id, hash, committed_at FROM allocation_frames"
@@ -136,9 +121,7 @@ async def heads(conn: psycopg.AsyncConnection[tuple[Any, ...]]) -> dict[str, dic
     }
 
 
-async def mark_edges(
-    conn: psycopg.AsyncConnection[tuple[Any, ...]], stream: str, silent: float, keep_s: float
-) -> int:
+async def mark_edges(conn: Connection, stream: str, silent: float, keep_s: float) -> int:
     """Chain the end of every edge that ended or went silent for `silent` seconds and has no
     mark yet, in one row of `stream/edges/marks` (batchers of a stream take turns by an
     advisory lock). A row is kept `keep_s`, and at least as long as the longest retention of any
@@ -186,9 +169,7 @@ async def mark_edges(
         return len(ends)
 
 
-async def dead_edges(
-    conn: psycopg.AsyncConnection[tuple[Any, ...]], edges: Collection[str], silent: float
-) -> dict[str, EdgeEnd]:
+async def dead_edges(conn: Connection, edges: Collection[str], silent: float) -> dict[str, EdgeEnd]:
     """Which of `edges` died: as the chain marked their ends (the first mark of each); for an
     edge not marked yet (it died within the last few seconds), as its `edges` row says."""
     cur = await conn.execute(

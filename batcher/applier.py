@@ -1,0 +1,232 @@
+"""A frame applied: tried until it commits (retrying only what is retryable), then published.
+
+On a durable stream a frame's replies are also held in its transaction until they are published,
+so that whoever owns the shard next publishes what a crash between commit and publish left out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Mapping
+
+from batcher.allocation import Basis, Outcome, apply, decode_replies
+from batcher.frame import Frame
+from batcher.known import Known
+from batcher.recent import Recent
+from batcher.shares import Shares
+from infra.backoff import Backoff, Retries
+from infra.errors import AwsRefused, LeaseLost, NumeratorError, StoreError, Unavailable
+from infra.faults import Faults
+from infra.ledger import VoidReason
+from infra.observe.metrics import Metrics
+from infra.ports import Frames, Lease, Replies, Stream
+from infra.settings import Settings
+from infra.spans import Span
+from infra.wire import Cancel, Demand, Record, Reply, ReplyError, Void, reply_key
+
+log = logging.getLogger("numerator.batcher")
+
+
+class Applier:
+    def __init__(
+        self,
+        stream: Stream,
+        replies: Replies,
+        frames: Frames,
+        shares: Shares,
+        known: Known,
+        recent: Recent,
+        settings: Settings,
+        metrics: Metrics,
+        faults: Faults,
+        trouble: set[str],
+    ) -> None:
+        self.stream, self.replies, self.frames = stream, replies, frames
+        self.shares, self.known, self.recent = shares, known, recent
+        self.settings, self.metrics, self.faults = settings, metrics, faults
+        self.trouble = trouble
+
+    async def apply(self, frame: Frame, lease: Lease) -> Lease | None:
+        """Apply the frame until it commits, then publish: the lease moved past it; None when
+        another batcher took the shard over."""
+        self._observe(frame, lease)
+        outcome = await self._commit_retried(frame, lease)
+        if not isinstance(outcome, Outcome):
+            return outcome
+        self._count(outcome)
+        self.recent.remember(outcome.taken)
+        self.known.taken(span for _, span in outcome.taken)
+        frame.applied(outcome.replies)
+        lease = self._past(frame, lease)
+        self.shares.published.pop(lease.shard, None)  # marked in this frame's transaction
+        if self.faults.pause_before_publish_s:
+            log.warning(
+                "fault: frame committed on shard %s, pausing %gs before publishing",
+                lease.shard,
+                self.faults.pause_before_publish_s,
+            )
+            await asyncio.sleep(self.faults.pause_before_publish_s)
+        if await self._publish(frame) and outcome.held is not None:
+            self.shares.published.setdefault(lease.shard, []).append(outcome.held)
+        return lease
+
+    def _observe(self, frame: Frame, lease: Lease) -> None:
+        metrics = self.metrics
+        metrics.records_in.inc(len(frame))
+        metrics.frame_size_records.observe(len(frame))
+        now = time.time()
+        behind = self.stream.lag(lease.shard)
+        metrics.batcher_lag_seconds.set(
+            max(0.0, now - frame.opened(default=now)) if behind is None else behind
+        )
+
+    async def _commit_retried(self, frame: Frame, lease: Lease) -> Outcome | Lease | None:
+        """The frame's outcome once a try commits; or, with no outcome to count, the lease to go
+        on with (the frame emptied by giving up on its records, or found committed by a try
+        whose answer was lost), or None (the lease lost)."""
+        backoff: Backoff | None = None
+        while True:
+            began = time.monotonic()
+            try:
+                if backoff is not None and await self._lost(frame, lease):
+                    return self._past(frame, lease)
+                outcome = await self._commit(frame, lease)
+                break
+            except LeaseLost as exc:
+                log.error("%s; dropping the frame to its new owner", exc)
+                return None
+            except (Unavailable, StoreError) as exc:
+                self.trouble.add("frames")
+                self.metrics.frame_retries.inc()
+                backoff = backoff or Backoff()
+                delay = backoff.next()
+                log.warning(
+                    "frame of %d records not applied (%s); retry in %.2fs", len(frame), exc, delay
+                )
+                await self._give_up_on(frame, time.time() + delay + 0.25, str(exc))
+                if not len(frame):
+                    return lease
+                await asyncio.sleep(delay)
+        self.trouble.discard("frames")
+        self.metrics.frame_commit_seconds.observe(time.monotonic() - began)
+        return outcome
+
+    def _count(self, outcome: Outcome) -> None:
+        metrics = self.metrics
+        if outcome.allocated:
+            metrics.frames_committed.inc()
+            metrics.values_allocated.inc(outcome.allocated)
+        metrics.dead_letters.inc(outcome.dead_letters)
+        metrics.records_replayed.inc(outcome.replays)
+        metrics.records_expired.inc(outcome.expired)
+        metrics.records_cancelled.inc(outcome.cancelled)
+        metrics.values_abandoned.inc(outcome.abandoned)
+
+    async def _lost(self, frame: Frame, lease: Lease) -> bool:
+        """Whether a try of `frame` that failed had in fact committed (Postgres went away as it
+        committed, and its answer with it); if so, make it whole. On a durable stream its
+        replies were held in its transaction: published now. Else no one has its values: they
+        become void, abandoned (on this shard's own stream), and its records are answered
+        'unavailable', for their clients to ask again — a second try would allocate again and
+        leave the first values issued to no one."""
+        spans = await self.frames.committed(lease, frame.last_sequence)
+        if spans is None:
+            return False
+        log.warning(
+            "the frame up to %s committed as Postgres went away; %s",
+            frame.last_sequence,
+            "publishing its held replies" if self.stream.durable else "voiding its values",
+        )
+        if self.stream.durable:
+            await self.shares.republish(lease)
+            return True
+        voids: list[Demand] = [
+            Void(reply_key(), name, first, last, VoidReason.ABANDONED, period, "")
+            for name, period, first, last in spans
+        ]
+        # A keyed record's claim holds its values for retries: its cancel frees it.
+        frees = [
+            Cancel(e.record.key, e.record.counter, e.record.idempotency_key, "")
+            for e in frame.entries
+            if isinstance(e.record, Record) and e.record.idempotency_key is not None
+        ]
+        await self.stream.put([*voids, *frees])
+        problem = "the frame's commit was cut off by a Postgres outage; ask again"
+        await self._give_up_on(frame, math.inf, problem)
+        return True
+
+    def _past(self, frame: Frame, lease: Lease) -> Lease:
+        """The lease once `frame` is behind it."""
+        applied = max(lease.applied or 0, int(frame.last_sequence)) if self.stream.durable else None
+        return Lease(
+            lease.stream, lease.shard, lease.owner, lease.epoch, frame.last_sequence, applied
+        )
+
+    async def _give_up_on(self, frame: Frame, cutoff: float, problem: str) -> None:
+        """Answer 'unavailable' now to the records whose clients will have stopped waiting before
+        the next try, and take them out of the frame: they allocate nothing. On a durable stream
+        a replay finds them expired, so they never allocate later either."""
+        doomed = frame.drop(cutoff)
+        if not doomed:
+            return
+        try:
+            await self.replies.publish(
+                [
+                    Reply(r.key, r.counter, error=ReplyError.UNAVAILABLE, detail=problem)
+                    for r in doomed
+                ]
+            )
+        except NumeratorError as exc:  # their edges answer 504 and cancel: nothing allocated
+            log.warning("could not answer %d records 'unavailable': %s", len(doomed), exc)
+            return
+        self.metrics.records_out.inc(len(doomed))
+
+    async def _commit(self, frame: Frame, lease: Lease) -> Outcome:
+        durable = self.stream.durable
+        earlier: dict[str, Reply] = {}
+        if durable and lease.applied is not None and int(frame.first_sequence) <= lease.applied:
+            for raw in await self.frames.replayed(
+                lease.stream, lease.shard, frame.first_sequence, frame.last_sequence
+            ):
+                earlier.update((reply.key, reply) for reply in decode_replies(raw))
+        await self.known.learn({e.record.counter for e in frame.entries if e.record is not None})
+        recent: Mapping[str, Span] = self.recent.taken
+        if durable:  # a cancel of a record the shard's previous owner applied
+            cancels = {e.record.key for e in frame.entries if isinstance(e.record, Cancel)}
+            recent = await self.recent.with_before(lease, cancels, self.known.counters)
+        retention = self.settings.retention
+        basis = Basis(
+            self.known.counters,
+            lease,
+            self.known.clock(),
+            time.time(),
+            retention.idempotency_retention_s,
+            keep=retention.audit_retention_s,
+            hold=durable,
+            published=self.shares.published.get(lease.shard, ()),
+            earlier=earlier,
+            recent=recent,
+            floors=self.known.floors,
+        )
+        return await apply(frame.entries, self.frames, basis)
+
+    async def _publish(self, frame: Frame) -> bool:
+        """Publish the frame's replies; False if they could not be (a durable stream's next
+        owner of the shard publishes them again from what was held)."""
+        async for _ in Retries(5):
+            try:
+                await self.replies.publish(frame.replies)
+                break
+            except Unavailable as exc:
+                log.warning("replies not published (%s); retrying", exc)
+            except AwsRefused as exc:  # tried again, it is refused again
+                log.error("%d replies not published: %s", len(frame.replies), exc)
+                return False
+        else:
+            log.error("dropped %d replies after 5 tries", len(frame.replies))
+            return False
+        self.metrics.records_out.inc(len(frame.replies))
+        frame.published()
+        return True

@@ -1,0 +1,132 @@
+"""What a batcher does besides its frames, each on its own clock: the sweep of values not
+confirmed in time, the chaining of edges' ends and the anchoring of the chains' heads, and the
+pruning of what retention lets go."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from batcher.stopping import Stopping
+from infra.clock import utc_now
+from infra.errors import NumeratorError
+from infra.ledger import VoidReason
+from infra.ports import Anchors, Frames, Ledger, Stream
+from infra.settings import RetentionSettings
+from infra.wire import MAX_VOID, Void, reply_key
+
+log = logging.getLogger("numerator.batcher")
+
+PRUNE_EVERY_S = 60.0
+MARK_EVERY_S = 1.0  # the ends of edges are chained within this of being known
+# An edge silent this long is chained as dead: well past EDGE_DEAD_S (when the report begins to
+# list its values as unsure, from its `edges` row), so that an edge that was only stalled for a
+# few seconds and comes back is not marked dead for good.
+MARK_DEAD_S = 30.0
+
+
+def not_confirmed(counter: str, spans: list[tuple[str, int, int]]) -> list[Void]:
+    """The void records, reason not-confirmed, for a counter's unconfirmed (period, first,
+    last) spans, each at most MAX_VOID values."""
+    return [
+        Void(
+            reply_key(),
+            counter,
+            first,
+            min(last, first + MAX_VOID - 1),
+            VoidReason.NOT_CONFIRMED,
+            period,
+        )
+        for period, low, last in spans
+        for first in range(low, last + 1, MAX_VOID)
+    ]
+
+
+class Sweep:
+    """Void, not-confirmed, the values of counters that take confirmations which were not
+    confirmed within CONFIRM_TTL_S: as void records on the stream, which the frames check
+    again (a value confirmed meanwhile is not voided). Every batcher sweeps; the same void
+    twice is made once."""
+
+    def __init__(
+        self, stream: Stream, ledger: Ledger, retention: RetentionSettings, stopping: Stopping
+    ) -> None:
+        self.stream, self.ledger, self.ttl = stream, ledger, retention.confirm_ttl_s
+        self.stopping = stopping
+
+    async def run(self) -> None:
+        every = min(60.0, max(0.5, self.ttl / 4))
+        while await self.stopping.pause(every):
+            try:
+                await self.once()
+            except NumeratorError as exc:
+                log.warning("cannot sweep unconfirmed values: %s", exc)
+
+    async def once(self) -> None:
+        for counter in await self.ledger.confirming():
+            spans, upto = await self.ledger.unconfirmed(counter, self.ttl)
+            voids = not_confirmed(counter.name, spans)
+            if voids:
+                await self.stream.put(voids)
+                log.info("%s: %d span(s) not confirmed in time", counter.name, len(voids))
+            await self.ledger.swept(counter.name, upto)
+
+
+class Trail:
+    """Chain the ends of edges that ended or died (the report reads them from the chain), and
+    keep the chains' heads outside Postgres every ANCHOR_EVERY_S (when ANCHOR_TO names where):
+    from then on a rewrite of the trail before those heads shows."""
+
+    def __init__(
+        self,
+        stream: Stream,
+        ledger: Ledger,
+        anchors: Anchors | None,
+        owner: str,
+        retention: RetentionSettings,
+        stopping: Stopping,
+    ) -> None:
+        self.stream, self.ledger, self.anchors, self.owner = stream, ledger, anchors, owner
+        self.retention, self.stopping = retention, stopping
+
+    async def run(self) -> None:
+        due = 0.0
+        while await self.stopping.pause(MARK_EVERY_S):
+            try:
+                keep = self.retention.audit_retention_s
+                await self.ledger.mark_edges(self.stream.name, MARK_DEAD_S, keep)
+            except NumeratorError as exc:
+                log.warning("cannot chain the ends of edges: %s", exc)
+            if self.anchors is None or time.monotonic() < due:
+                continue
+            try:
+                await self.anchor()
+                due = time.monotonic() + self.retention.anchor_every_s
+            except NumeratorError as exc:
+                log.warning("cannot keep the audit heads in %r: %s", self.anchors, exc)
+
+    async def anchor(self) -> dict[str, Any]:
+        """Keep the chains' heads in the anchor sink now; the record kept."""
+        assert self.anchors is not None
+        heads = await self.ledger.heads()
+        record = {"at": utc_now().isoformat(), "by": self.owner, "heads": heads}
+        await self.anchors.keep(record)
+        return record
+
+
+class Prune:
+    """Drop what retention lets go: expired idempotency keys, old audit rows, dead letters and
+    held replies."""
+
+    def __init__(self, frames: Frames, retention: RetentionSettings, stopping: Stopping) -> None:
+        self.frames, self.retention, self.stopping = frames, retention, stopping
+
+    async def run(self) -> None:
+        while await self.stopping.pause(PRUNE_EVERY_S):
+            try:
+                await self.frames.prune(
+                    utc_now(), self.retention.audit_retention_s, self.retention.reply_ttl_s
+                )
+            except NumeratorError as exc:
+                log.warning("cannot prune expired keys and old audit rows: %s", exc)

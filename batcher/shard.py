@@ -1,0 +1,143 @@
+"""One shard's loop: hold its lease while this batcher's share allows, read its records, collect
+a frame (for BACK_FRAME_MS, or until the previous transaction is done: FRAME_POLICY), and hand it
+to the applier."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from batcher.applier import Applier
+from batcher.frame import Frame, State, collect_for
+from batcher.shares import Shares
+from batcher.stopping import Stopping
+from infra.backoff import Backoff
+from infra.errors import ShardEnded, Unavailable
+from infra.ports import Entry, Lease, Stream
+from infra.settings import Settings
+
+log = logging.getLogger("numerator.batcher")
+
+
+def dead(shard: str) -> str:
+    """The trouble a shard's dead loop shows on /healthz, named as its task is."""
+    return f"dead shard-{shard}"
+
+
+class ShardLoop:
+    def __init__(
+        self,
+        stream: Stream,
+        shares: Shares,
+        applier: Applier,
+        settings: Settings,
+        stopping: Stopping,
+        trouble: set[str],
+        restarts: dict[str, Backoff],
+    ) -> None:
+        """`trouble`: what is wrong now, shown on /healthz; `restarts`: per shard whose loop
+        died, when to try again (kept by the supervisor, ended here once the loop works)."""
+        self.stream, self.shares, self.applier = stream, shares, applier
+        self.frames, self.stopping = settings.frames, stopping
+        self.trouble, self.restarts = trouble, restarts
+
+    async def run(self, shard: str, parents: tuple[str, ...] = ()) -> None:
+        """Hold the shard's lease whenever this batcher's share allows, and read it while held."""
+        if not await self.shares.parents_ended(parents):
+            return
+        while shard not in self.shares.ended and not self.stopping.is_set():
+            lease = await self.shares.acquire(shard)
+            if lease is None:
+                return
+            kept = await self._serve(shard, lease)
+            if kept is not None:
+                await self.shares.release(kept)
+            self.shares.drop(shard)
+
+    async def _serve(self, shard: str, lease: Lease | None) -> Lease | None:
+        """Read and apply the shard until stopping, or its share goes to another batcher: the
+        lease to release then; None when there is none (the shard ended, or was taken over)."""
+        renewed = time.monotonic()
+        limit = self.frames.frame_max_records
+        failed = Backoff(base=0.05, cap=1.0)  # the pause after a failed read grows while they do
+        began = ended = 0.0  # monotonic times the last frame's transaction began and ended
+        while lease is not None:
+            if self.shares.surplus(shard):
+                break
+            stopping = self.stopping.is_set()
+            entries = await self._records(lease, limit, stopping, failed)
+            if entries is None:
+                return None
+            if time.monotonic() - renewed > self.frames.lease_ttl_s / 3:
+                renewed = time.monotonic()
+                if (lease := await self.shares.renew(lease)) is None:
+                    return None
+            if not entries:
+                if stopping:
+                    break
+                self._working(shard, committed=False)
+                continue
+            frame = Frame(entries)
+            if len(frame) < limit and not stopping:
+                await self._collect(shard, frame, limit, began, ended)
+            began = time.monotonic()
+            lease = await self.applier.apply(frame, lease)
+            ended = time.monotonic()
+            if frame.state is not State.OPEN:
+                self._working(shard, committed=True)
+        return lease
+
+    def _working(self, shard: str, committed: bool) -> None:
+        """A restarted shard loop works: nothing was waiting for it, or a frame committed
+        (which also ends its backoff: a loop that keeps dying waits longer each time)."""
+        if shard not in self.restarts:
+            return
+        self.trouble.discard(dead(shard))
+        if committed:
+            del self.restarts[shard]
+
+    async def _records(
+        self, lease: Lease, limit: int, stopping: bool, failed: Backoff
+    ) -> list[Entry] | None:
+        """The shard's next records: none when it cannot be read now (after a pause that grows
+        while it cannot); None when it is read to its end."""
+        shard = lease.shard
+        try:
+            entries = await self.stream.read(shard, lease.sequence, limit, 0 if stopping else 0.1)
+        except ShardEnded:
+            await self.shares.end(lease)
+            return None
+        except Unavailable as exc:
+            log.warning("cannot read shard %s: %s", shard, exc)
+            self.trouble.add(f"read {shard}")
+            await asyncio.sleep(failed.next() + 0.1)
+            return []
+        self.trouble.discard(f"read {shard}")
+        failed.reset()
+        return list(entries)
+
+    async def _collect(
+        self, shard: str, frame: Frame, limit: int, began: float, ended: float
+    ) -> None:
+        """Hold the frame open as long as the frame policy says (`collect_for`), then read in
+        what came meanwhile. The frame opened when its oldest record was put, not when it was
+        read: records that waited out the previous commit do not wait a whole frame more."""
+        frames = self.frames
+        spacing = 1 / frames.max_frames_per_s if frames.max_frames_per_s else 0.0
+        now = time.monotonic()
+        delay = collect_for(
+            frames.frame_policy,
+            frames.back_frame_ms / 1000,
+            time.time() - frame.opened(default=time.time()),
+            now - ended,
+            frames.frame_min_ms / 1000,
+            spacing,
+            now - began,
+        )
+        if delay > 0:
+            await asyncio.sleep(delay)
+            with contextlib.suppress(ShardEnded, Unavailable):  # the next read says so
+                more = await self.stream.read(shard, frame.last_sequence, limit - len(frame), 0)
+                frame.add(more)

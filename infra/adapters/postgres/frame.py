@@ -1,0 +1,233 @@
+"""The FrameTransaction: one frame's statements on one connection, in one transaction."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from infra.adapters.postgres.pool import Connection, rows
+from infra.adapters.postgres.statements import ADD, AUDIT, FENCED, FLOOR_HOLDS, chained, lost
+from infra.ledger import VoidReason
+from infra.ports import Audit, Claim, DeadLetter, Lease, VoidAsk
+from infra.wire import ReplyError
+
+log = logging.getLogger("numerator.batcher")
+
+
+class PostgresFrame:
+    """One frame's transaction on one connection (see FrameTransaction in ports)."""
+
+    def __init__(self, conn: Connection, pause: Callable[[], float] = lambda: 0.0) -> None:
+        """`pause`: how long to wait once the counter rows are locked (Faults.pause_in_frame_s,
+        for the first frame only)."""
+        self.conn, self.pause = conn, pause
+
+    async def claims(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Claim]:
+        # First reserve every key that has no live answer, with a placeholder row this
+        # transaction will fill in (`remember`). A concurrent frame holding the same key — another
+        # worker's batcher — makes this insert wait until that frame ends; once it commits, its
+        # answer is read below and shared, instead of a second allocation overwriting it. Keys go
+        # in sorted order, so two frames never wait on each other in a cycle.
+        wanted = rows(sorted(keys))
+        cur = await self.conn.execute(
+            "INSERT INTO idempotency_keys AS i"
+            " (counter, key, count, first, last, day, expires_at)"
+            " SELECT k->>0, k->>1, 0, 0, 0, current_date, now()"
+            " FROM json_array_elements(%s::json) AS k"
+            " ON CONFLICT (counter, key) DO UPDATE SET expires_at = now()"
+            " WHERE i.expires_at <= now()"  # an expired answer is reserved anew
+            " RETURNING counter, key",
+            (wanted,),
+        )
+        reserved = {(row[0], row[1]) for row in await cur.fetchall()}
+        if len(reserved) == len(keys):
+            return {}
+        cur = await self.conn.execute(
+            "SELECT i.counter, i.key, i.count, i.first, i.last, i.day, i.holder, i.held_since"
+            " FROM idempotency_keys i"
+            " JOIN json_array_elements(%s::json) AS k ON i.counter = k->>0 AND i.key = k->>1"
+            " WHERE i.expires_at > now()",
+            (rows(k for k in keys if k not in reserved),),
+        )
+        return {(row[0], row[1]): Claim(*row) for row in await cur.fetchall()}
+
+    async def allocate(
+        self, deltas: dict[tuple[str, str], int], floors: Mapping[tuple[str, str], int]
+    ) -> dict[tuple[str, str], int]:
+        # One statement for every counter of the frame.
+        keys = sorted(deltas)
+        held = FLOOR_HOLDS.format("d->>0", "d->>1", "(d->>3)::bigint")
+        cur = await self.conn.execute(
+            ADD.format(
+                rows="d->>0, d->>1, (d->>2)::bigint FROM json_array_elements(%s::json) d"
+                f" WHERE {held}"
+            ),
+            (rows((c, p, deltas[(c, p)], floors.get((c, p), 0)) for c, p in keys),),
+        )
+        totals = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
+        pause = self.pause()
+        if pause:
+            log.warning("pausing %gs inside the frame's transaction", pause)
+            await asyncio.sleep(pause)
+        return totals
+
+    async def remember(self, claims: Sequence[Claim], retention: float) -> None:
+        if not claims:
+            return
+        await self.conn.execute(
+            "INSERT INTO idempotency_keys"
+            " (counter, key, count, first, last, day, holder, held_since, expires_at)"
+            " SELECT c->>0, c->>1, (c->>2)::int, (c->>3)::bigint, (c->>4)::bigint,"
+            " (c->>5)::date, c->>6, (c->>7)::float8, now() + make_interval(secs => %s)"
+            " FROM json_array_elements(%s::json) AS c"
+            " ON CONFLICT (counter, key) DO UPDATE SET count = excluded.count,"
+            " first = excluded.first, last = excluded.last, day = excluded.day,"
+            " holder = excluded.holder, held_since = excluded.held_since,"
+            " expires_at = excluded.expires_at",
+            (
+                retention,
+                rows(
+                    (c.counter, c.key, c.count, c.first, c.last, c.day, c.holder, c.held_since)
+                    for c in claims
+                ),
+            ),
+        )
+
+    async def hand_over(self, holders: Sequence[tuple[str, str, str, float]]) -> None:
+        if not holders:
+            return
+        await self.conn.execute(
+            "UPDATE idempotency_keys i SET holder = h->>2, held_since = (h->>3)::float8"
+            " FROM json_array_elements(%s::json) AS h"
+            " WHERE i.counter = h->>0 AND i.key = h->>1 AND i.held_since <= (h->>3)::float8",
+            (rows(holders),),
+        )
+
+    async def free(self, holders: Sequence[tuple[str, str, str]]) -> list[Claim]:
+        if not holders:
+            return []
+        cur = await self.conn.execute(
+            "DELETE FROM idempotency_keys i USING json_array_elements(%s::json) AS h"
+            " WHERE i.counter = h->>0 AND i.key = h->>1 AND i.holder = h->>2"
+            " AND i.expires_at > now()"
+            " RETURNING i.counter, i.key, i.count, i.first, i.last, i.day, i.holder,"
+            " i.held_since",
+            (rows(holders),),
+        )
+        return [Claim(*row) for row in await cur.fetchall()]
+
+    async def dead_letter(self, letters: Sequence[DeadLetter]) -> None:
+        if not letters:
+            return
+        async with self.conn.cursor() as cur:
+            await cur.executemany(
+                "INSERT INTO dead_letters (stream, shard, sequence, problem, raw)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                [(x.stream, x.shard, x.sequence, x.problem, x.raw) for x in letters],
+            )
+
+    async def void(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
+        results: list[tuple[ReplyError, str] | bool] = []
+        for ask in asks:
+            refused = await self._issued(ask)
+            if refused is not None:
+                results.append(refused)
+                continue
+            overlap = await self._overlap("voids", ask)
+            if overlap == [(ask.first, ask.last, ask.reason)]:
+                results.append(False)
+                continue
+            if overlap:
+                first, last, reason = overlap[0]
+                why = f"values {first} to {last} are void already, for {reason!r}"
+                results.append((ReplyError.ALREADY_VOID, why))
+                continue
+            if ask.reason == VoidReason.NOT_CONFIRMED and await self._overlap("confirmations", ask):
+                why = "some of these values were confirmed since: the sweep tries again"
+                results.append((ReplyError.ALREADY_VOID, why))
+                continue
+            await self.conn.execute(
+                "INSERT INTO voids (counter, period, first, last, reason, who, keep_until)"
+                " VALUES (%s, %s, %s, %s, %s, %s, now() + make_interval(secs => %s))",
+                (ask.counter, ask.period, ask.first, ask.last, ask.reason, ask.who, ask.keep_s),
+            )
+            results.append(True)
+        return results
+
+    async def _issued(self, ask: VoidAsk) -> tuple[ReplyError, str] | None:
+        """Whether the ask's values were handed out (its period's row locked meanwhile: a void
+        or confirmation and an allocation of the same counter wait for each other)."""
+        cur = await self.conn.execute(
+            "SELECT allocated FROM counter_values WHERE counter = %s AND period = %s FOR UPDATE",
+            (ask.counter, ask.period),
+        )
+        found = await cur.fetchone()
+        issued = ask.start - 1 + (int(found[0]) if found else 0)
+        if ask.first >= ask.start and ask.last <= issued:
+            return None
+        shown = f"the last is {issued}" if issued >= ask.start else "none yet"
+        return (
+            ReplyError.NOT_ISSUED,
+            f"values {ask.first} to {ask.last} of period {ask.period!r} were not all handed "
+            f"out ({shown}, from {ask.start})",
+        )
+
+    async def _overlap(self, table: str, ask: VoidAsk) -> list[tuple[Any, ...]]:
+        cur = await self.conn.execute(
+            f"SELECT first, last{', reason' if table == 'voids' else ''} FROM {table}"
+            " WHERE counter = %s AND period = %s AND first <= %s AND last >= %s ORDER BY first",
+            (ask.counter, ask.period, ask.last, ask.first),
+        )
+        return await cur.fetchall()
+
+    async def confirm(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
+        results: list[tuple[ReplyError, str] | bool] = []
+        for ask in asks:
+            refused = await self._issued(ask)
+            if refused is None:
+                void = await self._overlap("voids", ask)
+                if void:
+                    first, last, reason = void[0]
+                    why = f"values {first} to {last} are void, for {reason!r}"
+                    refused = (ReplyError.ALREADY_VOID, why)
+            if refused is not None:
+                results.append(refused)
+                continue
+            cur = await self.conn.execute(
+                "INSERT INTO confirmations (counter, period, first, last, who, keep_until)"
+                " VALUES (%s, %s, %s, %s, %s, now() + make_interval(secs => %s))"
+                " ON CONFLICT DO NOTHING RETURNING 1",
+                (ask.counter, ask.period, ask.first, ask.last, ask.who, ask.keep_s),
+            )
+            results.append(bool(await cur.fetchall()))
+        return results
+
+    async def checkpoint(self, lease: Lease, sequence: str, audits: Sequence[Audit]) -> None:
+        # The fence, the checkpoint and the frame's audit rows in one statement: one round trip.
+        cur = await self.conn.execute(
+            f"WITH {FENCED},"
+            " rows AS (SELECT x->>0 AS klass, (x->>1)::float8 AS keep_s, x->2 AS ranges,"
+            "  x->3 AS detail, ARRAY(SELECT json_array_elements_text(x->4)) AS names"
+            "  FROM json_array_elements(%(audits)s::json) AS x)," + AUDIT + " SELECT 1 FROM fenced",
+            chained(lease, sequence, audits),
+        )
+        if not await cur.fetchall():
+            raise lost(lease)
+
+    async def hold(self, lease: Lease, first: str, last: str, replies: bytes) -> int:
+        cur = await self.conn.execute(
+            "INSERT INTO frame_replies (stream, shard, first_sequence, last_sequence, replies)"
+            " VALUES (%s, %s, %s::numeric, %s::numeric, %s) RETURNING id",
+            (lease.stream, lease.shard, first, last, replies),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def published(self, held: Sequence[int]) -> None:
+        if held:
+            await self.conn.execute(
+                "UPDATE frame_replies SET published = true WHERE id = ANY(%s)", (list(held),)
+            )

@@ -1,0 +1,184 @@
+"""The Frames role: a frame's one transaction, plain frames in one statement, the replies a
+durable stream holds until published, and the pruning of what retention lets go."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+
+from infra.adapters.postgres.frame import PostgresFrame
+from infra.adapters.postgres.pool import Pool, rows
+from infra.adapters.postgres.statements import ADD, AUDIT, FENCED, FLOOR_HOLDS, chained, lost
+from infra.faults import Faults
+from infra.ports import Audit, Lease
+from infra.spans import Span
+
+FRAME_CONNECT_S = 0.25
+
+PRUNE_BATCH, PRUNE_BATCHES = 20_000, 20
+
+
+class PostgresFrames:
+    def __init__(self, db: Pool, faults: Faults | None = None) -> None:
+        self.db = db
+        self._pause_left = (faults or Faults()).pause_in_frame_s
+
+    def _pause_once(self) -> float:
+        """The pause a fault asks for inside a frame's transaction: the first frame's only."""
+        pause, self._pause_left = self._pause_left, 0.0
+        return pause
+
+    @asynccontextmanager
+    async def frame(self) -> AsyncIterator[PostgresFrame]:
+        # A short wait for a connection: a frame that cannot start soon is better retried (and its
+        # late records answered 503) than left holding its clients until they time out.
+        async with self.db.connection(FRAME_CONNECT_S) as conn, conn.transaction():
+            yield PostgresFrame(conn, self._pause_once)
+
+    async def allocate_plain(
+        self,
+        lease: Lease,
+        sequence: str,
+        demand: Sequence[tuple[str, str, int, int, str, int]],
+        audits: Sequence[Audit],
+    ) -> dict[tuple[str, str], int]:
+        # ONE statement, so one round trip and its own transaction: the fence first; the
+        # allocation only if it holds, in name order (no deadlock between batchers); the audit
+        # rows from what the allocation returned: [counter, period, first, last] per row,
+        # grouped by the counters' retention class.
+        async with self.db.connection(FRAME_CONNECT_S) as conn:
+            cur = await conn.execute(
+                f"WITH {FENCED},"
+                " d AS (SELECT x->>0 AS counter, x->>1 AS period, (x->>2)::bigint AS delta,"
+                " (x->>3)::bigint AS start, x->>4 AS klass, (x->>5)::bigint AS floor"
+                " FROM json_array_elements(%(demand)s::json) AS x),"
+                " alloc AS ("
+                + ADD.format(
+                    rows="counter, period, delta FROM d WHERE EXISTS (SELECT FROM fenced) AND "
+                    + FLOOR_HOLDS.format("d.counter", "d.period", "d.floor")
+                )
+                + "), k AS (SELECT x->>0 AS klass, (x->>1)::float8 AS keep_s, x->3 AS detail"
+                " FROM json_array_elements(%(audits)s::json) AS x),"
+                " made AS (SELECT d.klass, json_agg(json_build_array(a.counter, a.period,"
+                " d.start + a.allocated - d.delta, d.start - 1 + a.allocated)"
+                " ORDER BY a.counter, a.period) AS ranges,"
+                " array_agg(DISTINCT a.counter) AS names"
+                " FROM alloc a JOIN d ON d.counter = a.counter AND d.period = a.period"
+                " GROUP BY d.klass),"
+                " rows AS (SELECT made.klass, k.keep_s, made.ranges, k.detail, made.names"
+                " FROM made JOIN k ON k.klass = made.klass),"
+                + AUDIT
+                + " SELECT counter, period, allocated FROM alloc"
+                " UNION ALL SELECT NULL, NULL, NULL FROM fenced",
+                {**chained(lease, sequence, audits), "demand": rows(demand)},
+            )
+            found = await cur.fetchall()
+        if not any(row[0] is None for row in found):
+            raise lost(lease)
+        return {(row[0], row[1]): row[2] for row in found if row[0] is not None}
+
+    async def committed(self, lease: Lease, sequence: str) -> list[Span] | None:
+        # Committed by this lease: its checkpoint is there under its own epoch (a new owner
+        # may have committed a frame ending at the same sequence after taking the shard over).
+        rows = await self.db.fetch(
+            "SELECT f.ranges FROM leases l JOIN allocation_frames f ON f.stream = l.stream"
+            " AND f.shard = l.shard AND f.sequence = l.sequence"
+            " WHERE l.stream = %s AND l.shard = %s AND l.owner = %s AND l.epoch = %s"
+            " AND l.sequence = %s",
+            (lease.stream, lease.shard, lease.owner, lease.epoch, sequence),
+        )
+        if not rows:
+            return None
+        return [Span(c, p, int(f), int(t)) for found in rows for c, p, f, t in found[0]]
+
+    async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
+        rows = await self.db.fetch(
+            "SELECT id, replies FROM frame_replies"
+            " WHERE stream = %s AND shard = %s AND NOT published ORDER BY id",
+            (stream, shard),
+        )
+        return [(int(row[0]), bytes(row[1])) for row in rows]
+
+    async def published(self, held: Sequence[int]) -> None:
+        if held:
+            await self.db.fetch(
+                "UPDATE frame_replies SET published = true WHERE id = ANY(%s) RETURNING 1",
+                (list(held),),
+            )
+
+    async def replayed(self, stream: str, shard: str, first: str, last: str) -> list[bytes]:
+        rows = await self.db.fetch(
+            "SELECT replies FROM frame_replies WHERE stream = %s AND shard = %s"
+            " AND last_sequence >= %s::numeric AND first_sequence <= %s::numeric ORDER BY id",
+            (stream, shard, first, last),
+        )
+        return [bytes(row[0]) for row in rows]
+
+    async def held_since(self, stream: str, shard: str, seconds: float) -> list[bytes]:
+        rows = await self.db.fetch(
+            "SELECT replies FROM frame_replies WHERE stream = %s AND shard = %s"
+            " AND committed_at > now() - make_interval(secs => %s) ORDER BY id DESC",
+            (stream, shard, seconds),
+        )
+        return [bytes(row[0]) for row in rows]
+
+    async def prune(self, now: datetime, audit_retention: float, reply_retention: float) -> int:
+        # In batches, so that no single statement holds locks or bloats WAL for long.
+        cutoff = now - timedelta(seconds=audit_retention)
+        statements = [
+            ("idempotency_keys", "ctid", "expires_at < %s", now),
+            ("voids", "ctid", "keep_until < %s", now),
+            ("dead_letters", "id", "created_at < %s", cutoff),
+            ("frame_replies", "id", "committed_at < %s", now - timedelta(seconds=reply_retention)),
+        ]
+        total = 0
+        for _ in range(PRUNE_BATCHES):
+            # The audit trail's oldest rows, noting how far each counter's period was pruned.
+            found = await self.db.fetch(
+                "WITH gone AS (DELETE FROM allocation_frames WHERE id IN"
+                " (SELECT id FROM allocation_frames WHERE keep_until < %s"
+                f" ORDER BY id LIMIT {PRUNE_BATCH}) RETURNING chain, id, hash, ranges),"
+                " marks AS (INSERT INTO pruned (counter, period, upto)"
+                " SELECT r->>0, r->>1, max((r->>3)::bigint)"
+                " FROM gone, json_array_elements(gone.ranges) AS r GROUP BY 1, 2"
+                " ON CONFLICT (counter, period) DO UPDATE"
+                " SET upto = greatest(pruned.upto, excluded.upto)),"
+                # where each chain now starts: the first kept row follows the last pruned one
+                " starts AS (INSERT INTO chain_starts (chain, after_id, after_hash)"
+                " SELECT DISTINCT ON (chain) chain, id, hash FROM gone ORDER BY chain, id DESC"
+                " ON CONFLICT (chain) DO UPDATE SET after_id = excluded.after_id,"
+                " after_hash = excluded.after_hash, pruned_at = now()"
+                " WHERE chain_starts.after_id < excluded.after_id)"
+                " SELECT count(*) FROM gone",
+                (now,),
+            )
+            total += int(found[0][0])
+            if int(found[0][0]) < PRUNE_BATCH:
+                break
+        for table, key, condition, bound in statements:
+            params = (bound,)
+            for _ in range(PRUNE_BATCHES):
+                rows = await self.db.fetch(
+                    f"WITH gone AS (DELETE FROM {table} WHERE {key} IN"
+                    f" (SELECT {key} FROM {table} WHERE {condition} LIMIT {PRUNE_BATCH})"
+                    " RETURNING 1) SELECT count(*) FROM gone",
+                    params,
+                )
+                total += int(rows[0][0])
+                if int(rows[0][0]) < PRUNE_BATCH:
+                    break
+        return total
+
+    async def highest(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        # The counter's newest rows hold its period's highest value (ranges rise in commit
+        # order); a period no recent row holds has no floor, and is not refused.
+        found = await self.db.fetch(
+            "SELECT p->>0, p->>1, (SELECT max((r->>3)::bigint) FROM (SELECT f.ranges"
+            "  FROM allocation_frames f WHERE f.counters @> ARRAY[p->>0]"
+            "  ORDER BY f.id DESC LIMIT 20) AS f, json_array_elements(f.ranges) AS r"
+            "  WHERE r->>0 = p->>0 AND r->>1 = p->>1)"
+            " FROM json_array_elements(%s::json) AS p",
+            (rows(pairs),),
+        )
+        return {(c, p): int(top) for c, p, top in found if top is not None}

@@ -1,0 +1,163 @@
+"""The pool every role shares, the errors worth a retry, and the migrations."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+import orjson
+import psycopg
+import psycopg_pool
+from psycopg import errors as pgerrors
+from psycopg.rows import tuple_row
+
+from infra.adapters import secret
+from infra.errors import StoreError, StoreUnavailable
+from infra.spans import plain
+
+Connection = psycopg.AsyncConnection[tuple[Any, ...]]
+
+# Errors after which the same work may succeed if tried again: the connection went away, the
+# server is starting or shutting down, or the transaction lost a race it can win next time.
+RETRYABLE = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg_pool.PoolTimeout,
+    pgerrors.SerializationFailure,
+    pgerrors.DeadlockDetected,
+    pgerrors.AdminShutdown,
+    pgerrors.CannotConnectNow,
+)
+
+
+# Every connection's limits on waiting. A frame's transaction is a few statements sent back to
+# back, committed in milliseconds (docs/performance.md), so a transaction idle for seconds
+# belongs to a process that stopped inside it (SIGSTOP, a VM paused, a GC pause on the way to
+# a kill): Postgres ends its session, and with it the counter rows it locked, so that the
+# batcher that takes its shards over is not stuck behind them (a takeover takes LEASE_TTL_S
+# plus this, at most). A statement that waits this long for a lock fails instead (and its
+# frame is tried again).
+IDLE_IN_TRANSACTION_S = 5.0
+LOCK_TIMEOUT_S = 5.0
+OPTIONS = (
+    f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_S * 1000:.0f}"
+    f" -c lock_timeout={LOCK_TIMEOUT_S * 1000:.0f}"
+)
+
+
+def rows(items: Iterable[Sequence[Any]]) -> str:
+    """Many rows as ONE parameter, a JSON array of arrays that the statement unpacks with
+    json_array_elements. psycopg dumps a Python list as an array element by element, in Python,
+    far slower than orjson (docs/performance.md) — and a frame over many counters passes several
+    such lists."""
+    return orjson.dumps(list(items), default=plain).decode()
+
+
+def migrations() -> list[tuple[int, str]]:
+    """The versioned SQL migrations shipped with the package, in order."""
+    folder = resources.files("infra") / "migrations"
+    found = []
+    for item in folder.iterdir():
+        if item.name.endswith(".sql"):
+            found.append((int(item.name.split("_", 1)[0]), item.read_text()))
+    return sorted(found)
+
+
+async def migrate(url: str) -> list[int]:
+    """Apply the migrations not yet applied; safe to run from several processes at once."""
+    try:
+        connect = psycopg.AsyncConnection.connect(url, connect_timeout=10)
+        async with await connect as conn, conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock(724_1001)")
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            cur = await conn.execute("SELECT version FROM schema_migrations")
+            done = {row[0] for row in await cur.fetchall()}
+            applied = []
+            for version, sql in migrations():
+                if version in done:
+                    continue
+                await conn.execute(sql.encode())
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version) VALUES (%s)", (version,)
+                )
+                applied.append(version)
+            return applied
+    except RETRYABLE as exc:
+        raise StoreUnavailable(f"cannot reach Postgres to migrate: {exc}") from exc
+
+
+class Pool:
+    """A small pool of connections to one Postgres, opened by `open()` or else on first use;
+    psycopg errors leave it as StoreUnavailable (worth a retry) or StoreError."""
+
+    def __init__(self, url: str, max_size: int = 4, timeout: float = 2.0, secret: str = "") -> None:
+        """`secret`: a Secrets Manager secret to read the URL from on first use, when `url` is
+        empty (DATABASE_SECRET_ARN, in Lambda)."""
+        self.url, self.secret = url, secret
+        self.max_size, self.timeout = max_size, timeout
+        self._opened = False
+        self.pool = self._pool()
+
+    def _pool(self) -> psycopg_pool.AsyncConnectionPool[Connection]:
+        return psycopg_pool.AsyncConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=self.max_size,
+            timeout=self.timeout,
+            open=False,
+            # No check on checkout (a round trip per frame): a connection broken by a
+            # Postgres restart fails one try, is discarded by the pool, and the retry gets
+            # a fresh one.
+            kwargs={
+                "autocommit": True,
+                "connect_timeout": 2,
+                "row_factory": tuple_row,
+                "options": OPTIONS,
+            },
+            # A background reconnect gives up at once; the pool connects again on demand, so
+            # a request waits at most `timeout`, never behind a long reconnect backoff.
+            reconnect_timeout=0,
+        )
+
+    async def open(self) -> None:
+        self._opened = True
+        await self.pool.open(wait=False)
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    @asynccontextmanager
+    async def connection(self, timeout: float | None = None) -> AsyncIterator[Connection]:
+        if not self.url and self.secret:
+            url = await secret.resolve(self.url, self.secret)
+            # Calls that came together each read the secret: the first to come back makes the
+            # pool. A second pool replacing it after it was opened was never opened itself, and
+            # every call of the container failed on it ('pool is not open yet': sam local).
+            if not self.url:
+                self.url = url
+                self.pool = self._pool()
+        if not self.url:
+            raise StoreUnavailable("no Postgres is configured here: set DATABASE_URL")
+        if not self._opened:  # opened on first use where nothing opened it (a Lambda container)
+            await self.open()
+        try:
+            async with self.pool.connection(timeout) as conn:
+                yield conn
+        except RETRYABLE as exc:
+            raise StoreUnavailable(f"Postgres is unavailable: {exc}") from exc
+        except pgerrors.UniqueViolation:
+            raise
+        except psycopg.Error as exc:
+            raise StoreError(f"Postgres refused: {exc}") from exc
+
+    async def fetch(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        async with self.connection() as conn:
+            cur = await conn.execute(sql, params)
+            return await cur.fetchall()

@@ -157,24 +157,7 @@ def bill(
             usd["alb_hour"] + max(1.0, gb_per_hour) * usd["alb_lcu_hour"]
         )
     kinesis(out, sizing, records, prices)
-    if reply_units:
-        out.lines["DynamoDB reply table"] = (
-            MONTH_S
-            / 1e6
-            * (
-                reply_units["write"] * usd["dynamodb_write_per_million"]
-                + reply_units["read"] * usd["dynamodb_read_per_million"]
-            )
-        )
-    else:  # an older measured.json: an item per record, every waiting key read per poll
-        reads = calls.get("batch_get_item", 0.0) + calls.get("get_item", 0.0)
-        if sizing.edge is EdgeKind.SERVER:  # one poll reads every reply its process waits for
-            edges = max(1, sizing.edge_tasks)
-            reads *= max(1.0, sizing.records_per_s * scale / edges * sizing.reply_wait_s)
-        out.lines["DynamoDB reply table"] = (
-            records / 1e6 * usd["dynamodb_write_per_million"]
-            + reads * MONTH_S / 1e6 * usd["dynamodb_read_per_million"]
-        )
+    reply_table(out, prices, reply_units or per_record(sizing, calls, scale))
     instance = prices.instance(sizing.instance_class)
     out.lines[f"RDS Postgres {sizing.instance_class}, Multi-AZ"] = 2 * (
         instance * hours + RDS_STORAGE_GB * usd["rds_gp3_gb_month"]
@@ -191,6 +174,24 @@ def bill(
         CUSTOM_METRICS * usd["cloudwatch_metric_month"] + ALARMS * usd["cloudwatch_alarm_month"]
     )
     return out
+
+
+def per_record(sizing: Sizing, calls: dict[str, float], scale: float) -> dict[str, float]:
+    """The reply table's units a second estimated from the calls, for an older measured.json
+    that has no `reply_units`: an item per record, every waiting key read per poll."""
+    reads = calls.get("batch_get_item", 0.0) + calls.get("get_item", 0.0)
+    if sizing.edge is EdgeKind.SERVER:  # one poll reads every reply its process waits for
+        edges = max(1, sizing.edge_tasks)
+        reads *= max(1.0, sizing.records_per_s * scale / edges * sizing.reply_wait_s)
+    return {"write": sizing.records_per_s * scale, "read": reads}
+
+
+def reply_table(out: Bill, prices: Prices, units: dict[str, float]) -> None:
+    """The reply table's line: `units` its write and read units a second at the mean rate."""
+    usd = prices.usd
+    per_s = units["write"] * usd["dynamodb_write_per_million"]
+    per_s += units["read"] * usd["dynamodb_read_per_million"]
+    out.lines["DynamoDB reply table"] = MONTH_S / 1e6 * per_s
 
 
 def lambda_lines(out: Bill, requests: float, sizing: Sizing, prices: Prices) -> None:

@@ -141,6 +141,12 @@ class DynamoReplies:
     async def _write(self, items: list[dict[str, Any]]) -> None:
         requests = [{"PutRequest": {"Item": item}} for item in items]
         async for _ in Retries(WRITE_ATTEMPTS, cap=1.0):
+            # A frame item is stamped as it is written again: one stamped at the first try and
+            # written seconds later would lie before where its edge reads (WINDOW_S back).
+            for request in requests:
+                item = request["PutRequest"]["Item"]
+                if item["f"]["S"] != OWN:
+                    item["f"] = {"S": stamp(time.time())}
             out = await self.calls(
                 self.client.batch_write_item, RequestItems={self.table: requests}
             )

@@ -194,6 +194,45 @@ async def test_dynamodb_a_frames_replies_to_one_edge_are_one_item_read_together(
     assert calls["query"] <= 5, calls
 
 
+async def test_dynamodb_a_frame_item_written_again_is_stamped_again(
+    aws: tuple[Settings, Any],
+) -> None:
+    """A frame item DynamoDB left unprocessed is stamped anew when it is written again: stamped
+    once, an item written seconds late would lie before where its edge reads (WINDOW_S back),
+    and its waiters would time out with their answer in the table."""
+    settings, found = aws
+    stamps: list[str] = []
+
+    class Late:
+        def __init__(self) -> None:
+            self.first = True
+
+        def batch_write_item(self, **kwargs: Any) -> dict[str, Any]:
+            requests = kwargs["RequestItems"][settings.aws.reply_table]
+            stamps.append(requests[0]["PutRequest"]["Item"]["f"]["S"])
+            if self.first:  # none written this time, and the next try comes 2.5 s on
+                self.first = False
+                time.sleep(2.5)
+                return {"UnprocessedItems": {settings.aws.reply_table: requests}}
+            return dict(found.dynamodb.batch_write_item(**kwargs))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(found.dynamodb, name)
+
+    metrics = Metrics()
+    table = DynamoReplies(Late(), AwsCaller(2, metrics), settings.aws.reply_table, metrics)
+    reader = dynamo(aws, Metrics())
+    keys = keys_of(EDGE + "2", 3)
+    for key in keys:
+        reader.expect(key)
+    waiters = [asyncio.create_task(reader.wait(k, 8)) for k in keys]
+    began = time.time()
+    await table.publish([ok(k) for k in keys])
+    assert [r.key for r in await asyncio.gather(*waiters)] == keys
+    assert len(stamps) == 2 and stamps[1] > stamps[0]
+    assert int(stamps[1][:20]) / 1e9 >= began + 2.5, stamps
+
+
 async def test_dynamodb_a_lambda_containers_reply_keeps_its_own_item(
     aws: tuple[Settings, Any],
 ) -> None:

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import psutil
 
 from functions.watch import WATCH_AFTER_S
@@ -48,6 +49,7 @@ from infra.observe.health import EDGE_DEAD_S
 from infra.run.process import wait_ready
 from infra.run.server import die_with_parent, free_port
 from infra.settings import Settings
+from numerator.cut import answer, exchange, request
 from numerator.local import aws_environment, moto_server
 
 COUNTERS = 8
@@ -176,27 +178,41 @@ async def one_request(
     key: str | None,
 ) -> str:
     """Send one request; "200", "refused" (anything but a clean failure), "cut", "cut early"
-    (within WATCH_AFTER_S, which the edge counts as served), or "failed"."""
+    (within WATCH_AFTER_S, which the edge counts as served), or "failed". A request to be cut
+    goes on a connection of its own (numerator.cut), so that an answer that crossed its cut
+    counts as received, as the service counts it."""
     cut = random.uniform(0, 0.3) if random.random() < args.cuts else None
     headers = {"Idempotency-Key": key} if key else {}
+    path = f"/counters/{counter}/next?count={args.count}"
     began = time.monotonic()
     try:
-        response = await asyncio.wait_for(
-            client.post(f"/counters/{counter}/next", params={"count": args.count}, headers=headers),
-            cut,
-        )
-    except TimeoutError:
-        tally.cuts += 1
-        tally.answers["cut by the client"] += 1
-        return "cut early" if time.monotonic() - began < WATCH_AFTER_S else "cut"
-    except httpx.HTTPError as exc:
+        if cut is None:
+            response = await client.post(path, headers=headers)
+            status, body = response.status_code, response.content
+        else:
+            port = client.base_url.port or 80
+            got = await exchange(port, request(port, path, headers), cut, 60.0)
+            if got.cut_s is not None:
+                tally.cuts += 1
+                tally.answers["cut by the client"] += 1
+                return "cut early" if got.cut_s < WATCH_AFTER_S else "cut"
+            if not got.raw:
+                raise OSError("closed without an answer")
+            status, _, body = answer(got.raw)
+    except (httpx.HTTPError, OSError, TimeoutError) as exc:
         tally.answers[f"client error {type(exc).__name__}"] += 1
         await asyncio.sleep(0.1)
         return "failed"
-    took = time.monotonic() - began
-    if response.status_code == 200:
+    return await answered(tally, counter, key, status, orjson.loads(body), time.monotonic() - began)
+
+
+async def answered(
+    tally: Tally, counter: str, key: str | None, status: int, body: Any, took: float
+) -> str:
+    """Count one answer: its values (each once, a key's replays alike), or its problem."""
+    if status == 200:
         tally.longest = max(tally.longest, took)
-        got = tuple(item["value"] for item in response.json()["values"])
+        got = tuple(item["value"] for item in body["values"])
         tally.answers["200"] += 1
         if key is not None and key in tally.keys:
             tally.replays += 1
@@ -211,10 +227,10 @@ async def one_request(
             tally.values.add((counter, value))
             tally.handed += 1
         return "200"
-    kind = response.json().get("type", "?").rsplit(":", 1)[-1]
-    tally.answers[f"{response.status_code} {kind}"] += 1
-    if response.status_code not in (503, 504):
-        raise SystemExit(f"the soak is broken: {response.status_code} {response.text}")
+    kind = body.get("type", "?").rsplit(":", 1)[-1]
+    tally.answers[f"{status} {kind}"] += 1
+    if status not in (503, 504):
+        raise SystemExit(f"the soak is broken: {status} {body}")
     await asyncio.sleep(0.1)
     return "failed"
 

@@ -20,21 +20,21 @@ counter, read after the run. `check` names every rule the history and the record
 (h) every answer is a value or a clean 5xx problem (no 4xx, no 500, no other body), and comes
     (the client waits 30 s; REPLY_TIMEOUT_S is 5).
 
-The client (`Client`) speaks raw HTTP/1.1, one request a connection, so that a cut is exact: at
-its cut time it looks whether any byte of the answer has reached its socket, and reads the
-answer if so (the answer was sent: the service cannot tell that client from one that read it);
-otherwise it closes the connection, and the request is recorded as cut after so many ms.
+The client (`Client`) speaks raw HTTP/1.1, one request a connection, so that a cut is exact
+(`numerator.cut`): at its cut time it looks whether any byte of the answer has reached its
+socket, and reads the answer if so (the answer was sent: the service cannot tell that client
+from one that read it); otherwise it half-closes the connection and reads what comes before the
+server closes it — an answer written before the server could read that its client left (it
+crossed the cut: delivered, `crossed`) — and else the request is recorded as cut after so many ms.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
-import contextlib
 import dataclasses
 import json
 import random
-import select
 import time
 import uuid
 from collections import Counter
@@ -47,6 +47,7 @@ import httpx
 
 from functions.watch import WATCH_AFTER_S
 from infra.observe.health import EDGE_DEAD_S
+from numerator.cut import answer, exchange, request
 
 PROBLEM = "application/problem+json"
 UNANSWERED = "no answer within"
@@ -70,6 +71,7 @@ class Attempt:
     cut_ms: float | None = None  # the client cut it after this many ms
     error: str = ""  # why no answer came, when the client did not cut it
     wall: float = 0.0  # time.time() when it was sent, to match the audit rows' times
+    crossed: bool = False  # its answer came after its client's cut (numerator.cut): delivered
 
     @property
     def delivered(self) -> bool:
@@ -92,6 +94,7 @@ class Tally:
     requests: int = 0
     delivered: int = 0  # values received
     cut: int = 0  # requests the client cut
+    crossed: int = 0  # requests answered as their client cut them (delivered)
     failed: int = 0  # requests whose connection failed (a worker killed)
     statuses: Counter[str] = field(default_factory=Counter)
     issued: int = 0
@@ -103,7 +106,8 @@ class Tally:
 
     def line(self) -> str:
         return (
-            f"requests {self.requests}, values delivered {self.delivered}, cut {self.cut}, "
+            f"requests {self.requests}, values delivered {self.delivered}, cut {self.cut} "
+            f"(and {self.crossed} answered as they were cut), "
             f"failed {self.failed}, issued {self.issued}, void {self.void}, unsure {self.unsure} "
             f"({self.unsure_received} of them received), excepted {self.exempt}, "
             f"order pairs {self.pairs}; "
@@ -137,6 +141,7 @@ def check(
             str(a.status) if a.status is not None else "cut" if a.cut_ms is not None else "failed"
         ] += 1
         tally.cut += a.cut_ms is not None
+        tally.crossed += a.crossed
         tally.failed += a.status is None and a.cut_ms is None
     broken += answers(history)
     received = holders(history)
@@ -438,49 +443,17 @@ def exact(
 # The client
 
 
-def request_bytes(port: int, counter: str, count: int, key: str | None) -> bytes:
-    path = f"/counters/{counter}/next" + (f"?count={count}" if count != 1 else "")
-    head = [
-        f"POST {path} HTTP/1.1",
-        f"Host: 127.0.0.1:{port}",
-        "Content-Length: 0",
-        "Connection: close",
-    ]
-    if key is not None:
-        head.append(f"Idempotency-Key: {key}")
-    return ("\r\n".join(head) + "\r\n\r\n").encode()
-
-
 def parse(raw: bytes, attempt: Attempt) -> None:
     """Fill `attempt` from the whole answer `raw` (read to the connection's end)."""
-    head, _, body = raw.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    attempt.status = int(lines[0].split(" ")[1])
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
+    attempt.status, headers, body = answer(raw)
     attempt.content_type = headers.get("content-type", "")
-    if "chunked" in headers.get("transfer-encoding", ""):
-        body = unchunk(body)
     if attempt.status == 200:
-        answer = json.loads(body)
-        attempt.got_counter = answer.get("counter")
-        if "values" in answer:
-            attempt.values = tuple(item["value"] for item in answer["values"])
+        got = json.loads(body)
+        attempt.got_counter = got.get("counter")
+        if "values" in got:
+            attempt.values = tuple(item["value"] for item in got["values"])
         else:
-            attempt.values = (answer["value"],)
-
-
-def unchunk(body: bytes) -> bytes:
-    out = b""
-    while body:
-        size, _, rest = body.partition(b"\r\n")
-        n = int(size.split(b";")[0], 16)
-        if n == 0:
-            break
-        out, body = out + rest[:n], rest[n + 2 :]
-    return out
+            attempt.values = (got["value"],)
 
 
 class Client:
@@ -512,41 +485,21 @@ class Client:
         cut = self.random.uniform(*self.cut_ms) / 1000 if self.cut_ms else None
         a = Attempt(counter, count, key, sent=time.monotonic(), ended=0.0)
         self.history.append(a)
-        writer = None
+        path = f"/counters/{counter}/next" + (f"?count={count}" if count != 1 else "")
+        raw = request(self.port, path, {"Idempotency-Key": key} if key is not None else None)
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection("127.0.0.1", self.port), 5
-            )
-            a.sent, a.wall = time.monotonic(), time.time()
-            writer.write(request_bytes(self.port, counter, count, key))
-            await writer.drain()
-            reading = asyncio.ensure_future(reader.read(65536))
-            done, _ = await asyncio.wait([reading], timeout=self.timeout if cut is None else cut)
-            if not done and not answered(writer):
-                reading.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reading
-                a.ended = time.monotonic()
-                a.cut_ms = (a.ended - a.sent) * 1000
-                return a
-            if not done and cut is None:
-                reading.cancel()
-                raise TimeoutError(f"{UNANSWERED} {self.timeout:g} s")
-            raw = await asyncio.wait_for(reading, self.timeout)
-            if raw:  # the rest, to the end: Connection: close
-                raw += await asyncio.wait_for(reader.read(), self.timeout)
-            a.ended = time.monotonic()
-            if not raw:
+            got = await exchange(self.port, raw, cut, self.timeout)
+            a.sent, a.wall, a.ended, a.crossed = got.sent, got.wall, got.ended, got.crossed
+            if got.cut_s is not None:
+                a.cut_ms = got.cut_s * 1000
+            elif not got.raw:
                 a.error = "closed without an answer"
-                return a
-            parse(raw, a)
+            else:
+                parse(got.raw, a)
         except (TimeoutError, OSError, ValueError, IndexError) as exc:
             a.ended = time.monotonic()
             a.status = None
             a.error = f"{type(exc).__name__}: {exc}"[:120]
-        finally:
-            if writer is not None:
-                writer.close()
         return a
 
     async def operation(self) -> None:
@@ -574,16 +527,6 @@ class Client:
     def stop(self) -> None:
         """No new operation begins; those under way end (their retries too)."""
         self.until = 0.0
-
-
-def answered(writer: asyncio.StreamWriter) -> bool:
-    """Whether a byte of the answer (or the service's close) waits in the socket: then the
-    answer went out before the cut, and the client reads it."""
-    sock = writer.get_extra_info("socket")
-    if sock is None:
-        return False
-    readable, _, _ = select.select([sock.fileno()], [], [], 0)
-    return bool(readable)
 
 
 def dump(path: Any, history: Sequence[Attempt], records: dict[str, Records]) -> None:

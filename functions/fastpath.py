@@ -8,9 +8,10 @@ the CPU of a /next request in profiles), and hands every other request to the ap
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
@@ -30,7 +31,7 @@ from functions.problems import (
     invalid,
     unavailable,
 )
-from functions.watch import Watch
+from functions.watch import ClientLeft, Watch
 from infra.counters import template
 from infra.errors import AwsRefused, ReplyTimeout, StreamFull, Unavailable
 from infra.settings import loopback
@@ -39,12 +40,23 @@ from infra.wire import BadReply, Record, Reply, Void, reply_key
 log = logging.getLogger("numerator.edge")
 
 
+def staying() -> bool:
+    return False
+
+
 async def take(
-    edge: Edge, name: str, raw_count: str | None, key: str | None, timeout: float, who: str = ""
+    edge: Edge,
+    name: str,
+    raw_count: str | None,
+    key: str | None,
+    timeout: float,
+    who: str = "",
+    left: Callable[[], bool] = staying,
 ) -> dict[str, Any]:
     """Put one record for `count` values of counter `name` and await its reply for up to
     `timeout` seconds; the response body, or a Problem. Counts every request and its status.
     `who` sent it (a key id or an address): the Idempotency-Keys it may send are limited.
+    `left` says whether its client is known gone as its reply comes (then ClientLeft).
     One coroutine, not one per step: a /next is resumed through every frame of its chain each
     time it wakes."""
     metrics = edge.metrics
@@ -55,11 +67,11 @@ async def take(
         sent = time.time()
         try:
             if edge.front is not None and key is None:
-                reply = await edge.front.take(name, count, timeout, who)
+                reply = await edge.front.take(name, count, timeout, who, left)
             else:
                 budget = sent + edge.budget(timeout)
                 record = Record(reply_key(), name, count, key, budget, sent, who)
-                reply = await put_and_wait(edge, record, timeout)
+                reply = await put_and_wait(edge, record, timeout, left)
         except FAILURES as exc:
             raise failed(exc, retry_after) from None
         finally:
@@ -118,8 +130,11 @@ async def replied(work: Awaitable[Reply], retry_after: int) -> Reply:
         raise failed(exc, retry_after) from None
 
 
-async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Reply:
-    """Put a record for one request and await its reply."""
+async def put_and_wait(
+    edge: Edge, record: Record | Void, timeout: float, left: Callable[[], bool] = staying
+) -> Reply:
+    """Put a record for one request and await its reply; ClientLeft (its record given up) when
+    its client is known gone (`left`) as the reply comes."""
     edge.replies.expect(record.key)
     # A put to a durable stream runs to its end in a thread, even when its request is cancelled
     # meanwhile (its client gone): the cancel is put only after it, or it could overtake the
@@ -136,7 +151,7 @@ async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Rep
         raise
     edge.metrics.records_put.inc()
     try:
-        return await edge.replies.wait(record.key, timeout)
+        reply = await edge.replies.wait(record.key, timeout)
     except (ReplyTimeout, AwsRefused):  # no one will read what comes
         if isinstance(record, Record):
             await edge.give_up(record)
@@ -145,6 +160,10 @@ async def put_and_wait(edge: Edge, record: Record | Void, timeout: float) -> Rep
         if isinstance(record, Record):
             edge.give_up_later(record)
         raise
+    if isinstance(record, Record) and left():
+        edge.give_up_later(record)
+        raise ClientLeft
+    return reply
 
 
 def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
@@ -257,9 +276,13 @@ class FastPath:
             timeout = edge.timeout(scope.get("aws.context"))
             watch.add(this, receive)
             try:
-                body = await take(edge, counter, query.get("count"), key, timeout, who)
+                left = functools.partial(watch.left, this)
+                body = await take(edge, counter, query.get("count"), key, timeout, who, left)
             finally:
                 watch.done(this)
+        except ClientLeft:
+            edge.metrics.clients_gone.inc()
+            return
         except asyncio.CancelledError:
             if this not in watch.gone:
                 raise

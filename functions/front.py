@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
+from functions.watch import ClientLeft
 from infra.errors import AwsRefused, NumeratorError, ReplyTimeout
 from infra.observe.metrics import Metrics
 from infra.ports import Replies, Stream
@@ -66,10 +67,18 @@ class Front:
         self._putting = 0  # puts in flight
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def take(self, counter: str, count: int, timeout: float, who: str = "") -> Reply:
+    async def take(
+        self,
+        counter: str,
+        count: int,
+        timeout: float,
+        who: str = "",
+        left: Callable[[], bool] | None = None,
+    ) -> Reply:
         """The reply for `count` values of `counter`: a slice of the front frame's range, or the
         frame's error. Raises what putting raised (StreamFull, Unavailable), ReplyTimeout or
-        BadReply, as a record of its own would."""
+        BadReply, as a record of its own would; ClientLeft (its values given up) when its
+        client is known gone (`left`) as they come."""
         loop = asyncio.get_running_loop()
         now = time.time()
         deadline = now + self.budget(timeout)
@@ -85,24 +94,31 @@ class Front:
             # that lands once the answer is in swallows the cancel and returns the answer, which
             # then went to a client that had left, neither received nor void.
             async with asyncio.timeout(timeout):
-                return await waiter.answer
+                part = await waiter.answer
         except TimeoutError:
             self._leave(counter, waiter)
             raise ReplyTimeout(f"no reply within {timeout:g}s") from None
         except asyncio.CancelledError:
             self._leave(counter, waiter)
-            answer = waiter.answer
-            if answer.done() and not answer.cancelled() and answer.result().error is None:
-                # Its values came just as its client went: no one will read them.
-                part = answer.result()
-                assert part.day is not None
-                self.metrics.replies_abandoned.inc()
-                task = asyncio.create_task(
-                    self.abandon(part.counter, part.first, part.last, part.day, who)
-                )
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+            self._given_up(waiter, who)
             raise
+        if left is not None and left():
+            self._given_up(waiter, who)
+            raise ClientLeft
+        return part
+
+    def _given_up(self, waiter: Waiter, who: str) -> None:
+        """Void a waiter's values if they came just as its client went: no one will read them."""
+        answer = waiter.answer
+        if answer.done() and not answer.cancelled() and answer.result().error is None:
+            part = answer.result()
+            assert part.day is not None
+            self.metrics.replies_abandoned.inc()
+            task = asyncio.create_task(
+                self.abandon(part.counter, part.first, part.last, part.day, who)
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     def _leave(self, counter: str, waiter: Waiter) -> None:
         group = self._open.get(counter)

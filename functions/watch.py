@@ -15,6 +15,11 @@ from starlette.types import Message, Receive
 WATCH_AFTER_S = 0.1
 
 
+class ClientLeft(Exception):
+    """The client left as its answer came: its values are given up, as for one that left
+    before (`Watch.left`)."""
+
+
 class Watch:
     """The /next requests in flight whose clients may go away. Most are answered within
     milliseconds, so none is watched at first: a sweep every half WATCH_AFTER_S starts a
@@ -59,6 +64,19 @@ class Watch:
             watcher = self.watchers.pop(task, None)
             if watcher is not None:
                 watcher.cancel()
+
+    def left(self, task: asyncio.Task[Any]) -> bool:
+        """Whether `task`'s client is already known gone, its watcher's callback not yet run:
+        granian completes the `receive()` future as it reads the client's leaving and runs its
+        callbacks a turn of the loop later, and an answer that came within that turn would go
+        to a connection granian had closed — neither received nor void."""
+        watcher = self.watchers.get(task)
+        if watcher is None or isinstance(watcher, asyncio.Task) or not watcher.done():
+            return False
+        if watcher.cancelled() or watcher.exception() is not None:
+            return False
+        left = watcher.result()["type"] == "http.disconnect"
+        return bool(left)
 
     def sweep(self) -> None:
         self.timer = None

@@ -4,15 +4,21 @@ leaves has them voided, abandoned — never handed to a client that is gone."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import date
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from functions.edge import Edge
+from functions.fastpath import put_and_wait
 from functions.front import Front
+from functions.watch import ClientLeft
 from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.observe.metrics import Metrics
-from infra.wire import Record, Reply
+from infra.settings import Settings
+from infra.wire import Cancel, Record, Reply, reply_key
 
 
 async def test_an_answer_that_comes_as_its_client_leaves_is_abandoned() -> None:
@@ -36,3 +42,42 @@ async def test_an_answer_that_comes_as_its_client_leaves_is_abandoned() -> None:
         await task
     await asyncio.sleep(0.01)
     assert abandoned == [("inv", 41, 42, date(2026, 12, 2), "me")]
+
+
+async def test_an_answer_whose_client_is_known_gone_is_abandoned_not_returned() -> None:
+    """granian has read the client's leaving (its receive() future is done) but the watch's
+    callback has not run yet when the answer comes (`left` says so): the answer is not
+    returned (ClientLeft) and its values are abandoned. Before, it was returned and sent to a
+    connection granian had closed: neither received nor void (the matrix's cuts cell)."""
+    stream, replies, metrics = MemoryStream(), MemoryReplies(), Metrics()
+    abandoned: list[tuple[Any, ...]] = []
+
+    async def abandon(*void: Any) -> None:
+        abandoned.append(void)
+
+    front = Front(stream, replies, metrics, 0.001, lambda t: t, abandon=abandon)
+    task = asyncio.create_task(front.take("inv", 1, 5.0, "me", left=lambda: True))
+    [entry] = await stream.read(stream.shard, None, 10, 5.0)
+    assert isinstance(entry.record, Record)
+    await replies.publish([Reply(entry.record.key, "inv", 7, 7, "{value}", date(2026, 12, 2))])
+    with pytest.raises(ClientLeft):
+        await task
+    await asyncio.sleep(0.01)
+    assert abandoned == [("inv", 7, 7, date(2026, 12, 2), "me")]
+
+
+async def test_a_record_whose_client_is_known_gone_as_its_reply_comes_is_cancelled() -> None:
+    """The same for a request with a record of its own (an Idempotency-Key): its record is
+    cancelled on the stream (the batcher voids its values while it holds its key)."""
+    stream, replies, metrics = MemoryStream(), MemoryReplies(), Metrics()
+    store: Any = SimpleNamespace(ping=None)  # the edge asks nothing of its store here
+    edge = Edge(stream, replies, store, Settings.from_env({"AUTH": "none"}), metrics)
+    record = Record(reply_key(), "inv", 1, "key-1", time.time() + 5, time.time(), "me")
+    task = asyncio.create_task(put_and_wait(edge, record, 5.0, left=lambda: True))
+    [entry] = await stream.read(stream.shard, None, 10, 5.0)
+    await replies.publish([Reply(record.key, "inv", 7, 7, "{value}", date(2026, 12, 2))])
+    with pytest.raises(ClientLeft):
+        await task
+    [cancel] = await stream.read(stream.shard, entry.sequence, 10, 5.0)
+    assert isinstance(cancel.record, Cancel)
+    assert (cancel.record.key, cancel.record.idempotency_key) == (record.key, "key-1")

@@ -110,3 +110,24 @@ async def test_a_watcher_ended_before_it_runs_leaves_no_receive_unawaited() -> N
     assert made, "receive() was asked"
     # a coroutine keeps its frame until it has run to its end or been closed
     assert all(coro.cr_frame is None for coro in made), "a receive() was left never awaited"
+
+
+async def test_a_client_known_gone_before_its_callback_runs_is_left() -> None:
+    """granian completes receive()'s future as it reads the client's leaving and runs its
+    callbacks a turn later: `left` sees the leaving in between (an answer that came in that
+    turn is given up, not sent to a closed connection)."""
+    watch, asked, request = await watched_by_a_future()
+    assert not watch.left(request), "not done: still there"
+    asked[0].set_result({"type": "http.disconnect"})  # its callback is due, not run
+    assert watch.left(request)
+    watch.done(request)
+    assert not watch.left(request), "ended: no longer watched"
+    request.cancel()
+
+
+async def test_a_message_that_is_not_the_leaving_is_not_left() -> None:
+    watch, asked, request = await watched_by_a_future()
+    asked[0].set_result({"type": "http.request", "body": b"", "more_body": False})
+    assert not watch.left(request)
+    watch.done(request)
+    request.cancel()

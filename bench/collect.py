@@ -27,6 +27,10 @@ RATES = {
     "records_put": "numerator_records_put_total",
     "republished": "numerator_replies_republished_total",
     "takeovers": "numerator_lease_takeovers_total",
+    "reply_items_read": 'numerator_reply_items_total{op="read"}',
+    "reply_items_written": 'numerator_reply_items_total{op="written"}',
+    "reply_units_read": 'numerator_reply_units_total{op="read"}',
+    "reply_units_written": 'numerator_reply_units_total{op="write"}',
 }
 BASELINE_TRANSACTIONS = "baseline_transactions_total"
 BASELINE_REQUESTS = "baseline_requests_total"

@@ -31,12 +31,30 @@ know as a poison record (dead-lettered) or a bad reply (502), never as a crash."
 # keys in one reply table) and answered as one edge.
 _PREFIX = ""
 _SEQUENCE = itertools.count(1)
+_GROUPED = False
+GROUPED_MARK = "g"
+"""The first letter of a long-running edge's prefix (a hex digit never is): the batcher leaves
+its replies in one item per frame for the edge to read together, not one item per record."""
 
 
 def _draw() -> None:
     global _PREFIX, _SEQUENCE
-    _PREFIX = uuid.uuid4().hex[:16]
+    _PREFIX = (GROUPED_MARK if _GROUPED else "") + uuid.uuid4().hex[: 16 - _GROUPED]
     _SEQUENCE = itertools.count(1)
+
+
+def read_grouped() -> None:
+    """This process (and the children it forks) reads its replies a frame at a time: called by
+    a long-running edge on the AWS path before it makes its first reply key."""
+    global _GROUPED
+    if not _GROUPED:
+        _GROUPED = True
+        _draw()
+
+
+def grouped(key: str) -> bool:
+    """Whether reply key `key` is awaited by an edge that reads its replies a frame at a time."""
+    return key.startswith(GROUPED_MARK)
 
 
 _draw()

@@ -36,7 +36,8 @@ from infra.observe.metrics import Metrics
 from infra.observe.workers import sharing, workers_dir
 from infra.ports import Replies, Stream
 from infra.run.server import tune_gc, worker_signals
-from infra.settings import Mode, Policy, Settings
+from infra.settings import Mode, Policy, ReplyItems, Settings
+from infra.wire import read_grouped
 
 
 def describe(metrics: Metrics, settings: Settings, role: str) -> None:
@@ -173,6 +174,8 @@ class EdgeStack:
         """`found`: the AWS clients to use (`infra.adapters.aws.clients`), when not those this
         process's environment configures."""
         self.settings = settings
+        if settings.edge.reply_items is ReplyItems.FRAME:  # its replies a frame at a time
+            read_grouped()
         self.metrics = Metrics()
         describe(self.metrics, settings, "edge")
         self.aws: AwsPorts = aws_ports(settings, self.metrics, found)

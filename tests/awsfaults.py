@@ -1,6 +1,7 @@
-"""An HTTP proxy in front of an AWS endpoint (moto server) that can refuse DynamoDB's batch
-calls the way AWS refuses a caller without the permission: BatchGetItem and BatchWriteItem
-answer HTTP 400 with DynamoDB's AccessDeniedException body. Everything else passes through.
+"""An HTTP proxy in front of an AWS endpoint (moto server) that can refuse DynamoDB's reply
+calls the way AWS refuses a caller without the permission: BatchGetItem, Query (a long-running
+edge's read of its replies) and BatchWriteItem answer HTTP 400 with DynamoDB's
+AccessDeniedException body. Everything else passes through.
 
     python -m tests.awsfaults UPSTREAM_PORT PORT
 
@@ -20,7 +21,9 @@ from contextlib import suppress
 from infra.run.process import wait_ready
 from infra.run.server import free_port
 
-REFUSED = frozenset({"DynamoDB_20120810.BatchGetItem", "DynamoDB_20120810.BatchWriteItem"})
+REFUSED = frozenset(
+    f"DynamoDB_20120810.{call}" for call in ("BatchGetItem", "Query", "BatchWriteItem")
+)
 DENIED = json.dumps(
     {
         "__type": "com.amazon.coral.service#AccessDeniedException",

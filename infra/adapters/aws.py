@@ -171,8 +171,14 @@ def _create(found: Clients, settings: Settings, wait: float) -> list[str]:
     try:
         found.dynamodb.create_table(
             TableName=settings.aws.reply_table,
-            KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
-            AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+            KeySchema=[
+                {"AttributeName": "k", "KeyType": "HASH"},
+                {"AttributeName": "f", "KeyType": "RANGE"},
+            ],
+            AttributeDefinitions=[
+                {"AttributeName": "k", "AttributeType": "S"},
+                {"AttributeName": "f", "AttributeType": "S"},
+            ],
             BillingMode="PAY_PER_REQUEST",
         )
         made.append(f"table {settings.aws.reply_table}")

@@ -1,13 +1,27 @@
 """The Replies port on Amazon DynamoDB (boto3, through `AwsCaller`).
 
-The batcher writes one item per reply — key `k`, the encoded reply `r`, and `x`, the Unix time the
-table's TTL removes it at — with BatchWriteItem, 25 a call, retrying UnprocessedItems with backoff.
+The table's key is (`k`, `f`); every item has `r`, its encoded replies, and `x`, the Unix time the
+table's TTL removes it at. The batcher writes them with BatchWriteItem, 25 a call, retrying
+UnprocessedItems with backoff, in one of two shapes, chosen by each reply's key (infra/wire.py
+`grouped`):
 
-The edge awaits its key with strongly consistent reads. ONE poller per process (per event loop)
-reads every outstanding key together with BatchGetItem, 100 keys a call, not one loop per request:
-a key is first read when its reply is expected (about one shard read and one frame after the put)
-and then at growing intervals, until the request's deadline, then ReplyTimeout (504). The poller
-wakes once a tick, so that the keys that fall due within it share one call.
+- a record's own reply, `k` its reply key and `f` "-": for the Lambda edge, whose containers each
+  await one request and come and go. The edge reads its key with a strongly consistent
+  BatchGetItem, 100 keys a call.
+- one item per long-running edge per published frame, `k` the edge's id (its reply keys' prefix)
+  and `f` when it was published (nanoseconds, zero-padded, so that they sort by time) and a tag:
+  `r` is every reply of the frame for that edge, one a line. The edge reads them with one
+  strongly consistent Query of its partition from when its oldest waiting record was put, less
+  SKEW_S for clocks that differ. DynamoDB bills an item written by its size (1 KB a unit) and a
+  Query by the size it reads (4 KB a unit), not by the replies in it, so a frame's replies to one
+  edge cost one write and a share of a read, where one item each cost a write and a read each
+  (docs/architecture.md, "Replies a frame at a time").
+
+Either way a reply is found by its key alone (the key names its edge), for as long as the TTL
+keeps it. ONE poller per process (per event loop) reads every outstanding key, not one loop per
+request: a key is first read when its reply is expected (about one shard read and one frame after
+the put) and then at growing intervals, until the request's deadline, then ReplyTimeout (504).
+The poller wakes once a tick, so that the keys that fall due within it share one call.
 """
 
 from __future__ import annotations
@@ -15,15 +29,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from infra.adapters.aws import AwsCaller
 from infra.backoff import Retries
 from infra.errors import AwsRefused, AwsUnavailable, NumeratorError, ReplyTimeout
 from infra.observe.metrics import Metrics
-from infra.wire import BadReply, Reply, decode_reply, encode
+from infra.wire import BadReply, Reply, decode_reply, edge_of_key, encode, grouped
 
 log = logging.getLogger("numerator.replies")
 
@@ -32,12 +50,26 @@ WRITE_ATTEMPTS = 8
 FIRST_STEP, GROWTH, LONGEST_STEP = 0.025, 1.5, 0.25
 WARN_EVERY_S = 5.0
 TICK_S = 0.02  # the poller reads at most once a tick: keys due within one tick share a call
+OWN = "-"  # the sort key of a record's own reply item
+SKEW_S = 0.1
+"""How far a batcher's clock (which stamps a frame's item) may be behind the edge's (which says
+from when to read), for a reply that comes in time: AWS's hosts keep within a millisecond of
+Amazon Time Sync. The look back grows with the wait (as far back again as the key has waited), so
+that a host whose clock is off by up to about WINDOW_S / 2 delays its replies and loses none."""
+WINDOW_S = 2.0
+"""The longest span of an edge's items one Query reads back from now. A reply is stamped when it
+is published, so a poll that read until now finds it within a poll; reading back further only
+made every poll of an edge with one old waiting key (a frozen shard, Postgres restarting) read
+all its items since then, and under the soak the polls fell behind their keys (10 times the
+504s of an item per record)."""
+ITEM_BYTES = 300_000  # a frame's replies to one edge per item, below DynamoDB's 400 KB an item
 
 
 @dataclass
 class _Wait:
     future: asyncio.Future[Reply]
     due: float  # monotonic time of its next read
+    since: float  # Unix time its record was (about to be) put: its frame's item is not older
     step: float = FIRST_STEP
 
 
@@ -45,6 +77,11 @@ class _Wait:
 class _Poller:
     waits: dict[str, _Wait] = field(default_factory=dict)
     task: asyncio.Task[None] | None = None
+
+
+def stamp(now: float) -> str:
+    """A frame item's sort key: its time, sortable as text, and a tag of its own."""
+    return f"{int(now * 1e9):020d}-{uuid.uuid4().hex[:8]}"
 
 
 class DynamoReplies:
@@ -68,31 +105,48 @@ class DynamoReplies:
         does not answer."""
         await self.calls(self.client.describe_table, tries=1, TableName=self.table)
 
-    def expect(self, key: str) -> None:
+    def expect(self, key: str, since: float | None = None) -> None:
+        """`since`: the Unix time the record is put at (now); 0 to look through every item of
+        the key's edge the table keeps (a key this process did not put)."""
         loop = asyncio.get_running_loop()
-        self._poller.waits[key] = _Wait(loop.create_future(), time.monotonic() + self.expected)
+        when = time.time() if since is None else since
+        self._poller.waits[key] = _Wait(
+            loop.create_future(), time.monotonic() + self.expected, when
+        )
 
     def forget(self, key: str) -> None:
         self._poller.waits.pop(key, None)
 
     async def publish(self, replies: Sequence[Reply]) -> None:
-        expires = str(int(time.time() + self.ttl))
-        requests = [
-            {
-                "PutRequest": {
-                    "Item": {"k": {"S": r.key}, "r": {"S": encode(r).decode()}, "x": {"N": expires}}
-                }
-            }
-            for r in replies
-        ]
-        chunks = [requests[i : i + WRITE_BATCH] for i in range(0, len(requests), WRITE_BATCH)]
+        now = time.time()
+        expires = str(int(now + self.ttl))
+        items: list[dict[str, Any]] = []
+        frames: defaultdict[str, list[bytes]] = defaultdict(list)
+        for reply in replies:
+            if grouped(reply.key):
+                frames[edge_of_key(reply.key)].append(encode(reply))
+            else:
+                items.append(_item(reply.key, OWN, encode(reply), expires))
+        for edge, lines in frames.items():
+            for part in _parts(lines):
+                items.append(_item(edge, stamp(now), b"\n".join(part), expires))
+        chunks = [items[i : i + WRITE_BATCH] for i in range(0, len(items), WRITE_BATCH)]
         results = await asyncio.gather(*(self._write(c) for c in chunks), return_exceptions=True)
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        self.metrics.reply_items.inc("written", len(items))
+        self.metrics.reply_units.inc("write", sum(-(-size(item) // 1024) for item in items))
 
-    async def _write(self, requests: list[dict[str, Any]]) -> None:
+    async def _write(self, items: list[dict[str, Any]]) -> None:
+        requests = [{"PutRequest": {"Item": item}} for item in items]
         async for _ in Retries(WRITE_ATTEMPTS, cap=1.0):
+            # A frame item is stamped as it is written again: one stamped at the first try and
+            # written seconds later would lie before where its edge reads (WINDOW_S back).
+            for request in requests:
+                item = request["PutRequest"]["Item"]
+                if item["f"]["S"] != OWN:
+                    item["f"] = {"S": stamp(time.time())}
             out = await self.calls(
                 self.client.batch_write_item, RequestItems={self.table: requests}
             )
@@ -105,7 +159,7 @@ class DynamoReplies:
     async def wait(self, key: str, timeout: float) -> Reply:
         poller = self._poller
         if key not in poller.waits:
-            self.expect(key)
+            self.expect(key, since=0.0)
         waiting = poller.waits[key]
         if poller.task is None or poller.task.done():
             poller.task = asyncio.get_running_loop().create_task(self._poll())
@@ -127,12 +181,26 @@ class DynamoReplies:
             due = [k for k, w in waits.items() if w.due <= now and not w.future.done()]
             if not due:
                 continue
+            own: list[str] = []
+            edges: dict[str, float] = {}  # edge: when to read its items from
+            wall = time.time()
             for key in due:
                 wait = waits[key]
                 wait.step = min(wait.step * GROWTH, LONGEST_STEP)
                 wait.due = now + wait.step
-            chunks = [due[i : i + READ_BATCH] for i in range(0, len(due), READ_BATCH)]
-            await asyncio.gather(*(self._read(chunk) for chunk in chunks))
+                if grouped(key):
+                    edge = edge_of_key(key)
+                    back = wait.since - SKEW_S - max(0.0, wall - wait.since)
+                    if wait.since:  # a key this process put (not one looked up by key alone)
+                        back = max(back, wall - WINDOW_S)
+                    edges[edge] = min(edges.get(edge, back), back)
+                else:
+                    own.append(key)
+            chunks = [own[i : i + READ_BATCH] for i in range(0, len(own), READ_BATCH)]
+            await asyncio.gather(
+                *(self._read(chunk) for chunk in chunks),
+                *(self._query(edge, since) for edge, since in edges.items()),
+            )
 
     def _warn(self, exc: NumeratorError) -> None:
         """Say a read failed, once every WARN_EVERY_S at most: a refusing table fails every
@@ -143,30 +211,51 @@ class DynamoReplies:
             log.warning("cannot read replies (%d failed reads): %s", self._failed, exc)
             self._warned, self._failed = now, 0
 
+    def _refused(self, keys: Sequence[str], exc: AwsRefused) -> None:
+        """Read again, it is refused again: its waiters are told now."""
+        self._warn(exc)
+        for key in keys:
+            wait = self._poller.waits.get(key)
+            if wait is not None and not wait.future.done():
+                wait.future.set_exception(exc)
+
+    def _found(self, raw: bytes) -> None:
+        waits = self._poller.waits
+        try:
+            reply = decode_reply(raw)
+        except BadReply as exc:
+            key = _key_of(raw)
+            wait = waits.get(key) if key else None
+            if wait is not None and not wait.future.done():
+                wait.future.set_exception(BadReply(f"unreadable reply item: {exc}"))
+            return
+        wait = waits.get(reply.key)
+        if wait is not None and not wait.future.done():
+            wait.future.set_result(reply)
+
     async def _read(self, keys: list[str]) -> None:
         try:
             out = await self.calls(
                 self.client.batch_get_item,
                 RequestItems={
                     self.table: {
-                        "Keys": [{"k": {"S": k}} for k in keys],
+                        "Keys": [{"k": {"S": k}, "f": {"S": OWN}} for k in keys],
                         "ConsistentRead": True,
                         "ProjectionExpression": "k, r",
                     }
                 },
             )
-        except AwsRefused as exc:  # read again, it is refused again: its waiters are told now
-            self._warn(exc)
-            for key in keys:
-                wait = self._poller.waits.get(key)
-                if wait is not None and not wait.future.done():
-                    wait.future.set_exception(exc)
+        except AwsRefused as exc:
+            self._refused(keys, exc)
             return
         except NumeratorError as exc:  # the keys are read again at their next step
             self._warn(exc)
             return
+        self.metrics.reply_items.inc("read", len(keys))  # a missing item is billed too
+        found = out.get("Responses", {}).get(self.table, [])
+        self.metrics.reply_units.inc("read", len(keys))  # a reply is well under 4 KB
         waits = self._poller.waits
-        for item in out.get("Responses", {}).get(self.table, []):
+        for item in found:
             wait = waits.get(item["k"]["S"])
             if wait is None or wait.future.done():
                 continue
@@ -174,3 +263,70 @@ class DynamoReplies:
                 wait.future.set_result(decode_reply(item["r"]["S"].encode()))
             except (BadReply, KeyError) as exc:
                 wait.future.set_exception(BadReply(f"unreadable reply item: {exc}"))
+
+    async def _query(self, edge: str, since: float) -> None:
+        """Every frame item of `edge` stamped since `since` (Unix time), page by page."""
+        arguments: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "k = :e AND f >= :since",
+            "ExpressionAttributeValues": {
+                ":e": {"S": edge},
+                ":since": {"S": f"{int(max(0.0, since) * 1e9):020d}"},
+            },
+            "ConsistentRead": True,
+        }
+        while True:
+            try:
+                out = await self.calls(self.client.query, **arguments)
+            except AwsRefused as exc:
+                self._refused([k for k in self._poller.waits if edge_of_key(k) == edge], exc)
+                return
+            except NumeratorError as exc:
+                self._warn(exc)
+                return
+            self.metrics.reply_items.inc("read", out.get("Count", 0))
+            read = sum(size(item) for item in out.get("Items", []))
+            self.metrics.reply_units.inc("read", max(1, -(-read // 4096)))
+            for item in out.get("Items", []):
+                for line in item.get("r", {}).get("S", "").encode().split(b"\n"):
+                    self._found(line)
+            if "LastEvaluatedKey" not in out:
+                return
+            arguments["ExclusiveStartKey"] = out["LastEvaluatedKey"]
+
+
+def size(item: dict[str, Any]) -> int:
+    """An item's size as DynamoDB bills it: its attributes' names and values, in bytes (a
+    number's digits about half a byte each)."""
+    total = 0
+    for name, value in item.items():
+        text = value.get("S") if "S" in value else value.get("N", "")
+        total += len(name) + len(text.encode()) if "S" in value else len(name) + len(text) // 2 + 1
+    return total
+
+
+def _item(key: str, sort: str, raw: bytes, expires: str) -> dict[str, Any]:
+    return {"k": {"S": key}, "f": {"S": sort}, "r": {"S": raw.decode()}, "x": {"N": expires}}
+
+
+def _parts(lines: list[bytes]) -> list[list[bytes]]:
+    """The lines in runs of at most ITEM_BYTES."""
+    parts: list[list[bytes]] = [[]]
+    size = 0
+    for line in lines:
+        if parts[-1] and size + len(line) + 1 > ITEM_BYTES:
+            parts.append([])
+            size = 0
+        parts[-1].append(line)
+        size += len(line) + 1
+    return parts
+
+
+def _key_of(raw: bytes) -> str | None:
+    """The reply key of a reply that does not decode, when it can be read."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    key = data.get("k") if isinstance(data, dict) else None
+    return key if isinstance(key, str) else None

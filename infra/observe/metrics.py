@@ -281,6 +281,17 @@ class Metrics:
         "AWS calls answered with throttling (retried), by API call.", label="call"
     )
     aws_calls: LabeledTotal = metric("Calls to Kinesis and DynamoDB, by API call.", label="call")
+    reply_items: LabeledTotal = metric(
+        "Reply table items read and written, by op (DynamoDB bills by the item): a frame's "
+        "replies to one long-running edge are one item.",
+        label="op",
+    )
+    reply_units: LabeledTotal = metric(
+        "DynamoDB capacity units of the reply table's reads and writes, by op, as DynamoDB "
+        "bills them: a write unit per KB of an item, a strongly consistent read unit per "
+        "4 KB a Query reads (one at least) or per key a BatchGetItem asks for.",
+        label="op",
+    )
     aws_retries: LabeledTotal = metric(
         "AWS calls tried again, by reason (throttled, transient, connection).",
         label="reason",

@@ -13,8 +13,8 @@ awslocal kinesis wait stream-exists --stream-name "$STREAM"
 
 awslocal dynamodb describe-table --table-name "$TABLE" >/dev/null 2>&1 ||
   awslocal dynamodb create-table --table-name "$TABLE" \
-    --attribute-definitions AttributeName=k,AttributeType=S \
-    --key-schema AttributeName=k,KeyType=HASH \
+    --attribute-definitions AttributeName=k,AttributeType=S AttributeName=f,AttributeType=S \
+    --key-schema AttributeName=k,KeyType=HASH AttributeName=f,KeyType=RANGE \
     --billing-mode PAY_PER_REQUEST
 awslocal dynamodb wait table-exists --table-name "$TABLE"
 awslocal dynamodb update-time-to-live --table-name "$TABLE" \

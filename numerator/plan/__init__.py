@@ -3,14 +3,15 @@ measurements (measured.json) and a dated prices file (prices.json)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from infra.settings import Settings
-from numerator.plan.cost import INSTANCES, Bill, Prices, bill
+from numerator.plan.cost import INSTANCES, Bill, Prices, bill, fan_out
+from numerator.plan.latency import Hop, budget, p50
 from numerator.plan.model import (
     HEADROOM,
     MEASURED,
@@ -35,6 +36,10 @@ class Plan:
     calls: dict[str, float]  # a second, at the mean rate
     limits: list[Limit]
     bill: Bill
+    reply_units: dict[str, float]  # the reply table's, a second at the mean rate (measured)
+    hops: list[Hop] = field(default_factory=list)  # the latency budget, reading by GetRecords
+    fan_out_hops: list[Hop] = field(default_factory=list)  # ... with enhanced fan-out
+    fan_out: dict[str, float] = field(default_factory=dict)  # what enhanced fan-out costs, saves
 
     def to_json(self) -> dict[str, Any]:
         sizing = self.sizing
@@ -57,7 +62,20 @@ class Plan:
             },
             "aws_calls_per_s": {call: round(n, 1) for call, n in sorted(self.calls.items())},
             "aws_calls_per_request": round(sum(self.calls.values()) / self.load.rps, 4),
+            "reply_units_per_s": {op: round(n, 1) for op, n in sorted(self.reply_units.items())},
             "limits": [limit.to_json() for limit in self.limits],
+            "latency_budget": {
+                "hops": [hop.to_json() for hop in self.hops],
+                "p50_ms": round(p50(self.hops), 1),
+                "measured_reply_wait_ms": round(sizing.reply_wait_s * 1000),
+                "with_enhanced_fan_out": {
+                    "hops": [hop.to_json() for hop in self.fan_out_hops],
+                    "p50_ms": round(p50(self.fan_out_hops), 1),
+                    **{k: round(v, 2) for k, v in self.fan_out.items()},
+                },
+            }
+            if self.hops
+            else None,
             "cost": self.bill.to_json(),
         }
 
@@ -80,6 +98,21 @@ def plan(
     commits = float(data["commits_per_s"])
     sizing.instance_class = INSTANCES[1 if sizing.transactions_per_s <= commits * HEADROOM else 2]
     calls = runs.calls(load.rps, sizing.units())
-    return Plan(
-        edge, load, sizing, calls, limits(sizing, commits), bill(load, sizing, calls, prices)
+    units = runs.reply_units(load.rps, sizing.units())
+    sizing.reply_writes_per_s = runs.reply_units(load.peak, sizing.units()).get("write", 0.0)
+    out = Plan(
+        edge,
+        load,
+        sizing,
+        calls,
+        limits(sizing, commits),
+        bill(load, sizing, calls, prices, units),
+        units,
     )
+    if edge is not EdgeKind.ATOMIC:
+        settings = Settings.of()
+        out.hops = budget(edge, settings, 1000 / commits)
+        out.fan_out_hops = budget(edge, settings, 1000 / commits, fan_out=True)
+        faster = (p50(out.hops) - p50(out.fan_out_hops)) / 1000
+        out.fan_out = fan_out(load, sizing, prices, faster)
+    return out

@@ -124,9 +124,16 @@ class Bill:
         }
 
 
-def bill(load: Load, sizing: Sizing, calls: dict[str, float], prices: Prices) -> Bill:
+def bill(
+    load: Load,
+    sizing: Sizing,
+    calls: dict[str, float],
+    prices: Prices,
+    reply_units: dict[str, float] | None = None,
+) -> Bill:
     """The month's cost of `sizing` serving `load`, `calls` a second being its AWS calls at
-    the mean rate."""
+    the mean rate, and `reply_units` the reply table's read and write units a second there
+    (measured; without them, estimated from the calls)."""
     usd, hours = prices.usd, prices.hours
     requests = load.rps * MONTH_S
     scale = load.rps / sizing.peak_rps  # records at the mean (an upper bound with front frames)
@@ -150,14 +157,7 @@ def bill(load: Load, sizing: Sizing, calls: dict[str, float], prices: Prices) ->
             usd["alb_hour"] + max(1.0, gb_per_hour) * usd["alb_lcu_hour"]
         )
     kinesis(out, sizing, records, prices)
-    reads = calls.get("batch_get_item", 0.0) + calls.get("get_item", 0.0)
-    if sizing.edge is EdgeKind.SERVER:  # one poll reads every reply its process waits for
-        edges = max(1, sizing.edge_tasks)
-        reads *= max(1.0, sizing.records_per_s * scale / edges * sizing.reply_wait_s)
-    out.lines["DynamoDB reply table"] = (
-        records / 1e6 * usd["dynamodb_write_per_million"]
-        + reads * MONTH_S / 1e6 * usd["dynamodb_read_per_million"]
-    )
+    reply_table(out, prices, reply_units or per_record(sizing, calls, scale))
     instance = prices.instance(sizing.instance_class)
     out.lines[f"RDS Postgres {sizing.instance_class}, Multi-AZ"] = 2 * (
         instance * hours + RDS_STORAGE_GB * usd["rds_gp3_gb_month"]
@@ -174,6 +174,24 @@ def bill(load: Load, sizing: Sizing, calls: dict[str, float], prices: Prices) ->
         CUSTOM_METRICS * usd["cloudwatch_metric_month"] + ALARMS * usd["cloudwatch_alarm_month"]
     )
     return out
+
+
+def per_record(sizing: Sizing, calls: dict[str, float], scale: float) -> dict[str, float]:
+    """The reply table's units a second estimated from the calls, for an older measured.json
+    that has no `reply_units`: an item per record, every waiting key read per poll."""
+    reads = calls.get("batch_get_item", 0.0) + calls.get("get_item", 0.0)
+    if sizing.edge is EdgeKind.SERVER:  # one poll reads every reply its process waits for
+        edges = max(1, sizing.edge_tasks)
+        reads *= max(1.0, sizing.records_per_s * scale / edges * sizing.reply_wait_s)
+    return {"write": sizing.records_per_s * scale, "read": reads}
+
+
+def reply_table(out: Bill, prices: Prices, units: dict[str, float]) -> None:
+    """The reply table's line: `units` its write and read units a second at the mean rate."""
+    usd = prices.usd
+    per_s = units["write"] * usd["dynamodb_write_per_million"]
+    per_s += units["read"] * usd["dynamodb_read_per_million"]
+    out.lines["DynamoDB reply table"] = MONTH_S / 1e6 * per_s
 
 
 def lambda_lines(out: Bill, requests: float, sizing: Sizing, prices: Prices) -> None:
@@ -219,3 +237,23 @@ def kinesis(out: Bill, sizing: Sizing, records: float, prices: Prices) -> None:
         out.notes.append(
             f"Kinesis provisioned ({sizing.shards} shards) would cost ${provisioned:,.0f} a month"
         )
+
+
+def fan_out(load: Load, sizing: Sizing, prices: Prices, faster_s: float) -> dict[str, float]:
+    """What reading the stream with enhanced fan-out would cost a month (one registered
+    consumer, on every shard, and the bytes it reads), and what its `faster_s` shorter wait
+    saves of a Lambda edge's duration; {} when the prices file has no fan-out prices."""
+    usd = prices.usd
+    if "kinesis_efo_consumer_shard_hour" not in usd or "kinesis_efo_gb_retrieved" not in usd:
+        return {}
+    records = sizing.records_per_s * load.rps / sizing.peak_rps * MONTH_S
+    gigabytes = records * max(sizing.record_bytes, 1) / 1e9
+    cost = (
+        sizing.shards * prices.hours * usd["kinesis_efo_consumer_shard_hour"]
+        + gigabytes * usd["kinesis_efo_gb_retrieved"]
+    )
+    saves = 0.0
+    if sizing.edge is EdgeKind.LAMBDA:
+        seconds = load.rps * MONTH_S * faster_s * LAMBDA_MEMORY_GB
+        saves = seconds * usd["lambda_arm64_gb_second"]
+    return {"usd_per_month": cost, "saves_lambda_duration_usd_per_month": saves}

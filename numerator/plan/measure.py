@@ -69,6 +69,14 @@ def kept(edge: EdgeKind, rate: float, run: dict[str, Any]) -> dict[str, Any]:
         "batchers": settings.get("batchers") or 0,
         "calls": {k[4:]: v for k, v in totals.items() if k.startswith("aws:") and v},
         "records_put": totals.get("records_put", 0.0),
+        "reply_units": {
+            "read": totals.get("reply_units_read", 0.0),
+            "write": totals.get("reply_units_written", 0.0),
+        },
+        "reply_items": {
+            "read": totals.get("reply_items_read", 0.0),
+            "written": totals.get("reply_items_written", 0.0),
+        },
         "latency_mean_ms": summary["latency_mean_ms"],
         "latency_p50_ms": summary["latency_p50_ms"],
         "edge_cpu_pct": edge_cpu,

@@ -51,6 +51,13 @@ class Unit(StrEnum):
     EDGE = "edge process"
     SHARD = "shard"
     PROCESS = "process"
+    EDGE_SHARD = "edge process and shard"  # a frame item per edge per shard's frame
+
+
+REPLY_UNITS = {"read": Unit.EDGE, "write": Unit.EDGE_SHARD}
+"""The reply table's capacity units: read by each edge's polls (a Query of its partition), written
+one frame item per edge that has replies in a shard's frame. The Lambda edge has no edge process:
+its units are per request (one item each, read by key)."""
 
 
 UNITS = {
@@ -58,6 +65,7 @@ UNITS = {
     "put_records": Unit.EDGE,
     "batch_get_item": Unit.EDGE,
     "get_item": Unit.EDGE,
+    "query": Unit.EDGE,
     "get_records": Unit.SHARD,
     "get_shard_iterator": Unit.SHARD,
     "list_shards": Unit.SHARD,
@@ -71,7 +79,12 @@ def unit_of(call: str) -> Unit:
 
 def units(edges: float, shards: float, batchers: float) -> dict[Unit, float]:
     """A deployment's units: its edge processes, its shards, and all its processes."""
-    return {Unit.EDGE: edges, Unit.SHARD: shards, Unit.PROCESS: edges + batchers}
+    return {
+        Unit.EDGE: edges,
+        Unit.SHARD: shards,
+        Unit.PROCESS: edges + batchers,
+        Unit.EDGE_SHARD: edges * shards,
+    }
 
 
 @dataclass(frozen=True)
@@ -140,24 +153,41 @@ class Measured:
     edge: EdgeKind
     runs: list[dict[str, Any]]
     fits: dict[str, Fit] = field(default_factory=dict)
+    replies: dict[str, Fit] = field(default_factory=dict)
+    """The reply table's capacity units a second, read and written (REPLY_UNITS), when the
+    runs measured them."""
 
     @classmethod
     def of(cls, edge: EdgeKind, runs: list[dict[str, Any]]) -> Measured:
         if len({run["rps"] for run in runs}) < 2:
             raise PlanError(f"measured.json: the {edge} edge needs runs at two rates at least")
         calls = sorted({call for run in runs for call in run["calls"]})
+        have = measured_units(runs[0])
         fits = {
             call: fit(
                 [(run["rps"], run["calls"].get(call, 0.0) / run["duration_s"]) for run in runs],
-                measured_units(runs[0])[unit_of(call)],
+                have[unit_of(call)],
             )
             for call in calls
         }
-        return cls(edge, runs, fits)
+        replies = {
+            op: fit(
+                [(run["rps"], run["reply_units"][op] / run["duration_s"]) for run in runs],
+                have[unit],
+            )
+            for op, unit in REPLY_UNITS.items()
+            if all(run.get("reply_units", {}).get(op) for run in runs)
+        }
+        return cls(edge, runs, fits, replies)
 
     def calls(self, rps: float, units: dict[Unit, float]) -> dict[str, float]:
         """Calls a second by call at `rps` on a deployment of `units`."""
         return {call: fit.at(rps, units[unit_of(call)]) for call, fit in self.fits.items()}
+
+    def reply_units(self, rps: float, units: dict[Unit, float]) -> dict[str, float]:
+        """The reply table's read and write units a second at `rps` on a deployment of
+        `units`; empty when the runs did not measure them."""
+        return {op: f.at(rps, units[REPLY_UNITS[op]]) for op, f in self.replies.items()}
 
     def least(self, key: str) -> float:
         """The least of the runs' figure: the reply wait without any queueing."""
@@ -208,6 +238,7 @@ class Sizing:
     transactions_per_s: float = 0.0
     instance_class: str = ""
     rps_per_task: float = 0.0
+    reply_writes_per_s: float = 0.0  # the reply table's write units at the peak, when measured
 
     def units(self) -> dict[Unit, float]:
         return units(self.edge_tasks, self.shards, self.batchers)  # no edge tasks off the server
@@ -336,7 +367,7 @@ def stream_limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
         ),
         Limit(
             "DynamoDB on-demand reply table at first (write units/s)",
-            sizing.records_per_s,
+            sizing.reply_writes_per_s or sizing.records_per_s,
             DYNAMODB_ON_DEMAND_START,
             "warm throughput on the reply table, or let it grow to it",
         ),

@@ -10,6 +10,7 @@ import orjson
 
 from numerator.plan import EdgeKind, Load, Plan, PlanError, plan, read_measured
 from numerator.plan.cost import Prices
+from numerator.plan.latency import p50
 
 HEADS = {
     EdgeKind.LAMBDA: "lambda edge",
@@ -100,6 +101,7 @@ def text(load: Load, plans: list[Plan], prices: Prices, measured: dict[str, Any]
     rows = [(f"  {call}", [made(p, call) for p in plans]) for call in calls]
     rows.append(("calls per request", [f"{sum(p.calls.values()) / load.rps:.3f}" for p in plans]))
     lines += columns(rows, heads)
+    lines += latency_lines(plans, heads)
     lines += ["", f"Monthly cost, USD ({prices.source}, prices as of {prices.as_of})"]
     items = list(dict.fromkeys(item for p in plans for item in p.bill.lines))
     rows = [(f"  {i}", [money(p.bill.lines.get(i)) for p in plans]) for i in items]
@@ -128,6 +130,50 @@ ATOMIC = (
     "a lost answer leaves a gap nobody can explain, one counter cannot take more than one "
     "partition's writes,\nand there is no per-period reset, template or ledger."
 )
+
+
+def latency_lines(plans: list[Plan], heads: list[str]) -> list[str]:
+    """The latency budget per hop, side by side, and what enhanced fan-out would change."""
+    timed = [p for p in plans if p.hops]
+    if not timed:
+        return []
+    # in the order a request meets them: the longest list's order, the others' own hops first
+    longest = [hop.name for hop in max(timed, key=lambda p: len(p.hops)).hops]
+    others = [hop.name for p in timed for hop in p.hops if hop.name not in longest]
+    names = list(dict.fromkeys(others + longest))
+
+    def ms(each: Plan, name: str) -> str:
+        found = [hop.ms for hop in each.hops if hop.name == name]
+        return f"{found[0]:,.1f}" if found else "-"
+
+    rows = [(f"  {name}", [ms(p, name) if p.hops else "-" for p in plans]) for name in names]
+    rows += [
+        ("p50 it adds up to", [f"{p50(p.hops):,.0f}" if p.hops else "-" for p in plans]),
+        ("  measured on moto (mean wait)", [f"{p.sizing.reply_wait_s * 1000:,.0f}" for p in plans]),
+        (
+            "p50 with enhanced fan-out",
+            [f"{p50(p.fan_out_hops):,.0f}" if p.fan_out_hops else "-" for p in plans],
+        ),
+        (
+            "  enhanced fan-out, a month",
+            [money(p.fan_out.get("usd_per_month")) if p.fan_out else "-" for p in plans],
+        ),
+        (
+            "  Lambda duration it saves",
+            [
+                money(p.fan_out.get("saves_lambda_duration_usd_per_month"))
+                if p.edge is EdgeKind.LAMBDA and p.fan_out
+                else "-"
+                for p in plans
+            ],
+        ),
+    ]
+    return [
+        "",
+        "Latency budget per hop, ms (sources: numerator/plan/latency.json; enhanced fan-out is "
+        "not a read mode yet: docs/aws.md)",
+        *columns(rows, heads),
+    ]
 
 
 def made(each: Plan, call: str) -> str:

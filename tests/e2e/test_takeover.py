@@ -60,10 +60,11 @@ def published(found: Any, table: str) -> set[tuple[str, int]]:
     values: set[tuple[str, int]] = set()
     pages = found.dynamodb.get_paginator("scan").paginate(TableName=table)
     for page in pages:
-        for item in page["Items"]:
-            reply = orjson.loads(item["r"]["S"])
-            if "f" in reply:
-                values.update((reply["c"], v) for v in range(reply["f"], reply["l"] + 1))
+        for item in page["Items"]:  # a reply, or a frame's to one edge, a line each
+            for line in item["r"]["S"].splitlines():
+                reply = orjson.loads(line)
+                if "f" in reply:
+                    values.update((reply["c"], v) for v in range(reply["f"], reply["l"] + 1))
     return values
 
 

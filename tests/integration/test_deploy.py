@@ -196,7 +196,10 @@ def test_the_template_deploys_to_moto_cloudformation(
     stream = kinesis.describe_stream_summary(StreamName=made["Stream"])
     assert stream["StreamDescriptionSummary"]["StreamStatus"] == "ACTIVE"
     table = dynamodb.describe_table(TableName=made["ReplyTable"])["Table"]
-    assert table["KeySchema"] == [{"AttributeName": "k", "KeyType": "HASH"}]
+    assert table["KeySchema"] == [
+        {"AttributeName": "k", "KeyType": "HASH"},
+        {"AttributeName": "f", "KeyType": "RANGE"},
+    ]
     # the audit chains' heads (issue 29): moto's CloudFormation makes the bucket but does not
     # apply its ObjectLockConfiguration; tests/unit/test_template.py checks the template's, and
     # tests/integration/test_anchors.py the lock on a bucket made with it

@@ -167,7 +167,7 @@ async def test_auto_front_frames_go_out_once_the_stream_is_free(
 async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
     aws: tuple[Settings, Any], name: str
 ) -> None:
-    """Issue 28, finding 6: DynamoDB refusing every BatchGetItem (AccessDenied) while its
+    """Issue 28, finding 6: DynamoDB refusing every read of replies (AccessDenied) while its
     DescribeTable answers. The edge's /healthz turns red naming the refusal within seconds and
     green again once calls work; a request whose reply cannot be read, and one whose put is
     refused, are answered 502 backend-refused naming it, without Retry-After, after one try
@@ -204,3 +204,25 @@ async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
     assert {r.json()["type"].rsplit(":", 1)[-1] for r in refused} == {"backend-refused"}
     assert denied in refused[0].json()["detail"]
     assert puts.calls + put.calls == 1, "one put for the frame of two, tried once"
+
+
+async def test_replies_a_frame_at_a_time_answer_a_burst_with_queries(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    """REPLY_ITEMS=frame: the edge's keys are grouped, the batcher writes an item per frame for
+    the edge, and the edge reads them with Query, never BatchGetItem."""
+    import infra.wire
+    from infra.settings import ReplyItems
+
+    settings, _ = aws
+    try:
+        async with running(settings, name, reply_items=ReplyItems.FRAME) as (edge, client, back):
+            got = await burst(client, name, 20)
+            calls = edge.metrics.aws_calls.values
+            written = back.metrics.reply_items.values.get("written", 0)
+    finally:  # this process's later edges make keys of their own shape again
+        infra.wire._GROUPED = False
+        infra.wire._draw()
+    assert sorted(values(got)) == list(range(1, 21))
+    assert calls.get("query", 0) >= 1 and "batch_get_item" not in calls, calls
+    assert written >= 1

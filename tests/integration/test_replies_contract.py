@@ -17,7 +17,7 @@ from infra.errors import ReplyTimeout
 from infra.observe.metrics import Metrics
 from infra.ports import Replies
 from infra.settings import Settings
-from infra.wire import BadReply, Reply, ReplyError
+from infra.wire import BadReply, Reply, ReplyError, encode
 
 
 def dynamo(aws: tuple[Settings, Any], metrics: Metrics) -> DynamoReplies:
@@ -92,7 +92,9 @@ async def test_dynamodb_writes_25_a_call_and_reads_many_keys_a_call(
     assert calls["batch_write_item"] == 10  # 250 replies, 25 a call
     assert calls["batch_get_item"] <= 30, calls  # one poller for all, 100 keys a call
     settings, found = aws
-    item = found.dynamodb.get_item(TableName=settings.aws.reply_table, Key={"k": {"S": "k0"}})
+    item = found.dynamodb.get_item(
+        TableName=settings.aws.reply_table, Key={"k": {"S": "k0"}, "f": {"S": "-"}}
+    )
     assert abs(int(item["Item"]["x"]["N"]) - (time.time() + 60)) < 30  # the TTL attribute
 
 
@@ -128,7 +130,155 @@ async def test_dynamodb_an_unreadable_reply_is_a_bad_reply(aws: tuple[Settings, 
     settings, found = aws
     found.dynamodb.put_item(
         TableName=settings.aws.reply_table,
-        Item={"k": {"S": "future"}, "r": {"S": '{"v": 2, "k": "future"}'}, "x": {"N": "1"}},
+        Item={
+            "k": {"S": "future"},
+            "f": {"S": "-"},
+            "r": {"S": '{"v": 2, "k": "future"}'},
+            "x": {"N": "1"},
+        },
     )
     with pytest.raises(BadReply):
         await dynamo(aws, Metrics()).wait("future", 5)
+
+
+# Replies a frame at a time: the keys of a long-running edge (infra/wire.py `grouped`).
+
+EDGE = "g0123456789abcde"
+
+
+def keys_of(edge: str, n: int) -> list[str]:
+    return [f"{edge}-{i}" for i in range(n)]
+
+
+@pytest.mark.parametrize("kind", ["memory", "dynamodb"])
+async def test_a_long_running_edges_replies_reach_their_waiters(
+    kind: str, request: pytest.FixtureRequest
+) -> None:
+    replies: Replies = (
+        MemoryReplies() if kind == "memory" else dynamo(request.getfixturevalue("aws"), Metrics())
+    )
+    keys = keys_of(EDGE, 40)
+    for key in keys:
+        replies.expect(key)
+    waiters = [asyncio.create_task(replies.wait(k, 5)) for k in keys]
+    await replies.publish([ok(k, i) for i, k in enumerate(keys[:25])])
+    await replies.publish([ok(k, i) for i, k in enumerate(keys[25:], 25)])
+    assert [r.first for r in await asyncio.gather(*waiters)] == list(range(40))
+
+
+async def test_dynamodb_a_frames_replies_to_one_edge_are_one_item_read_together(
+    aws: tuple[Settings, Any],
+) -> None:
+    """The server edge's bill: 250 replies of one frame to one edge are one item written and
+    read by one Query, where one item per reply took 250 writes and 250 reads."""
+    metrics = Metrics()
+    table = dynamo(aws, metrics)
+    keys = keys_of(EDGE + "1", 250)
+    for key in keys:
+        table.expect(key)
+    waiters = [asyncio.create_task(table.wait(k, 10)) for k in keys]
+    await asyncio.sleep(0.05)  # the first reads find nothing: they cost a Query, no item
+    await table.publish([ok(k) for k in keys])
+    await asyncio.gather(*waiters)
+    items, calls = metrics.reply_items.values, metrics.aws_calls.values
+    assert items["written"] == 1 and calls["batch_write_item"] == 1
+    assert items["read"] == 1, items
+    # Billed by size: the replies' bytes (and some for the item's key), a write unit per KB, a
+    # read unit per 4 KB of the one Query that found them and one for each that found nothing.
+    body = len(b"\n".join(encode(ok(k)) for k in keys))
+    units = metrics.reply_units.values
+    assert -(-body // 1024) <= units["write"] <= -(-(body + 100) // 1024), (body, units)
+    empty = calls["query"] - 1
+    assert -(-body // 4096) <= units["read"] - empty <= -(-(body + 100) // 4096), (body, units)
+    assert "batch_get_item" not in calls
+    assert calls["query"] <= 5, calls
+
+
+async def test_dynamodb_a_frame_item_written_again_is_stamped_again(
+    aws: tuple[Settings, Any],
+) -> None:
+    """A frame item DynamoDB left unprocessed is stamped anew when it is written again: stamped
+    once, an item written seconds late would lie before where its edge reads (WINDOW_S back),
+    and its waiters would time out with their answer in the table."""
+    settings, found = aws
+    stamps: list[str] = []
+
+    class Late:
+        def __init__(self) -> None:
+            self.first = True
+
+        def batch_write_item(self, **kwargs: Any) -> dict[str, Any]:
+            requests = kwargs["RequestItems"][settings.aws.reply_table]
+            stamps.append(requests[0]["PutRequest"]["Item"]["f"]["S"])
+            if self.first:  # none written this time, and the next try comes 2.5 s on
+                self.first = False
+                time.sleep(2.5)
+                return {"UnprocessedItems": {settings.aws.reply_table: requests}}
+            return dict(found.dynamodb.batch_write_item(**kwargs))
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(found.dynamodb, name)
+
+    metrics = Metrics()
+    table = DynamoReplies(Late(), AwsCaller(2, metrics), settings.aws.reply_table, metrics)
+    reader = dynamo(aws, Metrics())
+    keys = keys_of(EDGE + "2", 3)
+    for key in keys:
+        reader.expect(key)
+    waiters = [asyncio.create_task(reader.wait(k, 8)) for k in keys]
+    began = time.time()
+    await table.publish([ok(k) for k in keys])
+    assert [r.key for r in await asyncio.gather(*waiters)] == keys
+    assert len(stamps) == 2 and stamps[1] > stamps[0]
+    assert int(stamps[1][:20]) / 1e9 >= began + 2.5, stamps
+
+
+async def test_dynamodb_a_lambda_containers_reply_keeps_its_own_item(
+    aws: tuple[Settings, Any],
+) -> None:
+    """Keys of another shape (a Lambda container's) keep one item each, read by key."""
+    metrics = Metrics()
+    table = dynamo(aws, metrics)
+    keys = [f"0123456789abcdef-{i}" for i in range(3)]
+    for key in keys:
+        table.expect(key)
+    await table.publish([ok(k) for k in keys])
+    await asyncio.gather(*(table.wait(k, 5) for k in keys))
+    assert metrics.reply_items.values["written"] == 3
+    assert "query" not in metrics.aws_calls.values
+
+
+async def test_dynamodb_a_frame_reply_is_found_by_its_key_in_another_process(
+    aws: tuple[Settings, Any],
+) -> None:
+    """An answer stays findable by its key alone (a key this process never put: the whole of
+    its edge's partition is read), and a frame published again after a takeover answers once."""
+    writer = dynamo(aws, Metrics())
+    keys = keys_of(EDGE + "2", 3)
+    await writer.publish([ok(k, 5) for k in keys])
+    await writer.publish([ok(keys[0], 5)])  # the next owner publishes the held replies again
+    reader = dynamo(aws, Metrics())
+    assert [await reader.wait(k, 5) for k in keys] == [ok(k, 5) for k in keys]
+
+
+@pytest.mark.parametrize("behind", [0.05, 0.8])
+async def test_dynamodb_a_frame_stamped_by_a_slower_clock_is_not_missed(
+    aws: tuple[Settings, Any], monkeypatch: pytest.MonkeyPatch, behind: float
+) -> None:
+    """A batcher whose clock is behind the edge's stamps the frame before the record's put,
+    by the edge's clock: the edge reads SKEW_S further back at first, and as far back again as
+    its key has waited (within WINDOW_S of now), so that a clock off by most of a second delays
+    the reply and loses none."""
+    import infra.adapters.dynamodb as module
+
+    table = dynamo(aws, Metrics())
+    key = keys_of(EDGE + "3", 1)[0] + f"{behind:g}"
+    table.expect(key)
+    real = time.time
+    monkeypatch.setattr(module.time, "time", lambda: real() - behind)
+    await table.publish([ok(key, 9)])
+    monkeypatch.setattr(module.time, "time", real)
+    began = time.monotonic()
+    assert await table.wait(key, 10) == ok(key, 9)
+    waited = time.monotonic() - began
+    assert waited < 0.5 if behind < module.SKEW_S else behind - 0.3 < waited < behind + 0.7, waited

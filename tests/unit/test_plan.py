@@ -113,6 +113,53 @@ def test_the_server_edge_puts_a_record_per_counter_per_front_frame() -> None:
     assert "Lambda requests" not in out.bill.lines and "Fargate edge tasks" in out.bill.lines
 
 
+def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_edges_and_shards() -> None:
+    """Replies a frame at a time: a frame item per edge per shard's frame (write units fixed per
+    edge and shard, plus their bytes per request), read by each edge's Query (fixed per edge,
+    plus bytes per request). Made up: 5 write units a second per edge and shard + 0.001 per
+    request; 20 read units per edge + 0.002 per request."""
+    measured = json.loads(json.dumps(MEASURED))
+    for one in measured["edges"]["server"]:
+        rps, seconds = one["rps"], one["duration_s"]
+        one["reply_units"] = {
+            "write": (5 + 0.001 * rps) * seconds,
+            "read": (20 + 0.002 * rps) * seconds,
+        }
+    load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
+    out = plan(load, EdgeKind.SERVER, prices(), measured)
+    edges, shards = out.sizing.edge_tasks, out.sizing.shards
+    write = 5 * edges * shards + 0.001 * 10_000
+    read = 20 * edges + 0.002 * 10_000
+    assert out.reply_units == {"write": pytest.approx(write), "read": pytest.approx(read)}
+    assert out.bill.lines["DynamoDB reply table"] == pytest.approx(
+        MONTH_S / 1e6 * (write * 0.625 + read * 0.125)
+    )
+    old = plan(load, EdgeKind.SERVER, prices(), MEASURED)  # no units measured: estimated from calls
+    assert old.bill.lines["DynamoDB reply table"] != out.bill.lines["DynamoDB reply table"]
+
+
+def test_the_latency_budget_adds_its_hops_and_fan_out_shortens_the_batchers_read() -> None:
+    from infra.settings import Settings
+    from numerator.plan.latency import budget, figures, found_after, p50
+
+    settings = Settings.of()
+    got = figures()
+    for edge in (EdgeKind.SERVER, EdgeKind.LAMBDA):
+        polled = budget(edge, settings, commit_ms=2.0)
+        pushed = budget(edge, settings, commit_ms=2.0, fan_out=True)
+        read = next(h for h in polled if h.name.startswith("the batcher's read"))
+        assert read.ms == settings.aws.read_interval_ms / 2 + got["kinesis_call_ms"]["ms"]
+        assert p50(polled) == pytest.approx(sum(h.ms for h in polled))
+        efo = got["kinesis_efo_propagation_ms"]["ms"]
+        assert p50(polled) - p50(pushed) == pytest.approx(read.ms - efo, abs=40)
+        assert all(h.source for h in polled)
+    # a reply is read at the first of the edge's reads not before it is written
+    assert found_after(0.05, expected_s=0.13) == pytest.approx(0.13 + 0.01)
+    assert 0.2 <= found_after(0.2, expected_s=0.13) <= 0.2 + 0.25 + 0.01
+    with pytest.raises(PlanError):
+        budget(EdgeKind.ATOMIC, settings, 1.0)
+
+
 def test_the_atomic_counter_takes_one_write_per_request_on_one_item_per_counter() -> None:
     load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
     out = plan(load, EdgeKind.ATOMIC, prices(), MEASURED)
@@ -193,6 +240,13 @@ def test_the_command_plans_both_edges_side_by_side_from_the_shipped_files() -> N
     assert atomic["aws_calls_per_request"] == pytest.approx(1.0, abs=0.05)
     assert "a retried request takes a second" in done.stdout
     assert server["cost"]["usd_per_million_requests"] < lam["cost"]["usd_per_million_requests"]
+    for each in (lam, server):  # the latency budget, with and without enhanced fan-out
+        budget = each["latency_budget"]
+        assert budget["p50_ms"] == pytest.approx(sum(h["ms"] for h in budget["hops"]), abs=0.5)
+        assert budget["with_enhanced_fan_out"]["p50_ms"] < budget["p50_ms"]
+        assert budget["with_enhanced_fan_out"]["usd_per_month"] > 0
+    assert atomic["latency_budget"] is None
+    assert "Latency budget per hop" in done.stdout
 
 
 @pytest.mark.parametrize(

@@ -213,15 +213,14 @@ def test_localstack_makes_the_table_and_stream_the_template_defines() -> None:
     calls = hook_calls()
     table = template()["Resources"]["ReplyTable"]["Properties"]
     made = calls["dynamodb create-table"]
-    assert made[
-        made.index("--attribute-definitions") + 1
-    ] == "AttributeName={},AttributeType={}".format(
-        table["AttributeDefinitions"][0]["AttributeName"],
-        table["AttributeDefinitions"][0]["AttributeType"],
-    )
-    assert made[made.index("--key-schema") + 1] == "AttributeName={},KeyType={}".format(
-        table["KeySchema"][0]["AttributeName"], table["KeySchema"][0]["KeyType"]
-    )
+    defined = made[made.index("--attribute-definitions") + 1 : made.index("--key-schema")]
+    assert defined == [
+        f"AttributeName={a['AttributeName']},AttributeType={a['AttributeType']}"
+        for a in table["AttributeDefinitions"]
+    ]
+    keys = made[made.index("--key-schema") + 1 : made.index("--billing-mode")]
+    schema = table["KeySchema"]
+    assert keys == [f"AttributeName={k['AttributeName']},KeyType={k['KeyType']}" for k in schema]
     assert made[made.index("--billing-mode") + 1] == table["BillingMode"]
     ttl = calls["dynamodb update-time-to-live"]
     spec = ttl[ttl.index("--time-to-live-specification") + 1]
@@ -391,6 +390,7 @@ def test_the_fargate_edge_serves_https_checks_healthz_scales_on_cpu_and_checks_k
         "kinesis:DescribeStreamSummary",
         "kinesis:ListShards",
         "dynamodb:BatchGetItem",
+        "dynamodb:Query",
         "dynamodb:DescribeTable",
     }
     # the SLO alarms and the dashboard read the server edge's EMF lines and the balancer

@@ -101,3 +101,34 @@ def test_a_forked_child_makes_reply_keys_and_an_edge_of_its_own() -> None:
     os.waitpid(child, 0)
     assert said[0] != edge_id() and said[0] != before.rpartition("-")[0]
     assert said[1].startswith(said[0] + "-") and said[1] != reply_key()
+
+
+def test_a_long_running_edges_keys_say_it_reads_its_replies_a_frame_at_a_time() -> None:
+    """A process that calls read_grouped (a long-running edge) makes keys the batcher groups by
+    edge, and so do the children it forks; a Lambda container's (the default) are not grouped."""
+    import os
+
+    from infra.wire import edge_id, edge_of_key, grouped, read_grouped, reply_key
+
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # a fresh process: keys as a Lambda container makes them, then grouped
+        import infra.wire
+
+        infra.wire._GROUPED = False  # as a process that never read grouped (this one may have)
+        infra.wire._draw()
+        before = reply_key()
+        read_grouped()
+        after = reply_key()
+        forked = os.fork()
+        if forked == 0:
+            os.write(write, f"{before} {after} {edge_id()} {reply_key()}".encode())
+            os._exit(0)
+        os.waitpid(forked, 0)
+        os._exit(0)
+    os.close(write)
+    before, after, edge, child_key = os.read(read, 400).decode().split()
+    os.waitpid(child, 0)
+    assert not grouped(before) and grouped(after) and grouped(child_key)
+    assert edge_of_key(child_key) == edge and len(edge) == len(edge_of_key(before)) == 16
+    assert edge_of_key(after) != edge_of_key(before), "a prefix of its own, drawn again"

@@ -1,0 +1,113 @@
+"""The latency budget of `numerator plan`: each hop of a /next request on the AWS path, for each
+edge, in milliseconds, and the p50 they add up to.
+
+Each figure is AWS's documented one where there is one (latency.json names its source), numerator's
+own setting where the setting decides the hop (how often a shard is read, the frames, when the
+edge reads a reply), or what `numerator plan --measure` measured here (a commit). The batcher's
+wait for its read is half the read interval (it reads each shard every READ_INTERVAL_MS, AWS
+allowing five reads a second), or with enhanced fan-out the propagation AWS documents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from infra.adapters.dynamodb import FIRST_STEP, GROWTH, LONGEST_STEP, TICK_S
+from infra.settings import Settings
+from numerator.plan.model import EdgeKind, PlanError
+
+LATENCY = Path(__file__).with_name("latency.json")
+EXPECT_MARGIN_S = 0.02  # infra/adapters/serverless.py: a reply is first looked for this late
+
+
+@dataclass(frozen=True)
+class Hop:
+    name: str
+    ms: float
+    source: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hop": self.name, "ms": round(self.ms, 1), "source": self.source}
+
+
+def figures(path: Path = LATENCY) -> dict[str, dict[str, Any]]:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise PlanError(f"cannot read the latency figures {path}: {exc}") from exc
+    return dict(data["figures"])
+
+
+def found_after(arrives_s: float, expected_s: float) -> float:
+    """When the edge reads a reply that is in the table `arrives_s` after the put: at the first
+    of its reads (the first `expected_s` after the put, then at growing steps) not before it."""
+    due, step = expected_s, FIRST_STEP
+    while due < arrives_s:
+        step = min(step * GROWTH, LONGEST_STEP)
+        due += step
+    return due + TICK_S / 2  # the poller wakes once a tick
+
+
+def budget(
+    edge: EdgeKind, settings: Settings, commit_ms: float, fan_out: bool = False
+) -> list[Hop]:
+    """The hops of one request on `edge` (numerator's two edges; not the atomic counter)."""
+    if edge is EdgeKind.ATOMIC:
+        raise PlanError("the atomic counter has no hops of numerator's")
+    got = figures()
+    kinesis, dynamodb = got["kinesis_call_ms"]["ms"], got["dynamodb_call_ms"]["ms"]
+    frames, aws = settings.frames, settings.aws
+    hops: list[Hop] = []
+    if edge is EdgeKind.SERVER:
+        hops += [
+            Hop("the load balancer", got["alb_ms"]["ms"], got["alb_ms"]["source"]),
+            Hop(
+                "the front frame (auto: until the last put returns)",
+                kinesis / 2 + frames.frame_min_ms,
+                "half a put, and FRAME_MIN_MS",
+            ),
+            Hop("the put", kinesis, got["kinesis_call_ms"]["source"] + " (PutRecords)"),
+        ]
+    else:
+        lam = got["api_gateway_lambda_ms"]
+        hops += [
+            Hop("API Gateway and Lambda", lam["ms"], lam["source"]),
+            Hop("the put", kinesis, got["kinesis_call_ms"]["source"] + " (PutRecord)"),
+        ]
+    if fan_out:
+        efo = got["kinesis_efo_propagation_ms"]
+        read = Hop("the batcher's read (enhanced fan-out)", efo["ms"], efo["source"])
+    else:
+        read = Hop(
+            "the batcher's read (GetRecords)",
+            aws.read_interval_ms / 2 + kinesis,
+            f"half of READ_INTERVAL_MS ({aws.read_interval_ms:g}), and a GetRecords",
+        )
+    hops += [
+        read,
+        Hop("the frame (auto)", frames.frame_min_ms, "FRAME_MIN_MS: the least gap after a commit"),
+        Hop("the commit", commit_ms, "one commit, measured here by numerator plan --measure"),
+        Hop("the reply write (BatchWriteItem)", dynamodb, got["dynamodb_call_ms"]["source"]),
+    ]
+    arrives = sum(h.ms for h in hops[2 if edge is EdgeKind.SERVER else 1 :]) / 1000
+    # as infra/adapters/serverless.py sets it: the batcher's wait, a frame and a margin
+    wait_s = read.ms / 1000 if fan_out else aws.read_interval_ms / 2000
+    expected = wait_s + frames.back_frame_ms / 1000 + EXPECT_MARGIN_S
+    waited = found_after(arrives, expected) - arrives
+    hops.append(
+        Hop(
+            "the reply read (Query, or BatchGetItem)",
+            waited * 1000 + dynamodb,
+            "the edge's read schedule (infra/adapters/dynamodb.py) after the reply is written, "
+            "and a read",
+        )
+    )
+    return hops
+
+
+def p50(hops: list[Hop]) -> float:
+    return sum(h.ms for h in hops)

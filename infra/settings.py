@@ -48,8 +48,8 @@ class ReplyItems(StrEnum):
     """An item per record, read by key: as the Lambda edge always does."""
     FRAME = "frame"
     """An item per edge per frame, read with one Query of the edge's partition
-    (infra/adapters/dynamodb.py): a fraction of the reply table's cost; not the default while
-    the soak on it still leaves values unexplained (docs/architecture.md)."""
+    (infra/adapters/dynamodb.py): a fraction of the reply table's cost; not the default until a
+    whole CI run and `plan --measure` are on it (docs/architecture.md)."""
 
 
 class Auth(StrEnum):

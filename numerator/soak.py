@@ -70,7 +70,8 @@ class Tally:
     unexplained: int = 0  # of those, the ones neither void nor unsure nor excused: 0
     keys: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)  # key: values
     twice: int = 0  # values received by two requests that are not replays of one key
-    replays: int = 0  # requests that got their key's values again
+    replays: int = 0  # requests that got their key's values again (a second 200: never sent)
+    retried: int = 0  # keyed requests answered on a later try, after a cut, 503/504 or failure
     cuts: int = 0  # requests the client cut
     excused: Counter[str] = field(default_factory=Counter)  # by counter: values of early cuts
     void_received: int = 0  # values a client received that the report calls void: 0
@@ -160,11 +161,12 @@ async def client_loop(
         i += 1
         key = uuid.uuid4().hex if random.random() < args.keyed else None
         excused = 0
-        for _ in range(4 if key else 1):  # a keyed request is sent again with its key
+        for tries in range(4 if key else 1):  # a keyed request is sent again with its key
             status = await one_request(client, tally, args, counter, key)
             if status == "cut early":
                 excused = args.count
             if status in ("200", "refused"):
+                tally.retried += tries > 0 and status == "200"
                 excused = 0
                 break
         tally.excused[counter] += excused
@@ -409,8 +411,8 @@ def _told(tally: Tally, seconds: float) -> bool:
         "(SIGKILL), Postgres restarted once"
     )
     print(
-        f"cuts               {tally.cuts:,} requests cut by their client; {tally.replays:,} "
-        "keyed requests got their values again"
+        f"cuts               {tally.cuts:,} requests cut by their client; {tally.retried:,} "
+        "keyed requests answered on a later try"
     )
     print(f"unexplained gaps   {tally.gaps} (the completeness reports of every counter)")
     print(

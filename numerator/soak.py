@@ -70,7 +70,6 @@ class Tally:
     unexplained: int = 0  # of those, the ones neither void nor unsure nor excused: 0
     keys: dict[str, tuple[str, tuple[int, ...]]] = field(default_factory=dict)  # key: values
     twice: int = 0  # values received by two requests that are not replays of one key
-    replays: int = 0  # requests that got their key's values again (a second 200: never sent)
     retried: int = 0  # keyed requests answered on a later try, after a cut, 503/504 or failure
     cuts: int = 0  # requests the client cut
     excused: Counter[str] = field(default_factory=Counter)  # by counter: values of early cuts
@@ -217,7 +216,6 @@ async def answered(
         got = tuple(item["value"] for item in body["values"])
         tally.answers["200"] += 1
         if key is not None and key in tally.keys:
-            tally.replays += 1
             if tally.keys[key] != (counter, got):
                 raise SystemExit(f"key {key} replayed {got}, not {tally.keys[key]}")
             return "200"

@@ -34,6 +34,13 @@ def replies(request: pytest.FixtureRequest) -> Replies:
     return dynamo(request.getfixturevalue("aws"), Metrics())
 
 
+def awaiting(replies: Replies, keys: list[str], timeout: float) -> list[asyncio.Task[Reply]]:
+    """Each key expected, then awaited by a task of its own (as the edge's requests do)."""
+    for key in keys:
+        replies.expect(key)
+    return [asyncio.create_task(replies.wait(k, timeout)) for k in keys]
+
+
 def ok(key: str, n: int = 1) -> Reply:
     return Reply(key, "inv", n, n, "INV-{value:04d}", date(2026, 11, 30))
 
@@ -69,9 +76,7 @@ async def test_no_reply_is_a_timeout_in_about_the_time_asked(replies: Replies) -
 
 async def test_many_waiters_each_get_their_own_reply(replies: Replies) -> None:
     keys = [f"m{i}" for i in range(250)]
-    for key in keys:
-        replies.expect(key)
-    waiters = [asyncio.create_task(replies.wait(k, 10)) for k in keys]
+    waiters = awaiting(replies, keys, 10)
     await replies.publish([ok(k, i) for i, k in enumerate(keys)])
     got = await asyncio.gather(*waiters)
     assert [r.first for r in got] == list(range(250))
@@ -83,9 +88,7 @@ async def test_dynamodb_writes_25_a_call_and_reads_many_keys_a_call(
     metrics = Metrics()
     table = dynamo(aws, metrics)
     keys = [f"k{i}" for i in range(250)]
-    for key in keys:
-        table.expect(key)
-    waiters = [asyncio.create_task(table.wait(k, 10)) for k in keys]
+    waiters = awaiting(table, keys, 10)
     await table.publish([ok(k) for k in keys])
     await asyncio.gather(*waiters)
     calls = metrics.aws_calls.values
@@ -158,9 +161,7 @@ async def test_a_long_running_edges_replies_reach_their_waiters(
         MemoryReplies() if kind == "memory" else dynamo(request.getfixturevalue("aws"), Metrics())
     )
     keys = keys_of(EDGE, 40)
-    for key in keys:
-        replies.expect(key)
-    waiters = [asyncio.create_task(replies.wait(k, 5)) for k in keys]
+    waiters = awaiting(replies, keys, 5)
     await replies.publish([ok(k, i) for i, k in enumerate(keys[:25])])
     await replies.publish([ok(k, i) for i, k in enumerate(keys[25:], 25)])
     assert [r.first for r in await asyncio.gather(*waiters)] == list(range(40))
@@ -174,9 +175,7 @@ async def test_dynamodb_a_frames_replies_to_one_edge_are_one_item_read_together(
     metrics = Metrics()
     table = dynamo(aws, metrics)
     keys = keys_of(EDGE + "1", 250)
-    for key in keys:
-        table.expect(key)
-    waiters = [asyncio.create_task(table.wait(k, 10)) for k in keys]
+    waiters = awaiting(table, keys, 10)
     await asyncio.sleep(0.05)  # the first reads find nothing: they cost a Query, no item
     await table.publish([ok(k) for k in keys])
     await asyncio.gather(*waiters)
@@ -223,9 +222,7 @@ async def test_dynamodb_a_frame_item_written_again_is_stamped_again(
     table = DynamoReplies(Late(), AwsCaller(2, metrics), settings.aws.reply_table, metrics)
     reader = dynamo(aws, Metrics())
     keys = keys_of(EDGE + "2", 3)
-    for key in keys:
-        reader.expect(key)
-    waiters = [asyncio.create_task(reader.wait(k, 8)) for k in keys]
+    waiters = awaiting(reader, keys, 8)
     began = time.time()
     await table.publish([ok(k) for k in keys])
     assert [r.key for r in await asyncio.gather(*waiters)] == keys

@@ -151,7 +151,7 @@ class Edge:
             said = 0.0
             while True:
                 now = time.monotonic()
-                if self.flight.busy or now - said >= ALIVE_EVERY_S:
+                if self.flight.moved or now - said >= ALIVE_EVERY_S:
                     said = now
                     try:
                         await self.store.edge_seen(edge_id(), self.flight.mark())

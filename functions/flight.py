@@ -20,24 +20,26 @@ class Flight:
         self.epoch = 0
         self.began = {0: clock()}
         self.holding = {0: 0}
-        self.busy = False
-        """Whether a request began since the last mark."""
+        self.moved = False
+        """Whether a request began or ended since the last mark: if so, the next mark may differ
+        (a request that ends lets it move on), so the edge says it at its next beat."""
 
     def begin(self) -> int:
         """A request begins; the epoch to end it in."""
         epoch = self.epoch
         self.holding[epoch] += 1
-        self.busy = True
+        self.moved = True
         return epoch
 
     def end(self, epoch: int) -> None:
         self.holding[epoch] -= 1
+        self.moved = True
 
     def mark(self) -> float:
         """Open a new epoch; the moment (Unix seconds) before which every request this edge
         began has been answered, less MARGIN_S (an answer being written as its request ends)."""
         now = self.clock()
-        self.busy = False
+        self.moved = False
         held = [self.began[e] for e, n in self.holding.items() if n]
         for epoch in [e for e, n in self.holding.items() if not n]:
             del self.holding[epoch], self.began[epoch]

@@ -52,3 +52,21 @@ def test_the_mark_never_passes_a_request_that_began_before_it() -> None:
         if step % 4 == 0:
             mark = flight.mark()
             assert all(mark <= began for began, _ in held)
+
+
+def test_a_request_that_ends_after_a_mark_moves_the_next_one() -> None:
+    """The edge says its mark at a beat only when it may have moved: a request answered after a
+    mark, with none begun since, moves it (said at the next beat, not ALIVE_EVERY_S later: the
+    matrix's kill cell found the edge's `unsure` twice as wide as SETTLE_EVERY_S allows, its
+    clients' requests beginning in waves a reply's wait apart)."""
+    clock = Clock()
+    flight = Flight(clock)
+    held = flight.begin()
+    assert flight.moved
+    clock.now = 1001.0
+    assert flight.mark() == 1000.0
+    assert not flight.moved, "nothing began or ended since"
+    flight.end(held)
+    assert flight.moved
+    clock.now = 1001.1
+    assert flight.mark() == 1001.1 - MARGIN_S

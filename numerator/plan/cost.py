@@ -2,8 +2,8 @@
 with its unit and source; `--prices FILE` gives another of the same shape).
 
 Request-priced items are charged at the mean rate; capacity (shards, tasks, instances) at what the
-peak needs, since it runs all month. Where a figure is not measured (log bytes per invocation,
-bytes an ALB processes per request), it is a named assumption below.
+peak needs, since it runs all month. Where a figure is not measured (bytes an ALB processes per
+request), it is a named assumption below.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ NEEDED: tuple[str, ...] = (
     "dynamodb_write_per_million",
     "dynamodb_read_per_million",
     "rds_gp3_gb_month",
-    "cloudwatch_logs_gb",
     "cloudwatch_metric_month",
     "cloudwatch_alarm_month",
 )
@@ -45,7 +44,6 @@ NEEDED += tuple(f"rds_{name}_hour" for name in INSTANCES)
 
 # Assumptions (not measured here), each named where it is used:
 LAMBDA_MEMORY_GB = 0.5  # template.yaml EdgeMemory's default, 512 MB
-LAMBDA_LOG_BYTES = 360  # START, END and REPORT lines a Lambda invocation writes to its log group
 ALB_BYTES_PER_REQUEST = 600  # a /next request and its answer, headers included
 EDGE_TASK_VCPU, EDGE_TASK_GB = 1.0, 2.0  # template.yaml's Fargate edge task
 BATCHER_VCPU, BATCHER_GB = 0.5, 1.0  # template.yaml BatcherCpu 512, BatcherMemory 1024
@@ -211,9 +209,8 @@ def lambda_lines(out: Bill, requests: float, sizing: Sizing, prices: Prices) -> 
         usd["lambda_arm64_gb_second"],
         usd["lambda_arm64_gb_second_over_7500m"],
     )
-    out.lines["CloudWatch Logs (a Lambda's START/END/REPORT lines)"] = (
-        requests * LAMBDA_LOG_BYTES / 1e9 * usd["cloudwatch_logs_gb"]
-    )
+    # No CloudWatch Logs line: template.yaml's LoggingConfig (system logs at WARN) leaves out a
+    # Lambda's START, END and REPORT lines, and the edge logs nothing for a request that works.
 
 
 def kinesis(out: Bill, sizing: Sizing, records: float, prices: Prices) -> None:

@@ -134,6 +134,18 @@ def test_the_edge_may_only_put_to_its_stream_and_read_its_table() -> None:
     assert managed <= {"AWSLambdaBasicExecutionRole", "AWSLambdaVPCAccessExecutionRole"}, managed
 
 
+def test_the_lambda_edge_writes_no_log_line_per_invocation() -> None:
+    """`numerator plan` bills no CloudWatch Logs per request (numerator/plan/cost.py): it holds
+    only while Lambda's START/END/REPORT lines are left out (system logs at WARN, which needs the
+    JSON format), and the function's log group is the one the template keeps 30 days."""
+    function = transformed()["Resources"]["EdgeFunction"]["Properties"]
+    assert function["LoggingConfig"] == {
+        "LogFormat": "JSON",
+        "SystemLogLevel": "WARN",
+        "ApplicationLogLevel": "INFO",
+    }
+
+
 def variables() -> dict[str, dict[str, Any]]:
     """Per process, the environment the template gives it."""
     resources = template()["Resources"]

@@ -44,12 +44,12 @@ class Policy(StrEnum):
 class ReplyItems(StrEnum):
     """How a long-running edge on the AWS path has its replies kept in the reply table."""
 
-    RECORD = "record"
-    """An item per record, read by key: as the Lambda edge always does."""
     FRAME = "frame"
     """An item per edge per frame, read with one Query of the edge's partition
-    (infra/adapters/dynamodb.py): a fraction of the reply table's cost; not the default until a
-    whole CI run and `plan --measure` are on it (docs/architecture.md)."""
+    (infra/adapters/dynamodb.py): a fraction of the reply table's cost (docs/architecture.md,
+    "Replies a frame at a time"). The default."""
+    RECORD = "record"
+    """An item per record, read by key: as the Lambda edge always does."""
 
 
 class Auth(StrEnum):
@@ -152,7 +152,7 @@ class EdgeSettings(Group):
     retry_after_s: int = 1  # RETRY_AFTER_S: the Retry-After of a 503
     front_frame_ms: float = 20.0  # FRONT_FRAME_MS: aws server edge gathers /next this long; 0: off
     front_frame_policy: Policy = Policy.FIXED  # FRONT_FRAME_POLICY: fixed or auto
-    reply_items: ReplyItems = ReplyItems.RECORD  # REPLY_ITEMS: record or frame (server edge)
+    reply_items: ReplyItems = ReplyItems.FRAME  # REPLY_ITEMS: frame or record (server edge)
     auth: Auth = Auth.KEYS  # AUTH: keys (Bearer API keys) or none (loopback only, or AUTHORIZER)
     authorizer: str = ""  # AUTHORIZER: what checks callers in front of the edge (AUTH=none)
     keys_refresh_s: float = 2.0  # KEYS_REFRESH_S: how old the edge's copy of the keys may get

@@ -36,6 +36,19 @@ class Clock:
         self.now += timedelta(**delta)
 
 
+@pytest.fixture(autouse=True)
+def keys_of_their_own_shape() -> Iterator[None]:
+    """An in-process server edge reads its replies a frame at a time (REPLY_ITEMS=frame) and so
+    makes grouped reply keys from then on (infra/wire.py `read_grouped`, process-wide, as its
+    worker processes are): each test starts with the keys a Lambda container makes."""
+    import infra.wire
+
+    yield
+    if infra.wire._GROUPED:
+        infra.wire._GROUPED = False
+        infra.wire._draw()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The run fails if it leaves a process running (tests/leftovers.py), which is stopped."""

@@ -13,9 +13,10 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import pytest
 
 from infra.adapters.postgres import PostgresStore
-from infra.settings import Settings
+from infra.settings import ReplyItems, Settings
 from numerator.stack import BatcherStack, EdgeStack
 from tests.aws import Throttle
 from tests.checks import until
@@ -116,17 +117,25 @@ async def test_a_throttled_put_is_retried_and_then_answered_503_allocating_nothi
     assert await store.allocated(name, "") == 15
 
 
+@pytest.mark.parametrize(
+    ("items", "poll", "call"),
+    [(ReplyItems.FRAME, "Query", "query"), (ReplyItems.RECORD, "BatchGetItem", "batch_get_item")],
+)
 async def test_throttled_reads_of_the_stream_and_the_table_are_retried(
-    aws: tuple[Settings, Any], name: str
+    aws: tuple[Settings, Any], name: str, items: ReplyItems, poll: str, call: str
 ) -> None:
     settings, _ = aws
-    async with running(settings, name, front_frame_ms=5.0) as (edge, client, back):
+    async with running(settings, name, front_frame_ms=5.0, reply_items=items) as (
+        edge,
+        client,
+        back,
+    ):
         assert back.aws is not None
         reads = Throttle(
             back.aws.clients.kinesis, "GetRecords", "ProvisionedThroughputExceededException", 3
         )
         writes = Throttle(back.aws.clients.dynamodb, "BatchWriteItem", "ThrottlingException", 3)
-        polls = Throttle(edge.aws.clients.dynamodb, "BatchGetItem", "ThrottlingException", 3)
+        polls = Throttle(edge.aws.clients.dynamodb, poll, "ThrottlingException", 3)
         with reads, writes, polls:
             got = await burst(client, name, 10)
         batcher_throttles = back.metrics.aws_throttles.values
@@ -135,7 +144,7 @@ async def test_throttled_reads_of_the_stream_and_the_table_are_retried(
     assert sorted(values(got)) == list(range(1, 11))
     assert (reads.calls, writes.calls, polls.calls) == (3, 3, 3)
     assert batcher_throttles == {"get_records": 3, "batch_write_item": 3}
-    assert edge_throttles == {"batch_get_item": 3}
+    assert edge_throttles == {call: 3}
 
 
 async def test_auto_front_frames_go_out_once_the_stream_is_free(
@@ -176,7 +185,7 @@ async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
     async with running(settings, name, reply_timeout_s=1.0) as (edge, client, _):
         assert (await client.get("/healthz")).status_code == 200
         denied = "AccessDeniedException"
-        with Throttle(edge.aws.clients.dynamodb, "BatchGetItem", denied) as reads:
+        with Throttle(edge.aws.clients.dynamodb, "Query", denied) as reads:
             cut = await burst(client, name, 3)
 
             async def red() -> bool:
@@ -206,23 +215,21 @@ async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
     assert puts.calls + put.calls == 1, "one put for the frame of two, tried once"
 
 
-async def test_replies_a_frame_at_a_time_answer_a_burst_with_queries(
-    aws: tuple[Settings, Any], name: str
+@pytest.mark.parametrize(
+    ("items", "read_with", "not_with"),
+    [(ReplyItems.FRAME, "query", "batch_get_item"), (ReplyItems.RECORD, "batch_get_item", "query")],
+)
+async def test_a_burst_is_answered_from_the_reply_items_the_setting_names(
+    aws: tuple[Settings, Any], name: str, items: ReplyItems, read_with: str, not_with: str
 ) -> None:
-    """REPLY_ITEMS=frame: the edge's keys are grouped, the batcher writes an item per frame for
-    the edge, and the edge reads them with Query, never BatchGetItem."""
-    import infra.wire
-    from infra.settings import ReplyItems
-
+    """REPLY_ITEMS=frame (the default): the edge's keys are grouped, the batcher writes an item
+    per frame for the edge, and the edge reads them with Query, never BatchGetItem; `record`: an
+    item per record, read by key (BatchGetItem), as the Lambda edge does."""
     settings, _ = aws
-    try:
-        async with running(settings, name, reply_items=ReplyItems.FRAME) as (edge, client, back):
-            got = await burst(client, name, 20)
-            calls = edge.metrics.aws_calls.values
-            written = back.metrics.reply_items.values.get("written", 0)
-    finally:  # this process's later edges make keys of their own shape again
-        infra.wire._GROUPED = False
-        infra.wire._draw()
+    async with running(settings, name, reply_items=items) as (edge, client, back):
+        got = await burst(client, name, 20)
+        calls = edge.metrics.aws_calls.values
+        written = back.metrics.reply_items.values.get("written", 0)
     assert sorted(values(got)) == list(range(1, 21))
-    assert calls.get("query", 0) >= 1 and "batch_get_item" not in calls, calls
+    assert calls.get(read_with, 0) >= 1 and not_with not in calls, calls
     assert written >= 1

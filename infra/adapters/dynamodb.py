@@ -19,9 +19,13 @@ UnprocessedItems with backoff, in one of two shapes, chosen by each reply's key 
 
 Either way a reply is found by its key alone (the key names its edge), for as long as the TTL
 keeps it. ONE poller per process (per event loop) reads every outstanding key, not one loop per
-request: a key is first read when its reply is expected (about one shard read and one frame after
-the put) and then at growing intervals, until the request's deadline, then ReplyTimeout (504).
-The poller wakes once a tick, so that the keys that fall due within it share one call.
+request, and reads a key when its reply is expected: the batchers read the stream on the beats of
+the read interval (infra/adapters/beats.py), so a record whose put returned is read at the next
+beat, and its reply is in the table `lag` after it (a read, a frame, a commit and a reply write).
+A key not found is read again a beat later, at the same lag, until the request's deadline, then
+ReplyTimeout (504); a key this process did not put (looked up by key alone) is read at once, then
+on the beats. Keys expected at one beat are read together: one BatchGetItem (100 keys a call) or
+one Query per edge a beat.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from infra.adapters import beats
 from infra.adapters.aws import AwsCaller
 from infra.backoff import Retries
 from infra.errors import AwsRefused, AwsUnavailable, NumeratorError, ReplyTimeout
@@ -47,9 +52,9 @@ log = logging.getLogger("numerator.replies")
 
 WRITE_BATCH, READ_BATCH = 25, 100
 WRITE_ATTEMPTS = 8
-FIRST_STEP, GROWTH, LONGEST_STEP = 0.025, 1.5, 0.25
 WARN_EVERY_S = 5.0
-TICK_S = 0.02  # the poller reads at most once a tick: keys due within one tick share a call
+TICK_S = 0.02  # the longest the poller sleeps: a key looked up by key alone waits no longer
+TOGETHER_S = 0.002  # keys due this close are one beat's (their clocks were read apart): one read
 OWN = "-"  # the sort key of a record's own reply item
 SKEW_S = 0.1
 """How far a batcher's clock (which stamps a frame's item) may be behind the edge's (which says
@@ -70,7 +75,6 @@ class _Wait:
     future: asyncio.Future[Reply]
     due: float  # monotonic time of its next read
     since: float  # Unix time its record was (about to be) put: its frame's item is not older
-    step: float = FIRST_STEP
 
 
 @dataclass
@@ -92,11 +96,14 @@ class DynamoReplies:
         table: str,
         metrics: Metrics,
         ttl: float = 3600,
-        expected: float = 0.2,
+        interval: float = 0.2,
+        lag: float = 0.05,
     ) -> None:
-        """`expected`: seconds from the put to when its reply is first looked for."""
+        """`interval`: the batchers' READ_INTERVAL_MS, in seconds: they read on its beats;
+        `lag`: seconds from a beat to when the replies of the records read on it are written."""
         self.client, self.calls, self.table, self.metrics = client, calls, table, metrics
-        self.ttl, self.expected = ttl, expected
+        self.ttl, self.interval, self.lag = ttl, interval, lag
+        self._wall = beats.Wall()
         self._poller = _Poller()
         self._warned, self._failed = -WARN_EVERY_S, 0
 
@@ -110,9 +117,15 @@ class DynamoReplies:
         the key's edge the table keeps (a key this process did not put)."""
         loop = asyncio.get_running_loop()
         when = time.time() if since is None else since
-        self._poller.waits[key] = _Wait(
-            loop.create_future(), time.monotonic() + self.expected, when
-        )
+        waiting = _Wait(loop.create_future(), time.monotonic(), when)
+        if when:
+            waiting.due = self._first_read()
+        self._poller.waits[key] = waiting
+
+    def _first_read(self) -> float:
+        """The monotonic time to first read the reply to a record whose put returned now."""
+        offset = self._wall.offset()
+        return beats.first_read(time.monotonic() + offset, self.interval, self.lag) - offset
 
     def forget(self, key: str) -> None:
         self._poller.waits.pop(key, None)
@@ -161,6 +174,8 @@ class DynamoReplies:
         if key not in poller.waits:
             self.expect(key, since=0.0)
         waiting = poller.waits[key]
+        if waiting.since:  # the put returned just now: its record is read at the next beat
+            waiting.due = self._first_read()
         if poller.task is None or poller.task.done():
             poller.task = asyncio.get_running_loop().create_task(self._poll())
         try:
@@ -176,18 +191,23 @@ class DynamoReplies:
     async def _poll(self) -> None:
         waits = self._poller.waits
         while waits:
-            await asyncio.sleep(TICK_S)
             now = time.monotonic()
-            due = [k for k, w in waits.items() if w.due <= now and not w.future.done()]
+            due = [k for k, w in waits.items() if w.due <= now + TOGETHER_S and not w.future.done()]
             if not due:
+                soonest = min(w.due for w in waits.values())
+                await asyncio.sleep(min(TICK_S, max(soonest - now, 0.001)))
                 continue
             own: list[str] = []
             edges: dict[str, float] = {}  # edge: when to read its items from
             wall = time.time()
             for key in due:
                 wait = waits[key]
-                wait.step = min(wait.step * GROWTH, LONGEST_STEP)
-                wait.due = now + wait.step
+                # a key looked up by key alone was read at once: from now on, on the beats
+                wait.due = (
+                    beats.read_again(wait.due, now, self.interval)
+                    if wait.since
+                    else self._first_read()
+                )
                 if grouped(key):
                     edge = edge_of_key(key)
                     back = wait.since - SKEW_S - max(0.0, wall - wait.since)

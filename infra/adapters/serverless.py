@@ -13,6 +13,18 @@ from infra.observe.metrics import Metrics
 from infra.ports import EdgeStore
 from infra.settings import Settings
 
+BEAT_TO_REPLY_S = 0.04
+"""From a beat to when the replies of the records read on it are in the reply table, besides the
+back frame: the read's lateness (infra/adapters/beats.py, SLACK_S at most), a GetRecords, the
+commit and a BatchWriteItem. An edge first reads a reply this much and BACK_FRAME_MS after the
+beat that reads its record (`reply_lag`): shorter, and a reply is read in vain before it is
+written; longer, and every request waits for nothing."""
+
+
+def reply_lag(settings: Settings) -> float:
+    """Seconds from a beat to when the edge first reads the replies of the records it read."""
+    return settings.frames.back_frame_ms / 1000 + BEAT_TO_REPLY_S
+
 
 @dataclass
 class AwsPorts:
@@ -58,15 +70,13 @@ def aws_ports(settings: Settings, metrics: Metrics, found: Clients | None = None
         spread=settings.aws.partition_spread,
         read_interval=read_interval,
     )
-    # A reply is expected about half a read interval (the batcher's wait for the record), a frame
-    # and a commit after the put.
-    expected = read_interval / 2 + settings.frames.back_frame_ms / 1000 + 0.02
     replies = DynamoReplies(
         found.dynamodb,
         calls,
         settings.aws.reply_table,
         metrics,
         settings.retention.reply_ttl_s,
-        expected,
+        interval=read_interval,
+        lag=reply_lag(settings),
     )
     return AwsPorts(found, calls, stream, replies)

@@ -4,8 +4,9 @@ edge, in milliseconds, and the p50 they add up to.
 Each figure is AWS's documented one where there is one (latency.json names its source), numerator's
 own setting where the setting decides the hop (how often a shard is read, the frames, when the
 edge reads a reply), or what `numerator plan --measure` measured here (a commit). The batcher's
-wait for its read is half the read interval (it reads each shard every READ_INTERVAL_MS, AWS
-allowing five reads a second), or with enhanced fan-out the propagation AWS documents.
+wait for its read is half the read interval (it reads each shard on the beats of READ_INTERVAL_MS,
+AWS allowing five reads a second), or with enhanced fan-out the propagation AWS documents; the
+edge reads the reply a lag after that beat (infra/adapters/beats.py), then a beat apart.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from typing import Any
 
 import orjson
 
-from infra.adapters.dynamodb import FIRST_STEP, GROWTH, LONGEST_STEP, TICK_S
+from infra.adapters.serverless import reply_lag
 from infra.settings import Settings
 from numerator.plan.model import EdgeKind, PlanError
 
 LATENCY = Path(__file__).with_name("latency.json")
-EXPECT_MARGIN_S = 0.02  # infra/adapters/serverless.py: a reply is first looked for this late
 
 
 @dataclass(frozen=True)
@@ -42,14 +42,13 @@ def figures(path: Path = LATENCY) -> dict[str, dict[str, Any]]:
     return dict(data["figures"])
 
 
-def found_after(arrives_s: float, expected_s: float) -> float:
-    """When the edge reads a reply that is in the table `arrives_s` after the put: at the first
-    of its reads (the first `expected_s` after the put, then at growing steps) not before it."""
-    due, step = expected_s, FIRST_STEP
+def found_after(arrives_s: float, lag_s: float, interval_s: float) -> float:
+    """When the edge reads a reply that is in the table `arrives_s` after the beat that read its
+    record: at the first of its reads (`lag_s` after the beat, then a beat apart) not before it."""
+    due = lag_s
     while due < arrives_s:
-        step = min(step * GROWTH, LONGEST_STEP)
-        due += step
-    return due + TICK_S / 2  # the poller wakes once a tick
+        due += interval_s
+    return due
 
 
 def budget(
@@ -87,26 +86,21 @@ def budget(
             aws.read_interval_ms / 2 + kinesis,
             f"half of READ_INTERVAL_MS ({aws.read_interval_ms:g}), and a GetRecords",
         )
-    hops += [
-        read,
+    after = [
         Hop("the frame (auto)", frames.frame_min_ms, "FRAME_MIN_MS: the least gap after a commit"),
         Hop("the commit", commit_ms, "one commit, measured here by numerator plan --measure"),
         Hop("the reply write (BatchWriteItem)", dynamodb, got["dynamodb_call_ms"]["source"]),
     ]
-    arrives = sum(h.ms for h in hops[2 if edge is EdgeKind.SERVER else 1 :]) / 1000
-    # as infra/adapters/serverless.py sets it: the batcher's wait, a frame and a margin
-    wait_s = read.ms / 1000 if fan_out else aws.read_interval_ms / 2000
-    expected = wait_s + frames.back_frame_ms / 1000 + EXPECT_MARGIN_S
-    waited = found_after(arrives, expected) - arrives
-    hops.append(
-        Hop(
-            "the reply read (Query, or BatchGetItem)",
-            waited * 1000 + dynamodb,
-            "the edge's read schedule (infra/adapters/dynamodb.py) after the reply is written, "
-            "and a read",
-        )
+    # from the beat (or the push): the GetRecords, then the frame, the commit and the write
+    arrives = ((0 if fan_out else kinesis) + sum(h.ms for h in after)) / 1000
+    waited = found_after(arrives, reply_lag(settings), aws.read_interval_ms / 1000) - arrives
+    reading = Hop(
+        "the reply read (Query, or BatchGetItem)",
+        waited * 1000 + dynamodb,
+        "the edge's reads (infra/adapters/beats.py: BACK_FRAME_MS and BEAT_TO_REPLY_S after the "
+        "beat that reads the record, then a beat apart) after the reply is written, and a read",
     )
-    return hops
+    return [*hops, read, *after, reading]
 
 
 def p50(hops: list[Hop]) -> float:

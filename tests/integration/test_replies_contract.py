@@ -23,7 +23,7 @@ from infra.wire import BadReply, Reply, ReplyError, encode
 def dynamo(aws: tuple[Settings, Any], metrics: Metrics) -> DynamoReplies:
     settings, found = aws
     return DynamoReplies(
-        found.dynamodb, AwsCaller(8, metrics), settings.aws.reply_table, metrics, 60, expected=0.01
+        found.dynamodb, AwsCaller(8, metrics), settings.aws.reply_table, metrics, 60, lag=0.01
     )
 
 

@@ -5,12 +5,14 @@ renewed, and a resharded stream read parents first."""
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
 
+from infra.adapters import beats
 from infra.adapters.aws import AwsCaller
 from infra.adapters.kinesis import KinesisStream
 from infra.errors import ShardEnded
@@ -140,3 +142,38 @@ async def test_a_closed_shard_ends_and_its_children_name_their_parent() -> None:
     assert kinesis.lag("shard-0") == 1.5
     with pytest.raises(ShardEnded):
         await kinesis.read("shard-0", "1", 100, 0)
+
+
+class Timed:
+    """The real client, noting when (Unix time) each GetRecords is made."""
+
+    def __init__(self, client: Any) -> None:
+        self.client, self.reads = client, list[float]()
+
+    def get_records(self, **kwargs: Any) -> dict[str, Any]:
+        self.reads.append(time.time())
+        return dict(self.client.get_records(**kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+async def test_a_batcher_reads_its_shard_on_the_beats_and_never_more_than_once_a_beat(
+    aws: tuple[Settings, Any],
+) -> None:
+    """So that an edge knows when its record is read (infra/adapters/beats.py): counted over
+    30 beats of 100 ms, a read a beat at most (AWS allows five a second at 200 ms), and most of
+    them in the first quarter of their beat (a read whose time passed reads at once, so not
+    all), where reads timed from the last one fell anywhere in it."""
+    settings, found = aws
+    client = Timed(found.kinesis)
+    kinesis = KinesisStream(client, AwsCaller(4, Metrics()), settings.aws.stream_name, Metrics())
+    kinesis.read_interval = 0.1
+    (shard,) = await kinesis.shards()
+    began = time.time()
+    while time.time() < began + 3.0:
+        await kinesis.read(shard, None, 100, 0.1)
+    spanned = (time.time() - began) / 0.1 + 1
+    assert len(client.reads) <= spanned, (len(client.reads), spanned)
+    early = [t for t in client.reads if t - beats.beat(t - 0.1, 0.1) < 0.025]
+    assert len(early) >= 0.8 * len(client.reads), sorted(t % 0.1 for t in client.reads)

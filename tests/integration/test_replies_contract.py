@@ -4,15 +4,18 @@ server, or the endpoint AWS_ENDPOINT_URL names); then what the DynamoDB adapter 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from datetime import date
 from typing import Any
 
 import pytest
 
+from infra.adapters import beats
 from infra.adapters.aws import AwsCaller
 from infra.adapters.dynamodb import DynamoReplies
 from infra.adapters.memory import MemoryReplies
+from infra.adapters.serverless import aws_ports
 from infra.errors import ReplyTimeout
 from infra.observe.metrics import Metrics
 from infra.ports import Replies
@@ -279,3 +282,74 @@ async def test_dynamodb_a_frame_stamped_by_a_slower_clock_is_not_missed(
     assert await table.wait(key, 10) == ok(key, 9)
     waited = time.monotonic() - began
     assert waited < 0.5 if behind < module.SKEW_S else behind - 0.3 < waited < behind + 0.7, waited
+
+
+# Read beats: a batcher reads the stream on the beats of READ_INTERVAL_MS, so an edge reads a
+# reply once, a lag after the beat that reads its record (infra/adapters/beats.py).
+
+
+class OnBeats:
+    """A batcher that reads on the beats, as `KinesisStream.read` does, and writes the replies of
+    the keys whose put returned before the beat at once: a reply is in the table at a time the
+    edge cannot know from its put alone, only from the beat. Counts nothing but what it is
+    handed: the test counts the edge's reads."""
+
+    def __init__(self, table: Replies, interval: float) -> None:
+        self.table, self.interval = table, interval
+        self.put: list[tuple[float, str]] = []  # (when its put returned, key)
+
+    async def run(self, keys: int) -> None:
+        written = 0
+        while written < keys:
+            now = time.time()
+            beat = beats.beat(now + 1e-3, self.interval)
+            await asyncio.sleep(beat - now)
+            due = [key for when, key in self.put if when < beat]
+            self.put = [(when, key) for when, key in self.put if when >= beat]
+            if due:
+                await self.table.publish([ok(key) for key in due])
+                written += len(due)
+
+
+async def requests_on_beats(table: Replies, keys: list[str], interval: float) -> None:
+    """Each key expected, put (its put takes 0 to 30 ms) and awaited, one every 0 to 60 ms (a
+    phase of its own against the beats), while the batcher writes their replies on the beats."""
+    batcher = OnBeats(table, interval)
+    writing = asyncio.create_task(batcher.run(len(keys)))
+    waiters = []
+    for key in keys:
+        table.expect(key)
+        await asyncio.sleep(random.uniform(0, 0.03))  # the put
+        batcher.put.append((time.time(), key))
+        waiters.append(asyncio.create_task(table.wait(key, 10)))
+        await asyncio.sleep(random.uniform(0, 0.06))
+    assert [r.key for r in await asyncio.gather(*waiters)] == keys
+    await writing
+
+
+@pytest.mark.parametrize("kind", ["own", "frame"])
+async def test_dynamodb_a_reply_is_read_once_at_its_beat_and_an_edge_reads_once_a_beat(
+    aws: tuple[Settings, Any], monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A Lambda container's own items (BatchGetItem) and a server edge's frame items (Query):
+    a key is read about once, and an edge reads at most once a beat, counted, not timed. The
+    edge is made as the Lambda handler and the server make it (`aws_ports`), with the lag from
+    a beat to its replies 100 ms longer than the default (which `numerator bench` measures):
+    this tests the beats, and a busy machine's writes may take that long. Polled from the put
+    (the schedule beats replaced), a key was read 1.5 to 2 times, and an edge at every tick."""
+    import infra.adapters.serverless as serverless
+
+    monkeypatch.setattr(serverless, "BEAT_TO_REPLY_S", 0.1)
+    settings = aws[0].but(read_interval_ms=200.0, back_frame_ms=10.0)
+    metrics = Metrics()
+    table = aws_ports(settings, metrics, aws[1]).replies
+    keys = [f"0123456789abcdef-{i}" for i in range(40)] if kind == "own" else keys_of(EDGE, 40)
+    began = time.time()
+    await requests_on_beats(table, keys, 0.2)
+    spanned = (time.time() - began) / 0.2 + 1  # beats the run spanned, the first one's too
+    items, calls = metrics.reply_items.values, metrics.aws_calls.values
+    if kind == "own":
+        assert items["read"] <= 1.1 * len(keys), items
+        assert calls["batch_get_item"] <= spanned, (calls, spanned)
+    else:
+        assert calls["query"] <= spanned, (calls, spanned)

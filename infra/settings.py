@@ -190,10 +190,16 @@ class AwsSettings(Group):
     reply_table: str = "numerator-replies"  # REPLY_TABLE: the DynamoDB reply table
     shards: int = 1  # SHARDS: shards of the stream `numerator aws init` creates
     partition_spread: int = 1  # PARTITION_SPREAD: shards one counter's records spread over
-    read_interval_ms: float = 200.0  # READ_INTERVAL_MS: least time between reads of a shard
+    # READ_INTERVAL_MS: a shard is read on its beats (the Unix times that are multiples of it),
+    # at least this far apart; edges read their replies on the same beats: set it alike for both
+    read_interval_ms: float = 200.0
+    # REPLY_LAG_MS: from a beat to when the replies of the records read on it are written,
+    # besides BACK_FRAME_MS: an edge first reads a reply that long after its record's beat
+    reply_lag_ms: float = 40.0
     aws_threads: int = 16  # AWS_THREADS: threads (and connections) for boto3 calls per process
 
     POSITIVE = ("shards", "partition_spread", "read_interval_ms", "aws_threads")
+    NOT_NEGATIVE = ("reply_lag_ms",)
 
     def check(self) -> None:
         Group.check(self)

@@ -13,17 +13,13 @@ from infra.observe.metrics import Metrics
 from infra.ports import EdgeStore
 from infra.settings import Settings
 
-BEAT_TO_REPLY_S = 0.04
-"""From a beat to when the replies of the records read on it are in the reply table, besides the
-back frame: the read's lateness (infra/adapters/beats.py, SLACK_S at most), a GetRecords, the
-commit and a BatchWriteItem. An edge first reads a reply this much and BACK_FRAME_MS after the
-beat that reads its record (`reply_lag`): shorter, and a reply is read in vain before it is
-written; longer, and every request waits for nothing."""
-
 
 def reply_lag(settings: Settings) -> float:
-    """Seconds from a beat to when the edge first reads the replies of the records it read."""
-    return settings.frames.back_frame_ms / 1000 + BEAT_TO_REPLY_S
+    """Seconds from a beat to when an edge first reads the replies of the records read on it:
+    the back frame, and REPLY_LAG_MS for the rest (the read's lateness, beats.SLACK_S at most; a
+    GetRecords, the commit and a BatchWriteItem). Shorter, and a reply is read in vain before
+    it is written and then a beat later; longer, and every request waits for nothing."""
+    return (settings.frames.back_frame_ms + settings.aws.reply_lag_ms) / 1000
 
 
 @dataclass

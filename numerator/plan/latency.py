@@ -97,7 +97,7 @@ def budget(
     reading = Hop(
         "the reply read (Query, or BatchGetItem)",
         waited * 1000 + dynamodb,
-        "the edge's reads (infra/adapters/beats.py: BACK_FRAME_MS and BEAT_TO_REPLY_S after the "
+        "the edge's reads (infra/adapters/beats.py: BACK_FRAME_MS and REPLY_LAG_MS after the "
         "beat that reads the record, then a beat apart) after the reply is written, and a read",
     )
     return [*hops, read, *after, reading]

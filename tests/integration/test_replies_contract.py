@@ -329,18 +329,15 @@ async def requests_on_beats(table: Replies, keys: list[str], interval: float) ->
 
 @pytest.mark.parametrize("kind", ["own", "frame"])
 async def test_dynamodb_a_reply_is_read_once_at_its_beat_and_an_edge_reads_once_a_beat(
-    aws: tuple[Settings, Any], monkeypatch: pytest.MonkeyPatch, kind: str
+    aws: tuple[Settings, Any], kind: str
 ) -> None:
     """A Lambda container's own items (BatchGetItem) and a server edge's frame items (Query):
     a key is read about once, and an edge reads at most once a beat, counted, not timed. The
-    edge is made as the Lambda handler and the server make it (`aws_ports`), with the lag from
-    a beat to its replies 100 ms longer than the default (which `numerator bench` measures):
-    this tests the beats, and a busy machine's writes may take that long. Polled from the put
-    (the schedule beats replaced), a key was read 1.5 to 2 times, and an edge at every tick."""
-    import infra.adapters.serverless as serverless
-
-    monkeypatch.setattr(serverless, "BEAT_TO_REPLY_S", 0.1)
-    settings = aws[0].but(read_interval_ms=200.0, back_frame_ms=10.0)
+    edge is made as the Lambda handler and the server make it (`aws_ports`), with REPLY_LAG_MS
+    100 (40 by default, which `numerator bench` measures): this tests the beats, and a busy
+    machine's writes may take that long. Polled from the put (the schedule beats replaced), a
+    key was read 1.5 to 2 times, and an edge at every tick."""
+    settings = aws[0].but(read_interval_ms=200.0, back_frame_ms=10.0, reply_lag_ms=100.0)
     metrics = Metrics()
     table = aws_ports(settings, metrics, aws[1]).replies
     keys = [f"0123456789abcdef-{i}" for i in range(40)] if kind == "own" else keys_of(EDGE, 40)

@@ -35,6 +35,7 @@ def test_reads_variables() -> None:
         ({"SHARDS": "0"}, "SHARDS"),
         ({"PARTITION_SPREAD": "-2"}, "PARTITION_SPREAD"),
         ({"READ_INTERVAL_MS": "fast"}, "READ_INTERVAL_MS"),
+        ({"REPLY_LAG_MS": "-5"}, "REPLY_LAG_MS"),
     ],
 )
 def test_bad_settings_name_the_variable(env: dict[str, str], variable: str | None) -> None:
@@ -75,7 +76,7 @@ def test_database_url_takes_an_rds_secret_as_ecs_hands_it_over() -> None:
 
 def test_each_setting_belongs_to_one_group_and_round_trips_by_its_variable() -> None:
     seen = set(VARIABLES)
-    assert "MODE" in seen and "WORKERS" in seen and len(seen) == 40
+    assert "MODE" in seen and "WORKERS" in seen and len(seen) == 41
     for variable, (group, name, _) in VARIABLES.items():
         value = getattr(getattr(Settings.of(), group), name) if group else Settings.of().mode
         assert Settings.from_env({variable: str(value)}) == Settings.of(), variable

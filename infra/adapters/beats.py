@@ -2,10 +2,11 @@
 
 A batcher reads each shard on the beats of READ_INTERVAL_MS: the Unix times that are whole
 multiples of it. An edge knows the interval but not its batcher, so it can tell when its record
-is read, at the first beat after its put returned, and read the reply once, LAG after that beat
-(a read, a frame, a commit and a reply write); a read that finds nothing is tried again one beat
-later, at the same lag. Before beats a shard was read every interval at a phase no edge knew, and
-a Lambda container read its reply about 1.5 times a request.
+is read, at the first beat after its put returned, and read the reply once, a lag after that
+beat (BACK_FRAME_MS + REPLY_LAG_MS: a read, a frame, a commit and a reply write); a read that
+finds nothing is tried again one beat later, at the same lag. Before beats a shard was read
+every interval at a phase no edge knew, and a Lambda container read its reply about 1.5 times a
+request.
 
 What keeps a beat a promise rather than a hope:
 
@@ -30,7 +31,7 @@ from collections.abc import Callable
 
 SLACK_S = 0.015
 """How late after its beat a shard's read may begin and still be that beat's read (at most a
-quarter of the interval). Larger carries more lateness (the edges' LAG must cover it); smaller
+quarter of the interval). Larger carries more lateness (the edges' lag must cover it); smaller
 skips a beat more often (records wait an interval more, and their edges read once in vain)."""
 
 _ROUNDING = 1e-6  # of an interval: a time this close to a beat is that beat, not the next

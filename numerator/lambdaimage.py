@@ -224,10 +224,13 @@ def docker_import(root: Path, tag: str, labels: dict[str, str]) -> None:
         f"LABEL org.opencontainers.image.description={json.dumps(description)}",
         *(f"LABEL {key}={json.dumps(value)}" for key, value in labels.items()),
     ]
-    tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
     command = ["docker", "import", *(a for c in changes for a in ("--change", c)), "-", tag]
-    done = subprocess.run(command, stdin=tar.stdout, capture_output=True, text=True, check=False)
-    tar.wait()
+    # `with`: the pipe's end in this process is closed and tar waited for (left open, it was a
+    # ResourceWarning, an error under pytest, whenever the image was built afresh)
+    with subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE) as tar:
+        done = subprocess.run(
+            command, stdin=tar.stdout, capture_output=True, text=True, check=False
+        )
     if done.returncode != 0 or tar.returncode != 0:
         raise ImageError(f"docker import failed: {done.stderr.strip()[-2000:]}")
 

@@ -147,7 +147,7 @@ class Edge:
         the ledger lists the values issued to an edge that died (no clean stop) after that
         moment as `unsure`, their replies may not have reached their clients."""
 
-        async def beat() -> None:
+        async def settle() -> None:
             said = 0.0
             while True:
                 now = time.monotonic()
@@ -160,7 +160,7 @@ class Edge:
                 await asyncio.sleep(SETTLE_EVERY_S)
 
         try:
-            async with running(beat(), "edge-alive"):
+            async with running(settle(), "edge-alive"):
                 yield
         finally:
             try:

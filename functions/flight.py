@@ -22,7 +22,7 @@ class Flight:
         self.holding = {0: 0}
         self.moved = False
         """Whether a request began or ended since the last mark: if so, the next mark may differ
-        (a request that ends lets it move on), so the edge says it at its next beat."""
+        (a request that ends lets it move on), so the edge says it at its next SETTLE_EVERY_S."""
 
     def begin(self) -> int:
         """A request begins; the epoch to end it in."""

@@ -500,24 +500,21 @@ async def _apply_frame(
             )
 
 
-def holders(sharers: Sequence[Live], replies: Sequence[Reply]) -> list[tuple[str, str, str, float]]:
-    """(counter, Idempotency-Key, reply key, sent) of each key answered again in this frame, to
-    the last sent of its records that got its values (pure): the record that may hold them."""
-    held: dict[tuple[str, str], tuple[str, float]] = {}
-    for one, reply in zip(sharers, replies, strict=True):
-        record, key = one.record, one.record.idempotency_key
-        if key is None or reply.error is not None:
-            continue
-        before = held.get((record.counter, key))
-        if before is None or before[1] <= record.sent:
-            held[(record.counter, key)] = (record.key, record.sent)
-    return [(counter, key, *holder) for (counter, key), holder in held.items()]
+def holders(sharers: Sequence[Live], replies: Sequence[Reply]) -> list[tuple[str, str, str]]:
+    """(counter, Idempotency-Key, reply key) of each record of this frame answered its key's
+    values again (pure): each now holds them too, until its own cancel."""
+    return [
+        (one.record.counter, one.record.idempotency_key, one.record.key)
+        for one, reply in zip(sharers, replies, strict=True)
+        if one.record.idempotency_key is not None and reply.error is None
+    ]
 
 
 def split_cancels(cancels: Sequence[Cancel]) -> tuple[list[tuple[str, str, str]], list[Cancel]]:
     """The cancels of requests with an Idempotency-Key, as (counter, key, reply key), and the
-    others (pure). A keyed request's values are voided only while it still holds them: a retry
-    may have been answered them since (docs/invoices.md: a cancel and a retry)."""
+    others (pure). A keyed request's values are voided only once every request they were
+    answered to was cancelled: a retry may have been answered them since (docs/invoices.md: a
+    cancel and a retry)."""
     keyed, plain = [], []
     for cancel in cancels:
         if cancel.idempotency_key is None:

@@ -101,7 +101,7 @@ class Lease:
 @dataclass(frozen=True, slots=True)
 class Claim:
     """An idempotency key and the range it was answered with; `holder`: the reply key of the
-    record it was last answered to (the one whose cancel may still void it)."""
+    record that took it (or, freed, of a record whose cancel freed it)."""
 
     counter: str
     key: str
@@ -175,14 +175,16 @@ class FrameTransaction(Protocol):
 
     async def remember(self, claims: Sequence[Claim], retention: float) -> None: ...
 
-    async def hand_over(self, holders: Sequence[tuple[str, str, str, float]]) -> None:
-        """Each (counter, Idempotency-Key, reply key, sent): the key's values were answered
-        again, to that record (a retry), which now holds them if it was sent after the holder."""
+    async def hand_over(self, holders: Sequence[tuple[str, str, str]]) -> None:
+        """Each (counter, Idempotency-Key, reply key): the key's values were answered again, to
+        that record (a retry), which holds them too, beside the records answered them before."""
 
     async def free(self, holders: Sequence[tuple[str, str, str]]) -> list[Claim]:
-        """Forget each (counter, Idempotency-Key) still held by the record of that reply key,
-        whose request was cancelled; the claims forgotten, whose values are to be voided. A key
-        answered to a retry since is kept: its values were delivered."""
+        """Each (counter, Idempotency-Key, reply key): that record's request was cancelled, and
+        no longer holds the key's values. A key none of whose records holds its values any
+        more is forgotten; the claims forgotten, whose values are to be voided (`holder`: one
+        of the cancelled records). A key answered to a request not cancelled is kept: its
+        values may have been delivered."""
 
     async def dead_letter(self, letters: Sequence[DeadLetter]) -> None: ...
 

@@ -78,14 +78,15 @@ class PostgresFrame:
             return
         await self.conn.execute(
             "INSERT INTO idempotency_keys"
-            " (counter, key, count, first, last, day, holder, held_since, expires_at)"
+            " (counter, key, count, first, last, day, holder, held_since, holders, expires_at)"
             " SELECT c->>0, c->>1, (c->>2)::int, (c->>3)::bigint, (c->>4)::bigint,"
-            " (c->>5)::date, c->>6, (c->>7)::float8, now() + make_interval(secs => %s)"
+            " (c->>5)::date, c->>6, (c->>7)::float8, ARRAY[c->>6],"
+            " now() + make_interval(secs => %s)"
             " FROM json_array_elements(%s::json) AS c"
             " ON CONFLICT (counter, key) DO UPDATE SET count = excluded.count,"
             " first = excluded.first, last = excluded.last, day = excluded.day,"
             " holder = excluded.holder, held_since = excluded.held_since,"
-            " expires_at = excluded.expires_at",
+            " holders = excluded.holders, expires_at = excluded.expires_at",
             (
                 retention,
                 rows(
@@ -95,28 +96,45 @@ class PostgresFrame:
             ),
         )
 
-    async def hand_over(self, holders: Sequence[tuple[str, str, str, float]]) -> None:
+    async def hand_over(self, holders: Sequence[tuple[str, str, str]]) -> None:
         if not holders:
             return
         await self.conn.execute(
-            "UPDATE idempotency_keys i SET holder = h->>2, held_since = (h->>3)::float8"
-            " FROM json_array_elements(%s::json) AS h"
-            " WHERE i.counter = h->>0 AND i.key = h->>1 AND i.held_since <= (h->>3)::float8",
+            "UPDATE idempotency_keys i"
+            " SET holders = ARRAY(SELECT DISTINCT unnest(i.holders || h.added))"
+            " FROM (SELECT e->>0 AS counter, e->>1 AS key, array_agg(e->>2) AS added"
+            " FROM json_array_elements(%s::json) AS e GROUP BY 1, 2) AS h"
+            " WHERE i.counter = h.counter AND i.key = h.key",
             (rows(holders),),
         )
 
     async def free(self, holders: Sequence[tuple[str, str, str]]) -> list[Claim]:
         if not holders:
             return []
-        cur = await self.conn.execute(
-            "DELETE FROM idempotency_keys i USING json_array_elements(%s::json) AS h"
-            " WHERE i.counter = h->>0 AND i.key = h->>1 AND i.holder = h->>2"
-            " AND i.expires_at > now()"
-            " RETURNING i.counter, i.key, i.count, i.first, i.last, i.day, i.holder,"
-            " i.held_since",
-            (rows(holders),),
+        # A key all of whose holders were cancelled is forgotten (its claim returned, to void);
+        # one some of whose holders were, keeps the others. Two statements: one statement may
+        # not both update and delete a row.
+        cancelled = rows(holders)
+        gone = (
+            " (SELECT e->>0 AS counter, e->>1 AS key, array_agg(e->>2) AS gone"
+            " FROM json_array_elements(%s::json) AS e GROUP BY 1, 2) AS h"
         )
-        return [Claim(*row) for row in await cur.fetchall()]
+        cur = await self.conn.execute(
+            f"DELETE FROM idempotency_keys i USING {gone}"
+            " WHERE i.counter = h.counter AND i.key = h.key AND i.holders && h.gone"
+            " AND i.holders <@ h.gone AND i.expires_at > now()"
+            " RETURNING i.counter, i.key, i.count, i.first, i.last, i.day, h.gone[1],"
+            " i.held_since",
+            (cancelled,),
+        )
+        freed = [Claim(*row) for row in await cur.fetchall()]
+        await self.conn.execute(
+            "UPDATE idempotency_keys i"
+            " SET holders = ARRAY(SELECT x FROM unnest(i.holders) AS x WHERE x <> ALL(h.gone))"
+            f" FROM {gone} WHERE i.counter = h.counter AND i.key = h.key AND i.holders && h.gone",
+            (cancelled,),
+        )
+        return freed
 
     async def dead_letter(self, letters: Sequence[DeadLetter]) -> None:
         if not letters:

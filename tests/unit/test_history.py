@@ -3,6 +3,7 @@ each rule fails on a history that breaks it (a checker that cannot fail proves n
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -154,6 +155,29 @@ def test_a_cut_within_watch_after_s_is_excepted_and_no_more_than_its_count() -> 
     history = [got("a", [1], 0.0, 0.1), cut("a", 20, 0.2)]
     assert rules(history, {"a": records(2)}) == set()
     assert rules(history, {"a": records(3)}) == {"(d)"}, "one cut excuses one value"
+
+
+def test_a_cut_as_the_service_answered_is_excepted_and_no_other() -> None:
+    """A request cut (at 0.36 s) 4 ms before another client read its answer (0.364 s) crossed
+    the service's answering: its answer may have gone out as its client left (RACE_S). One cut
+    40 ms before it did not."""
+    answered = got("a", [1], 0.2, 0.364)
+    crossing = [answered, cut("a", 160, 0.2)]
+    assert rules(crossing, {"a": records(2)}) == set()
+    assert rules(crossing, {"a": records(3)}) == {"(d)"}, "one cut excuses one value"
+    apart = [answered, cut("a", 120, 0.2)]
+    assert rules(apart, {"a": records(2)}) == {"(d)"}
+    # a keyed try's cut crossed it only once the key's values were issued (wall clock)
+    issued = datetime.fromisoformat(records(1).export[0]["at"]).timestamp()
+    first, crossed = cut("a", 120, 0.2, key="k"), cut("a", 158, 0.206, key="k")
+    crossed.wall = issued + 0.1
+    keyed = [answered, first, crossed]
+    assert rules(keyed, {"a": records(2, keys={2: "k"})}) == set(), "a key's try crossed it"
+    assert rules(keyed[:2], {"a": records(2, keys={2: "k"})}) == {"(d)"}
+    crossed.wall = issued - 1.0  # cut before its values were issued: not their answer
+    assert rules(keyed, {"a": records(2, keys={2: "k"})}) == {"(d)"}
+    _, tally = check(crossing, {"a": records(2)})
+    assert tally.raced == 1
 
 
 def test_every_cut_is_excepted_on_the_lambda_edge() -> None:

@@ -13,6 +13,7 @@ inputs again reuse the image. Where AWS's images can be pulled, none of this is 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import platform
@@ -77,8 +78,16 @@ def run_lambda_image(args: argparse.Namespace) -> None:
 
 
 def build(python: str | None = None, force: bool = False) -> str:
-    """The stand-in image's tag, built unless an image of that tag has the same inputs."""
+    """The stand-in image's tag, built unless an image of that tag has the same inputs. One
+    build at a time on a machine (a file lock): a second waits, then reuses what the first
+    built (CI starts one in the background, before the tests that need it ask)."""
     docker_ready()
+    with open(Path(tempfile.gettempdir()) / "numerator-lambda-image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build(python, force)
+
+
+def _build(python: str | None, force: bool) -> str:
     interpreter = Path(python) if python else runtime_python()
     if interpreter is None:
         raise ImageError(f"no python{RUNTIME} here (pyenv's, or on PATH); name one with --python")

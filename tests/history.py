@@ -149,6 +149,7 @@ def check(
     cuts_cancel: bool = True,
     deaths_listed: bool = True,
     unsure_slack: int | Mapping[str, int] = 0,
+    races: bool = True,
 ) -> tuple[list[str], Tally]:
     """The rules `history` and `records` (by counter) break, each a line that begins with its
     letter, and the run's counts. `cuts_cancel` is False on the Lambda edge; `deaths_listed`
@@ -171,10 +172,10 @@ def check(
     broken += unique(received)
     order, tally.pairs = ordered(history)
     broken += order
-    answered = sorted(a.ended for a in history if a.delivered)
+    answered = sorted(a.ended for a in history if a.delivered) if races else None
     if cuts_cancel:
         tally.raced = sum(
-            a.cut_ms is not None and a.cut_ms / 1000 >= watch_after_s and raced(a, answered)
+            a.cut_ms is not None and a.cut_ms / 1000 >= watch_after_s and raced(a, answered or ())
             for a in history
         )
     for counter in sorted({a.counter for a in history} | set(records)):
@@ -316,9 +317,10 @@ def accounted(
     cuts_cancel: bool,
     deaths_listed: bool,
     tally: Tally,
-    answered: Sequence[float] = (),
+    answered: Sequence[float] | None = (),
 ) -> list[str]:
-    """(c) and (d) for one counter; `answered`: when clients read answers, sorted."""
+    """(c) and (d) for one counter; `answered`: when clients read answers, sorted (None: no
+    race lets a value pass)."""
     broken = []
     report = found.report
     void = {v: run["reason"] for run in report["voids"] for v in span(run)}
@@ -346,7 +348,7 @@ def accounted(
             return not deaths_listed and a.status is None
         if not cuts_cancel or a.cut_ms / 1000 < watch_after_s:
             return True
-        return a.wall + a.cut_ms / 1000 >= at and raced(a, answered)
+        return a.wall + a.cut_ms / 1000 >= at and raced(a, answered or ())
 
     by_key: dict[str, list[Attempt]] = {}
     for a in mine:
@@ -362,7 +364,7 @@ def accounted(
             lost_keyed.setdefault(key, []).append(v)
         else:
             tally.exempt += 1
-    lost_keyed = unseen_race(lost_keyed, by_key, issued_at, tally)
+    lost_keyed = unseen_race(lost_keyed, by_key, issued_at, tally, answered is not None)
     for key, lost in sorted(lost_keyed.items()):
         tries = [outcome(a) for a in by_key.get(key, [])]
         broken.append(
@@ -399,9 +401,12 @@ def unseen_race(
     by_key: Mapping[str, Sequence[Attempt]],
     issued_at: Mapping[int, float],
     tally: Tally,
+    races: bool,
 ) -> dict[str, list[int]]:
-    """The keyed losses (values by key) left once UNSEEN_RACES are let pass: as many keys whose
-    tries were cut after their values were issued."""
+    """The keyed losses (values by key) left once UNSEEN_RACES are let pass (when `races`): as
+    many keys whose tries were cut after their values were issued."""
+    if not races:
+        return lost
     unseen = [
         key
         for key, values in lost.items()
@@ -652,7 +657,10 @@ def settle(
     while True:
         records = {c: records_of(url, c) for c in counters}
         broken, tally = check(history, records, **rules)
-        waiting = [b for b in broken if b.startswith(("(d)", "(e)"))]
+        # Read again while a value is let pass as a race only: its cancel may still be on its
+        # way (a cancel's void, once applied, beats a race that let it pass).
+        strict, _ = check(history, records, **{**rules, "races": False})
+        waiting = [b for b in strict if b.startswith(("(d)", "(e)"))]
         if not waiting or time.monotonic() > deadline:
             return broken, tally, records
         time.sleep(1.0)

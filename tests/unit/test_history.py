@@ -180,6 +180,27 @@ def test_a_cut_as_the_service_answered_is_excepted_and_no_other() -> None:
     assert tally.raced == 1
 
 
+def test_one_lone_keyed_race_per_counter_is_let_pass_and_two_are_not() -> None:
+    """A keyed request whose values nobody received, no other answer beside any cut of it, but
+    its last try cut after they were issued: its answer may have crossed that cut unseen
+    (UNSEEN_RACES, one per counter). Two such keys break (d); none is let pass with races
+    off, and none whose tries were all cut before its values were issued."""
+    issued = datetime.fromisoformat(records(1).export[0]["at"]).timestamp()
+
+    def lone(key: str, wall: float) -> Attempt:
+        a = cut("a", 150, 0.0, key=key)
+        a.wall = wall
+        return a
+
+    one = [lone("k", issued + 0.1)]
+    assert rules(one, {"a": records(1, keys={1: "k"})}) == set()
+    assert rules(one, {"a": records(1, keys={1: "k"})}, races=False) == {"(d)"}
+    two = [lone("k", issued + 0.1), lone("m", issued + 0.2)]
+    assert rules(two, {"a": records(2, keys={1: "k", 2: "m"})}) == {"(d)"}
+    early = [lone("k", issued - 1.0)]
+    assert rules(early, {"a": records(1, keys={1: "k"})}) == {"(d)"}
+
+
 def test_every_cut_is_excepted_on_the_lambda_edge() -> None:
     history = [got("a", [1], 0.0, 0.1), cut("a", 160, 0.2)]
     assert rules(history, {"a": records(2)}, cuts_cancel=False) == set()

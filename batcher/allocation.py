@@ -709,7 +709,6 @@ def hand_out(
                     last,
                     one.day,
                     record.key,
-                    record.sent,
                 )
             )
     return out

@@ -110,8 +110,6 @@ class Claim:
     last: int
     day: date
     holder: str = ""
-    held_since: float = 0.0
-    """When the holder's request was sent (its edge's clock, Unix seconds)."""
 
 
 @dataclass(slots=True)

@@ -7,3 +7,5 @@
 -- the values; its cancel voided them (the fault matrix's server-2w-cuts: a delivered value void).
 ALTER TABLE idempotency_keys ADD COLUMN holders text[] NOT NULL DEFAULT '{}';
 UPDATE idempotency_keys SET holders = ARRAY[holder] WHERE holder <> '';
+-- `holder` stays: the request that took the values. `held_since` decided nothing any more.
+ALTER TABLE idempotency_keys DROP COLUMN held_since;

@@ -45,7 +45,7 @@ class PostgresFrame:
         if len(reserved) == len(keys):
             return {}
         cur = await self.conn.execute(
-            "SELECT i.counter, i.key, i.count, i.first, i.last, i.day, i.holder, i.held_since"
+            "SELECT i.counter, i.key, i.count, i.first, i.last, i.day, i.holder"
             " FROM idempotency_keys i"
             " JOIN json_array_elements(%s::json) AS k ON i.counter = k->>0 AND i.key = k->>1"
             " WHERE i.expires_at > now()",
@@ -78,21 +78,18 @@ class PostgresFrame:
             return
         await self.conn.execute(
             "INSERT INTO idempotency_keys"
-            " (counter, key, count, first, last, day, holder, held_since, holders, expires_at)"
+            " (counter, key, count, first, last, day, holder, holders, expires_at)"
             " SELECT c->>0, c->>1, (c->>2)::int, (c->>3)::bigint, (c->>4)::bigint,"
-            " (c->>5)::date, c->>6, (c->>7)::float8, ARRAY[c->>6],"
+            " (c->>5)::date, c->>6, ARRAY[c->>6],"
             " now() + make_interval(secs => %s)"
             " FROM json_array_elements(%s::json) AS c"
             " ON CONFLICT (counter, key) DO UPDATE SET count = excluded.count,"
             " first = excluded.first, last = excluded.last, day = excluded.day,"
-            " holder = excluded.holder, held_since = excluded.held_since,"
+            " holder = excluded.holder,"
             " holders = excluded.holders, expires_at = excluded.expires_at",
             (
                 retention,
-                rows(
-                    (c.counter, c.key, c.count, c.first, c.last, c.day, c.holder, c.held_since)
-                    for c in claims
-                ),
+                rows((c.counter, c.key, c.count, c.first, c.last, c.day, c.holder) for c in claims),
             ),
         )
 
@@ -123,8 +120,7 @@ class PostgresFrame:
             f"DELETE FROM idempotency_keys i USING {gone}"
             " WHERE i.counter = h.counter AND i.key = h.key AND i.holders && h.gone"
             " AND i.holders <@ h.gone AND i.expires_at > now()"
-            " RETURNING i.counter, i.key, i.count, i.first, i.last, i.day, h.gone[1],"
-            " i.held_since",
+            " RETURNING i.counter, i.key, i.count, i.first, i.last, i.day, h.gone[1]",
             (cancelled,),
         )
         freed = [Claim(*row) for row in await cur.fetchall()]

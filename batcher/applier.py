@@ -10,9 +10,11 @@ import logging
 import math
 import time
 from collections.abc import Mapping
+from typing import cast
 
 from batcher.allocation import Basis, Outcome, apply, decode_replies
 from batcher.frame import Frame
+from batcher.gather import Gather, Reads
 from batcher.known import Known
 from batcher.recent import Recent
 from batcher.shares import Shares
@@ -47,10 +49,16 @@ class Applier:
         self.shares, self.known, self.recent = shares, known, recent
         self.settings, self.metrics, self.faults = settings, metrics, faults
         self.trouble = trouble
+        if stream.durable:  # Kinesis: a beat's frames publish together
+            reads = cast(Reads, stream)
+            self.gather = Gather(replies.publish, settings.aws.reply_gather_ms / 1000, reads)
+        else:
+            self.gather = Gather(replies.publish, 0.0)
 
-    async def apply(self, frame: Frame, lease: Lease) -> Lease | None:
-        """Apply the frame until it commits, then publish: the lease moved past it; None when
-        another batcher took the shard over."""
+    async def apply(self, frame: Frame, lease: Lease, token: object = None) -> Lease | None:
+        """Apply the frame until it commits, then publish (with the frames applying beside it:
+        `token`, from `self.gather.applying()`): the lease moved past it; None when another
+        batcher took the shard over."""
         self._observe(frame, lease)
         outcome = await self._commit_retried(frame, lease)
         if not isinstance(outcome, Outcome):
@@ -68,7 +76,7 @@ class Applier:
                 self.faults.pause_before_publish_s,
             )
             await asyncio.sleep(self.faults.pause_before_publish_s)
-        if await self._publish(frame) and outcome.held is not None:
+        if await self._publish(frame, token) and outcome.held is not None:
             self.shares.published.setdefault(lease.shard, []).append(outcome.held)
         return lease
 
@@ -212,12 +220,18 @@ class Applier:
         )
         return await apply(frame.entries, self.frames, basis)
 
-    async def _publish(self, frame: Frame) -> bool:
-        """Publish the frame's replies; False if they could not be (a durable stream's next
-        owner of the shard publishes them again from what was held)."""
+    async def _publish(self, frame: Frame, token: object) -> bool:
+        """Publish the frame's replies, the first try with the frames applying beside it
+        (batcher/gather.py); False if they could not be (a durable stream's next owner of the
+        shard publishes them again from what was held)."""
+        gathered = token is not None
         async for _ in Retries(5):
             try:
-                await self.replies.publish(frame.replies)
+                if gathered:
+                    gathered = False
+                    await self.gather.publish(token, frame.replies)
+                else:
+                    await self.replies.publish(frame.replies)
                 break
             except Unavailable as exc:
                 log.warning("replies not published (%s); retrying", exc)

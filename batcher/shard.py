@@ -79,12 +79,15 @@ class ShardLoop:
                     break
                 self._working(shard, committed=False)
                 continue
-            frame = Frame(entries)
-            if len(frame) < limit and not stopping:
-                await self._collect(shard, frame, limit, began, ended)
-            began = time.monotonic()
-            lease = await self.applier.apply(frame, lease)
-            ended = time.monotonic()
+            # From here to its publish the frame holds up the replies of the frames of this
+            # batcher's other shards, to be published with them (batcher/gather.py).
+            with self.applier.gather.applying() as token:
+                frame = Frame(entries)
+                if len(frame) < limit and not stopping:
+                    await self._collect(shard, frame, limit, began, ended)
+                began = time.monotonic()
+                lease = await self.applier.apply(frame, lease, token)
+                ended = time.monotonic()
             if frame.state is not State.OPEN:
                 self._working(shard, committed=True)
         return lease

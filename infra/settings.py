@@ -196,10 +196,14 @@ class AwsSettings(Group):
     # REPLY_LAG_MS: from a beat to when the replies of the records read on it are written,
     # besides BACK_FRAME_MS: an edge first reads a reply that long after its record's beat
     reply_lag_ms: float = 40.0
+    # REPLY_GATHER_MS: the longest a batcher's frame waits to publish its replies with those of
+    # the frames its other shards are applying (one item per edge for all): batcher/gather.py
+    reply_gather_ms: float = 20.0
     aws_threads: int = 16  # AWS_THREADS: threads (and connections) for boto3 calls per process
 
     POSITIVE = ("shards", "partition_spread", "read_interval_ms", "aws_threads")
-    NOT_NEGATIVE = ("reply_lag_ms",)
+    NOT_NEGATIVE = ("reply_lag_ms", "reply_gather_ms")
+    AT_MOST = {"reply_gather_ms": (1000, " (1 s): frames wait for it")}
 
     def check(self) -> None:
         Group.check(self)

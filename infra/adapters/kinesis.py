@@ -21,7 +21,7 @@ import asyncio
 import time
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,6 +73,8 @@ class KinesisStream:
         self._cursors: dict[str, _Cursor] = {}
         self._behind: dict[str, float] = {}
         self._wall = beats.Wall()
+        self.reading = 0  # GetRecords calls in flight (the batcher's gather waits for them)
+        self.read_ended: Callable[[], None] | None = None  # called soon after each of them
 
     def partition(self, record: Demand) -> str:
         if self.spread == 1:
@@ -218,6 +220,7 @@ class KinesisStream:
             if cursor.iterator is None:
                 cursor.iterator = await self._iterator(shard, cursor.position)
             cursor.last_read = time.monotonic()
+            self.reading += 1
             try:
                 out = await self.calls(
                     self.client.get_records, ShardIterator=cursor.iterator, Limit=min(limit, 10_000)
@@ -227,6 +230,10 @@ class KinesisStream:
                 if exc.code != "ExpiredIteratorException":
                     raise
                 cursor.iterator = None  # made again from the position, once
+            finally:
+                self.reading -= 1
+                if self.read_ended is not None:  # once the read's records are in a frame
+                    asyncio.get_running_loop().call_soon(self.read_ended)
         else:
             return []
         cursor.iterator = out.get("NextShardIterator")

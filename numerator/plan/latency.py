@@ -86,10 +86,13 @@ def budget(
             aws.read_interval_ms / 2 + kinesis,
             f"half of READ_INTERVAL_MS ({aws.read_interval_ms:g}), and a GetRecords",
         )
+    write = got["dynamodb_call_ms"]["source"]
+    if edge is EdgeKind.SERVER:
+        write += " (with the frames of the batcher's other shards: batcher/gather.py)"
     after = [
         Hop("the frame (auto)", frames.frame_min_ms, "FRAME_MIN_MS: the least gap after a commit"),
         Hop("the commit", commit_ms, "one commit, measured here by numerator plan --measure"),
-        Hop("the reply write (BatchWriteItem)", dynamodb, got["dynamodb_call_ms"]["source"]),
+        Hop("the reply write (BatchWriteItem)", dynamodb, write),
     ]
     # from the beat (or the push): the GetRecords, then the frame, the commit and the write
     arrives = ((0 if fan_out else kinesis) + sum(h.ms for h in after)) / 1000

@@ -5,7 +5,8 @@ The calls come from the bench, not from a guess: `numerator plan --measure` runs
 --aws moto` at two rates per edge and keeps, per call, what it made each second (measured.json).
 A call is made either per request (the slope) or per unit of the deployment whatever the rate
 (the intercept): per edge process (the front frame's PutRecords, the reply polls), per shard
-(the batcher's reads and reply writes), or per process (health checks). Fitting both from two
+(the batcher's reads), per batcher (its reply writes, a beat's frames together), or per process
+(health checks). Fitting both from two
 rates, and scaling the intercept by the units a deployment has, is the whole model; the test in
 tests/e2e/test_plan.py holds it against bench runs at other rates.
 """
@@ -50,14 +51,16 @@ class Unit(StrEnum):
 
     EDGE = "edge process"
     SHARD = "shard"
+    BATCHER = "batcher"
     PROCESS = "process"
-    EDGE_SHARD = "edge process and shard"  # a frame item per edge per shard's frame
+    EDGE_BATCHER = "edge process and batcher"  # a frame item per edge per batcher's beat
 
 
-REPLY_UNITS = {"read": Unit.EDGE, "write": Unit.EDGE_SHARD}
+REPLY_UNITS = {"read": Unit.EDGE, "write": Unit.EDGE_BATCHER}
 """The reply table's capacity units: read by each edge's polls (a Query of its partition), written
-one frame item per edge that has replies in a shard's frame. The Lambda edge has no edge process:
-its units are per request (one item each, read by key)."""
+one frame item per edge that has replies in the frames a batcher's shards commit at one beat
+(batcher/gather.py). The Lambda edge has no edge process: its units are per request (one item
+each, read by key)."""
 
 
 UNITS = {
@@ -69,7 +72,7 @@ UNITS = {
     "get_records": Unit.SHARD,
     "get_shard_iterator": Unit.SHARD,
     "list_shards": Unit.SHARD,
-    "batch_write_item": Unit.SHARD,
+    "batch_write_item": Unit.BATCHER,  # the frames of a beat publish together
 }  # any other call (describe_*: health checks): Unit.PROCESS
 
 
@@ -82,8 +85,9 @@ def units(edges: float, shards: float, batchers: float) -> dict[Unit, float]:
     return {
         Unit.EDGE: edges,
         Unit.SHARD: shards,
+        Unit.BATCHER: batchers,
         Unit.PROCESS: edges + batchers,
-        Unit.EDGE_SHARD: edges * shards,
+        Unit.EDGE_BATCHER: edges * batchers,
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -215,3 +216,39 @@ async def test_a_hot_counter_spread_over_shards_stays_unique_and_keys_meet_in_on
     assert len(kept) == 1, kept  # every retry of the Idempotency-Key got the same two values
     first, last = kept.pop()
     assert sorted([*values, first, last]) == list(range(1, 43))
+
+
+async def test_the_frames_of_a_batchers_shards_read_at_one_beat_write_one_item_per_edge(
+    aws_endpoint: str, settings: Settings, store: PostgresStore, name: str
+) -> None:
+    """batcher/gather.py: one batcher, two shards, records of one long-running edge on both put
+    at once (so read at one beat): their replies reach the edge in ONE item, not one a shard's
+    frame. With REPLY_GATHER_MS=0 (each frame alone) the same run writes two."""
+    from tests.aws import resources
+
+    await store.create(Counter(name))
+    spread = settings.but(partition_spread=16)  # 2 shards: all 16 keys in one has odds 2**-15
+    edge = "gtest" + uuid.uuid4().hex[:10]
+    keys = [f"{edge}-{i}" for i in range(40)]  # an edge reading a frame at a time (wire.grouped)
+    items: dict[float, int] = {}
+    for gather_ms in (0.0, 20.0):
+        with resources(spread.but(reply_gather_ms=gather_ms), shards=2) as (own, found):
+            batcher, ports = await started(own, found, store)
+            try:
+                for key in keys:
+                    ports.replies.expect(key)
+                interval = own.aws.read_interval_ms / 1000
+                await asyncio.sleep(interval - time.time() % interval + 0.02)  # just past a beat
+                await ports.stream.put([record(k, name) for k in keys])  # one PutRecords
+                assert time.time() % interval > 0.02, "the put crossed a beat: slow machine"
+                got = await answers(ports, keys)
+            finally:
+                await batcher.stop()
+            assert len({reply.first for reply in got.values()}) == len(keys)
+            table = found.dynamodb.query(
+                TableName=own.aws.reply_table,
+                KeyConditionExpression="k = :edge",
+                ExpressionAttributeValues={":edge": {"S": edge}},
+            )
+            items[gather_ms] = table["Count"]
+    assert items == {0.0: 2, 20.0: 1}, items

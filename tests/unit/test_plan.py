@@ -113,11 +113,11 @@ def test_the_server_edge_puts_a_record_per_counter_per_front_frame() -> None:
     assert "Lambda requests" not in out.bill.lines and "Fargate edge tasks" in out.bill.lines
 
 
-def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_edges_and_shards() -> None:
-    """Replies a frame at a time: a frame item per edge per shard's frame (write units fixed per
-    edge and shard, plus their bytes per request), read by each edge's Query (fixed per edge,
-    plus bytes per request). Made up: 5 write units a second per edge and shard + 0.001 per
-    request; 20 read units per edge + 0.002 per request."""
+def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_edges_and_batchers() -> None:
+    """Replies a frame at a time: a frame item per edge per batcher's beat, its shards' frames
+    gathered (write units fixed per edge and batcher, plus their bytes per request), read by
+    each edge's Query (fixed per edge, plus bytes per request). Made up: 5 write units a second
+    per edge and batcher + 0.001 per request; 20 read units per edge + 0.002 per request."""
     measured = json.loads(json.dumps(MEASURED))
     for one in measured["edges"]["server"]:
         rps, seconds = one["rps"], one["duration_s"]
@@ -127,8 +127,9 @@ def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_edges_and_sha
         }
     load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
     out = plan(load, EdgeKind.SERVER, prices(), measured)
-    edges, shards = out.sizing.edge_tasks, out.sizing.shards
-    write = 5 * edges * shards + 0.001 * 10_000
+    edges, batchers = out.sizing.edge_tasks, out.sizing.batchers
+    assert out.sizing.shards > batchers, "the test means nothing where the two are the same"
+    write = 5 * edges * batchers + 0.001 * 10_000
     read = 20 * edges + 0.002 * 10_000
     assert out.reply_units == {"write": pytest.approx(write), "read": pytest.approx(read)}
     assert out.bill.lines["DynamoDB reply table"] == pytest.approx(

@@ -49,11 +49,11 @@ class Applier:
         self.shares, self.known, self.recent = shares, known, recent
         self.settings, self.metrics, self.faults = settings, metrics, faults
         self.trouble = trouble
-        if stream.durable:  # Kinesis: a beat's frames publish together
-            reads = cast(Reads, stream)
-            self.gather = Gather(replies.publish, settings.aws.reply_gather_ms / 1000, reads)
-        else:
-            self.gather = Gather(replies.publish, 0.0)
+        # On a durable stream (Kinesis) a beat's frames publish together; a stream that counts
+        # its reads in flight (KinesisStream.reading) has them waited for as well.
+        gather_s = settings.aws.reply_gather_ms / 1000 if stream.durable else 0.0
+        reads = cast(Reads, stream) if hasattr(stream, "read_ended") else None
+        self.gather = Gather(replies.publish, gather_s, reads)
 
     async def apply(self, frame: Frame, lease: Lease, token: object = None) -> Lease | None:
         """Apply the frame until it commits, then publish (with the frames applying beside it:

@@ -224,7 +224,7 @@ class Applier:
         """Publish the frame's replies, the first try with the frames applying beside it
         (batcher/gather.py); False if they could not be (a durable stream's next owner of the
         shard publishes them again from what was held)."""
-        gathered = token is not None
+        gathered = token is not None and self.gather.seconds > 0  # else no task, no wait
         async for _ in Retries(5):
             try:
                 if gathered:

@@ -18,6 +18,7 @@ from batcher.gather import Gather, Reads
 from batcher.known import Known
 from batcher.recent import Recent
 from batcher.shares import Shares
+from infra.adapters.beats import reply_lag
 from infra.backoff import Backoff, Retries
 from infra.errors import AwsRefused, LeaseLost, NumeratorError, StoreError, Unavailable
 from infra.faults import Faults
@@ -53,7 +54,8 @@ class Applier:
         # its reads in flight (KinesisStream.reading) has them waited for as well.
         gather_s = settings.aws.reply_gather_ms / 1000 if stream.durable else 0.0
         reads = cast(Reads, stream) if hasattr(stream, "read_ended") else None
-        self.gather = Gather(replies.publish, gather_s, reads)
+        interval = settings.aws.read_interval_ms / 1000
+        self.gather = Gather(replies.publish, gather_s, reads, interval, reply_lag(settings))
 
     async def apply(self, frame: Frame, lease: Lease, token: object = None) -> Lease | None:
         """Apply the frame until it commits, then publish (with the frames applying beside it:

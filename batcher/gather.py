@@ -10,15 +10,18 @@ edge gets one item per batcher per beat.
 A frame's publish waits while another shard of this batcher is being read (a GetRecords in
 flight: `reading`) or has a frame applying (from its read's return to its publish), for at
 most REPLY_GATHER_MS from the first that waited; then all their replies go in one publish, and
-each frame hears how it went. The shards' reads at one beat run side by side, so this waits for
-no more than the slowest of them, which the edges' REPLY_LAG_MS covers anyway; a batcher with one
-shard waits for nothing. A publish that fails fails each of its frames, and each tries again
-alone (the applier's retries are not gathered).
+each frame hears how it went. It never waits past when the edges first read the replies of the
+beat (BACK_FRAME_MS + REPLY_LAG_MS after it, less WRITE_S for the write): a frame in time is not
+made late by a sibling that is not, or every reply of the beat would be read a beat later. A
+batcher with one shard waits for nothing. A publish that fails fails each of its frames, and each
+tries again alone (the applier's retries are not gathered).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol
@@ -26,6 +29,9 @@ from typing import Protocol
 from infra.wire import Reply
 
 Publish = Callable[[Sequence[Reply]], Awaitable[None]]
+WRITE_S = 0.01
+"""A reply write's own time (a BatchWriteItem, about 5 ms on AWS): a gather publishes at least
+this long before the edges first read the replies of the beat."""
 
 
 class Reads(Protocol):
@@ -36,9 +42,19 @@ class Reads(Protocol):
 
 
 class Gather:
-    def __init__(self, publish: Publish, seconds: float, reads: Reads | None = None) -> None:
-        """`reads`: the stream, whose reads in flight a publish waits for."""
+    def __init__(
+        self,
+        publish: Publish,
+        seconds: float,
+        reads: Reads | None = None,
+        interval: float = 0.0,
+        lag: float = 0.0,
+    ) -> None:
+        """`reads`: the stream, whose reads in flight a publish waits for; `interval` and
+        `lag`: its read beats, and how long after one the edges first read its replies
+        (beats.reply_lag); no interval, no such limit."""
         self._publish, self.seconds, self.reads = publish, seconds, reads
+        self.interval, self.lag = interval, lag
         if reads is not None:
             reads.read_ended = self.check
         self._applying: set[object] = set()  # frames begun and not yet published or given up
@@ -76,7 +92,19 @@ class Gather:
         if (not self._applying and not reading) or self.seconds <= 0:
             self._flush()
         elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.seconds, self._flush)
+            wait = min(self.seconds, self._left())
+            if wait <= 0:
+                self._flush()
+            else:
+                self._timer = asyncio.get_running_loop().call_later(wait, self._flush)
+
+    def _left(self) -> float:
+        """Seconds until the edges read the replies of this beat, less WRITE_S."""
+        if self.interval <= 0:
+            return math.inf
+        now = time.time()
+        beat = math.floor(now / self.interval) * self.interval  # the one these frames read on
+        return beat + self.lag - WRITE_S - now
 
     def _flush(self) -> None:
         if self._timer is not None:

@@ -29,6 +29,8 @@ import math
 import time
 from collections.abc import Callable
 
+from infra.settings import Settings
+
 SLACK_S = 0.015
 """How late after its beat a shard's read may begin and still be that beat's read (at most a
 quarter of the interval). Larger carries more lateness (the edges' lag must cover it); smaller
@@ -51,6 +53,14 @@ def next_read(now: float, earliest: float, interval: float, behind: bool = False
         return max(now, earliest)
     slack = min(SLACK_S, interval / 4)
     return max(now, earliest, beat(earliest - slack, interval))
+
+
+def reply_lag(settings: Settings) -> float:
+    """Seconds from a beat to when an edge first reads the replies of the records read on it:
+    the back frame, and REPLY_LAG_MS for the rest (the read's lateness, SLACK_S at most; a
+    GetRecords, the commit and a BatchWriteItem). Shorter, and a reply is read in vain before
+    it is written and then a beat later; longer, and every request waits for nothing."""
+    return (settings.frames.back_frame_ms + settings.aws.reply_lag_ms) / 1000
 
 
 def first_read(put: float, interval: float, lag: float) -> float:

@@ -6,20 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.adapters.aws import AwsCaller, Clients, clients
+from infra.adapters.beats import reply_lag
 from infra.adapters.dynamodb import DynamoReplies
 from infra.adapters.kinesis import KinesisStream
 from infra.observe.health import BATCHER_ALIVE_S, Check, responds
 from infra.observe.metrics import Metrics
 from infra.ports import EdgeStore
 from infra.settings import Settings
-
-
-def reply_lag(settings: Settings) -> float:
-    """Seconds from a beat to when an edge first reads the replies of the records read on it:
-    the back frame, and REPLY_LAG_MS for the rest (the read's lateness, beats.SLACK_S at most; a
-    GetRecords, the commit and a BatchWriteItem). Shorter, and a reply is read in vain before
-    it is written and then a beat later; longer, and every request waits for nothing."""
-    return (settings.frames.back_frame_ms + settings.aws.reply_lag_ms) / 1000
 
 
 @dataclass

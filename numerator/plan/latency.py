@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from infra.adapters.serverless import reply_lag
+from infra.adapters.beats import reply_lag
 from infra.settings import Settings
 from numerator.plan.model import EdgeKind, PlanError
 

@@ -223,11 +223,14 @@ async def test_the_frames_of_a_batchers_shards_read_at_one_beat_write_one_item_p
 ) -> None:
     """batcher/gather.py: one batcher, two shards, records of one long-running edge on both put
     at once (so read at one beat): their replies reach the edge in ONE item, not one a shard's
-    frame. With REPLY_GATHER_MS=0 (each frame alone) the same run writes two."""
+    frame. With REPLY_GATHER_MS=0 (each frame alone) the same run writes two. REPLY_LAG_MS is
+    set above what moto takes to read both shards here: a gather never waits past the edges'
+    first read of the beat's replies (the unit tests hold that)."""
     from tests.aws import resources
 
     await store.create(Counter(name))
-    spread = settings.but(partition_spread=16)  # 2 shards: all 16 keys in one has odds 2**-15
+    spread = settings.but(partition_spread=16, reply_lag_ms=150.0)  # 2 shards: all 16 keys
+    # in one has odds 2**-15
     edge = "gtest" + uuid.uuid4().hex[:10]
     keys = [f"{edge}-{i}" for i in range(40)]  # an edge reading a frame at a time (wire.grouped)
     items: dict[float, int] = {}
@@ -238,6 +241,7 @@ async def test_the_frames_of_a_batchers_shards_read_at_one_beat_write_one_item_p
                 for key in keys:
                     ports.replies.expect(key)
                 interval = own.aws.read_interval_ms / 1000
+                await asyncio.sleep(3 * interval)  # both shards' loops read on the beats now
                 await asyncio.sleep(interval - time.time() % interval + 0.02)  # just past a beat
                 await ports.stream.put([record(k, name) for k in keys])  # one PutRecords
                 assert time.time() % interval > 0.02, "the put crossed a beat: slow machine"

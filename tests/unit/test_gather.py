@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections.abc import Sequence
 
 import pytest
 
-from batcher.gather import Gather
+from batcher.gather import WRITE_S, Gather
 from infra.errors import Unavailable
 from infra.wire import Reply
 
@@ -160,3 +162,35 @@ async def test_a_read_that_brings_records_joins_the_write() -> None:
 
     await asyncio.wait_for(asyncio.gather(first(), second()), 1.0)
     assert writes.calls == [["a", "b"]]
+
+
+def lag_for(interval: float, left: float) -> float:
+    """The lag that leaves `left` seconds before the edges read this beat's replies."""
+    now = time.time()
+    return now - math.floor(now / interval) * interval + WRITE_S + left
+
+
+async def test_a_gather_publishes_before_the_edges_read_the_beats_replies() -> None:
+    writes = Writes()
+    interval = 3600.0  # one beat for the whole test
+    gather = Gather(writes, 10.0, interval=interval, lag=lag_for(interval, 0.05))
+    slow = gather.applying()
+    slow.__enter__()  # a sibling whose frame would come too late for the edges' read
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with gather.applying() as token:
+        await asyncio.wait_for(gather.publish(token, replies("a")), 1.0)
+    assert writes.calls == [["a"]] and loop.time() - began < 0.5
+    slow.__exit__(None, None, None)
+
+
+async def test_a_frame_already_past_the_edges_read_waits_for_no_one() -> None:
+    writes = Writes()
+    interval = 3600.0
+    gather = Gather(writes, 10.0, interval=interval, lag=lag_for(interval, -0.01))
+    slow = gather.applying()
+    slow.__enter__()
+    with gather.applying() as token:
+        await asyncio.wait_for(gather.publish(token, replies("a")), 0.1)  # not the 10 s
+    assert writes.calls == [["a"]]
+    slow.__exit__(None, None, None)

@@ -38,7 +38,7 @@ def test_schemathesis_finds_nothing(tmp_path: Path) -> None:
                 *(sys.executable, "-m", "schemathesis.cli"),
                 *("--config-file", str(TESTS / "schemathesis.toml")),
                 *("run", service.url + "/openapi.json"),
-                *("--checks", "all", "--max-examples", "90", "--request-timeout", "10"),
+                *("--checks", "all", "--max-examples", "40", "--request-timeout", "10"),
                 *("--header", f"Authorization: Bearer {secret}", "--no-color"),
             ],
             cwd=tmp_path,  # its caches and reports go here, not into the repository

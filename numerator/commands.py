@@ -420,7 +420,7 @@ def add_plan(commands: Any) -> None:
     plan.add_argument(
         "--measure",
         action="store_true",
-        help="measure again what the plan reads: the bench on moto at two rates per edge "
-        "(about two minutes), written to numerator/plan/measured.json",
+        help="measure again what the plan reads: the bench on moto at two or three rates per "
+        "edge (about three minutes), written to numerator/plan/measured.json",
     )
     plan.set_defaults(run=later("numerator.plan.render:run_plan"))

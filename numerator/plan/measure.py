@@ -1,6 +1,6 @@
 """The bench's measurements the plan reads (measured.json), made again by one command:
 
-    numerator plan --measure            # about two minutes: two rates per edge on moto
+    numerator plan --measure            # about three minutes: two or three rates per edge on moto
 
 Each run is `numerator bench --aws moto --edge EDGE --schedule 'const(RATE,8s)'` in a child
 process, exactly as a user would type it; what the plan needs of its JSON is kept (AWS calls by
@@ -22,11 +22,13 @@ import orjson
 
 from bench.record import read_json
 from infra.wire import Record, encode, reply_key
-from numerator.plan.model import MEASURED, EdgeKind, PlanError
+from numerator.plan.model import MEASURED, EdgeKind, PlanError, fit
 
-# Rates within what moto and the Lambda edge's 8 simulated containers hold on one machine:
+# Rates within what moto and the Lambda edge's 8 simulated containers hold on one machine. The
+# server edge's CPU sizes its tasks, fitted as a fixed part and a part per request: from two
+# points one slow phase of moto's made the slope a third of its usual (2026-12-02), so three.
 RATES = {
-    EdgeKind.SERVER: (300.0, 1000.0),
+    EdgeKind.SERVER: (300.0, 650.0, 1000.0),
     EdgeKind.LAMBDA: (6.0, 16.0),
     EdgeKind.ATOMIC: (30.0, 90.0),
 }
@@ -109,6 +111,21 @@ def record_bytes() -> int:
     return len(encode(record))
 
 
+def cpu_fit(runs: list[dict[str, Any]]) -> str:
+    """The server edge's CPU as the plan fits it, and how far each run is from the fit: a run
+    far off (a slow phase of moto's) is worth measuring again."""
+    cpu = fit([(run["rps"], run["edge_cpu_pct"] / 100) for run in runs], 1.0)
+    off = [
+        f"{run['rps']:.0f} rps {run['edge_cpu_pct']:.1f} % "
+        f"({run['edge_cpu_pct'] / 100 / cpu.at(run['rps'], 1.0) - 1:+.0%})"
+        for run in runs
+    ]
+    return (
+        f"server edge CPU: {cpu.fixed:.1%} of a core + {cpu.per_request * 1000:.3f} ms a request; "
+        f"the runs against it: {', '.join(off)}"
+    )
+
+
 def measure(path: Path = MEASURED, say: Any = print) -> dict[str, Any]:
     edges: dict[str, list[dict[str, Any]]] = {}
     for edge, rates in RATES.items():
@@ -116,6 +133,7 @@ def measure(path: Path = MEASURED, say: Any = print) -> dict[str, Any]:
         for rate in rates:
             say(f"{edge}: {rate:g} rps on moto ...")
             edges[str(edge)].append(bench(edge, rate))
+    say(cpu_fit(edges[str(EdgeKind.SERVER)]))
     say("Postgres commits a second ...")
     out = {
         "command": COMMAND,

@@ -2,12 +2,12 @@
 transactions, and the AWS calls each second, by call.
 
 The calls come from the bench, not from a guess: `numerator plan --measure` runs `numerator bench
---aws moto` at two rates per edge and keeps, per call, what it made each second (measured.json).
-A call is made either per request (the slope) or per unit of the deployment whatever the rate
-(the intercept): per edge process (the front frame's PutRecords, the reply polls), per shard
-(the batcher's reads), per batcher (its reply writes, a beat's frames together), or per process
-(health checks). Fitting both from two
-rates, and scaling the intercept by the units a deployment has, is the whole model; the test in
+--aws moto` at two or three rates per edge and keeps, per call, what it made each second
+(measured.json). A call is made either per request (the slope) or per unit of the deployment
+whatever the rate (the intercept): per edge process (the front frame's PutRecords, the reply
+polls), per shard (the batcher's reads), per batcher (its reply writes, a beat's frames
+together), or per process (health checks). Fitting both by least squares through the rates, and
+scaling the intercept by the units a deployment has, is the whole model; the test in
 tests/e2e/test_plan.py holds it against bench runs at other rates.
 """
 

@@ -266,3 +266,15 @@ def test_the_command_plans_both_edges_side_by_side_from_the_shipped_files() -> N
 def test_the_command_says_what_is_wrong(argv: list[str], code: int, says: str) -> None:
     done = numerator(*argv)
     assert done.returncode == code and says in done.stderr, done.stderr
+
+
+def test_the_measure_says_the_edges_cpu_fit_and_how_far_each_run_is_from_it() -> None:
+    from numerator.plan.measure import cpu_fit
+
+    on_line = [{"rps": r, "edge_cpu_pct": 25 + 0.02 * r} for r in (300.0, 650.0, 1000.0)]
+    said = cpu_fit(on_line)
+    assert said.startswith("server edge CPU: 25.0% of a core + 0.200 ms a request"), said
+    assert said.count("(+0%)") == 3, said
+    slow = [*on_line[:2], {"rps": 1000.0, "edge_cpu_pct": 36.0}]  # a slow phase: 9 points short
+    said = cpu_fit(slow)
+    assert "1000 rps 36.0 % (-" in said and "(+0%)" not in said, said

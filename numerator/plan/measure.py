@@ -33,6 +33,10 @@ RATES = {
     EdgeKind.ATOMIC: (30.0, 90.0),
 }
 SECONDS = 8
+REACHED, TRIES = 0.95, 3
+"""A run that served less than this share of its rate is measured again, up to TRIES in all: it
+ran in one of moto's slow phases (2026-12-03: 837 of 1,000 rps, at 22 % of a core against 40 %
+at 635 rps), and the fits would take it for what that rate costs."""
 COMMAND = "numerator plan --measure"
 
 
@@ -128,11 +132,20 @@ def cpu_fit(runs: list[dict[str, Any]]) -> str:
 
 def measure(path: Path = MEASURED, say: Any = print) -> dict[str, Any]:
     edges: dict[str, list[dict[str, Any]]] = {}
+    discarded: list[dict[str, Any]] = []
     for edge, rates in RATES.items():
         edges[str(edge)] = []
         for rate in rates:
             say(f"{edge}: {rate:g} rps on moto ...")
-            edges[str(edge)].append(bench(edge, rate))
+            run = bench(edge, rate)
+            for _ in range(TRIES - 1):
+                if run["rps"] >= REACHED * rate:
+                    break
+                # moto's slow phase, not this rate: its CPU and calls are another rate's
+                say(f"  served {run['rps']:.0f} rps of {rate:g}: not kept, measured again")
+                discarded.append({"edge": str(edge), **run})
+                run = bench(edge, rate)
+            edges[str(edge)].append(run)
     say(cpu_fit(edges[str(EdgeKind.SERVER)]))
     say("Postgres commits a second ...")
     out = {
@@ -142,6 +155,7 @@ def measure(path: Path = MEASURED, say: Any = print) -> dict[str, Any]:
         "record_bytes": record_bytes(),
         "commits_per_s": round(commits_per_second()),
         "edges": edges,
+        "discarded": discarded,
     }
     path.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
     return out

@@ -278,3 +278,24 @@ def test_the_measure_says_the_edges_cpu_fit_and_how_far_each_run_is_from_it() ->
     slow = [*on_line[:2], {"rps": 1000.0, "edge_cpu_pct": 36.0}]  # a slow phase: 9 points short
     said = cpu_fit(slow)
     assert "1000 rps 36.0 % (-" in said and "(+0%)" not in said, said
+
+
+def test_the_measure_runs_a_rate_again_that_moto_did_not_serve(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from numerator.plan import measure
+
+    served = iter([0.80, 0.99])  # the first server run served 80 % of its rate, then 99 %
+    asked: list[tuple[EdgeKind, float]] = []
+
+    def bench(edge: EdgeKind, rate: float) -> dict[str, Any]:
+        asked.append((edge, rate))
+        share = next(served, 1.0) if edge is EdgeKind.SERVER and rate == 300 else 1.0
+        return {"rps": rate * share, "edge_cpu_pct": 20 + rate / 50}
+
+    monkeypatch.setattr(measure, "bench", bench)
+    monkeypatch.setattr(measure, "commits_per_second", lambda: 1000.0)
+    out = measure.measure(tmp_path / "measured.json", say=lambda line: None)
+    assert asked.count((EdgeKind.SERVER, 300.0)) == 2
+    assert out["edges"]["server"][0]["rps"] == pytest.approx(297.0)
+    assert [d["rps"] for d in out["discarded"]] == [240.0]

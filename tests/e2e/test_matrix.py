@@ -1,7 +1,7 @@
 """The fault matrix (DESIGN.md, "How the guarantees are proven"): {embedded, AWS server edge, AWS
 Lambda edge} x {1, 2 workers} x {one worker SIGKILLed; clients cutting at random 0-300 ms and
-retrying keyed requests; a batcher SIGSTOPped past its lease (AWS); Postgres stopped 8 s;
-DynamoDB refusing 8 s (AWS)}. Each cell is a bounded run of recorded clients on two fresh
+retrying keyed requests; a batcher SIGSTOPped past its lease (AWS); Postgres stopped 6 s;
+DynamoDB refusing 6 s (AWS)}. Each cell is a bounded run of recorded clients on two fresh
 counters of one stack (`numerator up` started once per path and worker count, its faults in
 turn, the worker's death last), held by the history checker (tests/history.py) against the
 completeness report, the audit export and `audit verify`. Each cell prints its counts."""
@@ -38,8 +38,8 @@ pytestmark = pytest.mark.slow
 
 LEASE_TTL_S = 3.0
 CLIENTS = 12
-LOAD_S = 6.0  # seconds of load in a cell without an outage
-OUTAGE_S = 8.0  # Postgres stopped, DynamoDB refusing
+LOAD_S = 4.0  # seconds of load in a cell without an outage
+OUTAGE_S = 6.0  # Postgres stopped, DynamoDB refusing: past REPLY_TIMEOUT_S (5 s)
 FROZEN_S = LEASE_TTL_S + 3  # a batcher SIGSTOPped past its lease
 UNSURE_WINDOW_S = 0.3  # values listed unsure: those in flight, their wait and this much traffic
 
@@ -206,7 +206,7 @@ async def outage(stack: Stack, line: Timeline, start: Any, end: Any, what: str) 
     await sampling
     await asyncio.to_thread(end)
     line.note(f"{what}: ends")
-    return OUTAGE_S + 4
+    return OUTAGE_S + 3
 
 
 async def fault(stack: Stack, kind: str, line: Timeline) -> float:

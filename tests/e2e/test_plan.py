@@ -1,5 +1,5 @@
-"""The plan's model held against measurement: `numerator bench --aws moto` at two rates per edge
-that measured.json was not fitted at, and the AWS calls per request `numerator plan`'s model
+"""The plan's model held against measurement: `numerator bench --aws moto` at rates
+measured.json was not fitted at, and the AWS calls per request `numerator plan`'s model
 predicts for each run's rate and deployment within 25 % of the calls the run made.
 
 All but the server edge's puts. Its front frames put when the last put returns (FRAME_POLICY
@@ -37,12 +37,12 @@ def test_the_predicted_calls_per_request_are_within_a_quarter_of_the_measured(
         units = measured_units(run)
         calls = {k: v / run["duration_s"] / run["rps"] for k, v in run["calls"].items()}
         model_calls = {k: v / run["rps"] for k, v in model.calls(run["rps"], units).items()}
-        held = PUTS if edge is EdgeKind.SERVER else set()
-        predicted = sum(v for k, v in model_calls.items() if k not in held)
-        measured = sum(v for k, v in calls.items() if k not in held)
-        puts = (sum(model_calls.get(k, 0) for k in held), sum(calls.get(k, 0) for k in held))
+        apart = PUTS if edge is EdgeKind.SERVER else set()
+        predicted = sum(v for k, v in model_calls.items() if k not in apart)
+        measured = sum(v for k, v in calls.items() if k not in apart)
+        puts = (sum(model_calls.get(k, 0) for k in apart), sum(calls.get(k, 0) for k in apart))
         print(
             f"{edge} at {run['rps']:.0f} rps: predicted {predicted:.3f}, measured {measured:.3f}"
-            + (f"; the puts apart: predicted {puts[0]:.3f}, measured {puts[1]:.3f}" if held else "")
+            + (f"; the puts: predicted {puts[0]:.3f}, measured {puts[1]:.3f}" if apart else "")
         )
         assert abs(predicted - measured) <= 0.25 * measured, (edge, rate, predicted, measured)

@@ -222,30 +222,34 @@ async def test_the_frames_of_a_batchers_shards_read_at_one_beat_write_one_item_p
     aws_endpoint: str, settings: Settings, store: PostgresStore, name: str
 ) -> None:
     """batcher/gather.py: one batcher, two shards, records of one long-running edge on both put
-    at once (so read at one beat): their replies reach the edge in ONE item, not one a shard's
-    frame. With REPLY_GATHER_MS=0 (each frame alone) the same run writes two. REPLY_LAG_MS is
-    set above what moto takes to read both shards here: a gather never waits past the edges'
-    first read of the beat's replies (the unit tests hold that)."""
+    at once at each of three beats: their replies reach the edge in ONE item a beat, not one a
+    shard's frame. With REPLY_GATHER_MS=0 (each frame alone) the same run writes two a beat.
+    REPLY_LAG_MS is set above what moto takes to read both shards here: a gather never waits
+    past the edges' first read of the beat's replies (the unit tests hold that)."""
     from tests.aws import resources
 
     await store.create(Counter(name))
     spread = settings.but(partition_spread=16, reply_lag_ms=150.0)  # 2 shards: all 16 keys
     # in one has odds 2**-15
     edge = "gtest" + uuid.uuid4().hex[:10]
-    keys = [f"{edge}-{i}" for i in range(40)]  # an edge reading a frame at a time (wire.grouped)
+    beats = 3
+    batches = [[f"{edge}-{b * 40 + i}" for i in range(40)] for b in range(beats)]
+    keys = [key for batch in batches for key in batch]
     items: dict[float, int] = {}
     for gather_ms in (0.0, 20.0):
         with resources(spread.but(reply_gather_ms=gather_ms), shards=2) as (own, found):
             batcher, ports = await started(own, found, store)
             try:
-                for key in keys:
-                    ports.replies.expect(key)
                 interval = own.aws.read_interval_ms / 1000
                 await asyncio.sleep(3 * interval)  # both shards' loops read on the beats now
-                await asyncio.sleep(interval - time.time() % interval + 0.02)  # just past a beat
-                await ports.stream.put([record(k, name) for k in keys])  # one PutRecords
-                assert time.time() % interval > 0.02, "the put crossed a beat: slow machine"
-                got = await answers(ports, keys)
+                got: dict[str, Reply] = {}
+                for batch in batches:  # a beat each: put just past one, answered before the next
+                    for key in batch:
+                        ports.replies.expect(key)
+                    await asyncio.sleep(interval - time.time() % interval + 0.02)
+                    await ports.stream.put([record(k, name) for k in batch])  # one PutRecords
+                    assert time.time() % interval > 0.02, "the put crossed a beat: slow machine"
+                    got.update(await answers(ports, batch))
             finally:
                 await batcher.stop()
             assert len({reply.first for reply in got.values()}) == len(keys)
@@ -255,4 +259,8 @@ async def test_the_frames_of_a_batchers_shards_read_at_one_beat_write_one_item_p
                 ExpressionAttributeValues={":edge": {"S": edge}},
             )
             items[gather_ms] = table["Count"]
-    assert items == {0.0: 2, 20.0: 1}, items
+    # Alone, each shard's frame its own item: two a beat. Gathered, one a beat; moto answers a
+    # batcher's reads one after another, so now and then a shard's frame is past the gather's
+    # wait (1 in about 12 runs of one beat missed it, in CI): one such beat in three is allowed.
+    print(f"reply items by REPLY_GATHER_MS: {items}")
+    assert items[0.0] == 2 * beats and items[20.0] <= beats + 1, items

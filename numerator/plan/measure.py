@@ -22,7 +22,7 @@ import orjson
 
 from bench.record import read_json
 from infra.wire import Record, encode, reply_key
-from numerator.plan.model import MEASURED, EdgeKind, PlanError, fit
+from numerator.plan.model import MEASURED, EdgeKind, PlanError, edge_cpu
 
 # Rates within what moto and the Lambda edge's 8 simulated containers hold on one machine. The
 # server edge's CPU sizes its tasks, fitted as a fixed part and a part per request: from two
@@ -118,7 +118,7 @@ def record_bytes() -> int:
 def cpu_fit(runs: list[dict[str, Any]]) -> str:
     """The server edge's CPU as the plan fits it, and how far each run is from the fit: a run
     far off (a slow phase of moto's) is worth measuring again."""
-    cpu = fit([(run["rps"], run["edge_cpu_pct"] / 100) for run in runs], 1.0)
+    cpu = edge_cpu(runs)
     off = [
         f"{run['rps']:.0f} rps {run['edge_cpu_pct']:.1f} % "
         f"({run['edge_cpu_pct'] / 100 / cpu.at(run['rps'], 1.0) - 1:+.0%})"

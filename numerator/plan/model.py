@@ -203,10 +203,16 @@ class Measured:
     def rps_per_task(self, target: float) -> float:
         """Requests a second one edge process serves at `target` CPU (0 to 1): its CPU fitted
         as a fixed part (polling, health) plus a part per request, from the runs."""
-        cpu = fit([(run["rps"], run["edge_cpu_pct"] / 100) for run in self.runs], 1.0)
+        cpu = edge_cpu(self.runs)
         if cpu.per_request <= 0 or cpu.fixed >= target:
             raise PlanError(f"measured.json: the {self.edge} edge's CPU does not grow with rps")
         return (target - cpu.fixed) / cpu.per_request
+
+
+def edge_cpu(runs: list[dict[str, Any]]) -> Fit:
+    """An edge process's CPU (0 to 1 of a core) fitted through the runs: a fixed part (polls,
+    health) plus a part per request."""
+    return fit([(run["rps"], run["edge_cpu_pct"] / 100) for run in runs], 1.0)
 
 
 def measured_units(run: dict[str, Any]) -> dict[Unit, float]:

@@ -25,7 +25,7 @@ from infra.faults import Faults
 from infra.ledger import VoidReason
 from infra.observe.metrics import Metrics
 from infra.ports import Frames, Lease, Replies, Stream
-from infra.settings import Settings
+from infra.settings import ReadBeats, Settings
 from infra.spans import Span
 from infra.wire import Cancel, Demand, Record, Reply, ReplyError, Void, reply_key
 
@@ -51,8 +51,10 @@ class Applier:
         self.settings, self.metrics, self.faults = settings, metrics, faults
         self.trouble = trouble
         # On a durable stream (Kinesis) a beat's frames publish together; a stream that counts
-        # its reads in flight (KinesisStream.reading) has them waited for as well.
-        gather_s = settings.aws.reply_gather_ms / 1000 if stream.durable else 0.0
+        # its reads in flight (KinesisStream.reading) has them waited for as well. Phased beats
+        # read the shards one after another: no two frames share a beat.
+        shared = settings.aws.read_beats is ReadBeats.SHARED
+        gather_s = settings.aws.reply_gather_ms / 1000 if stream.durable and shared else 0.0
         reads = cast(Reads, stream) if hasattr(stream, "read_ended") else None
         interval = settings.aws.read_interval_ms / 1000
         self.gather = Gather(replies.publish, gather_s, reads, interval, reply_lag(settings))

@@ -52,6 +52,29 @@ class ReplyItems(StrEnum):
     """An item per record, read by key: as the Lambda edge always does."""
 
 
+class ReadBeats(StrEnum):
+    """When a batcher reads each shard (infra/adapters/beats.py)."""
+
+    SHARED = "shared"
+    """Every shard on the same beats, the multiples of READ_INTERVAL_MS: a batcher's frames
+    commit together and publish their replies together (batcher/gather.py). The default, and the
+    server edge's: its reply items are per edge per beat."""
+    PHASED = "phased"
+    """Each shard on beats of its own phase, spread over the interval, and a lone record (the
+    Lambda edge's) put on the shard read next after its put returns: it waits a fraction of the
+    interval for its read, not half of it. For the Lambda edge, whose invocations are billed
+    while they wait."""
+
+
+def beats_for(edge: str, environ: Mapping[str, str]) -> ReadBeats:
+    """READ_BEATS as `environ` sets it, else the edge's own, as template.yaml deploys them:
+    phased for the Lambda edge, shared for a long-running one."""
+    given = environ.get("READ_BEATS")
+    if given:
+        return ReadBeats(given)
+    return ReadBeats.PHASED if edge == "lambda" else ReadBeats.SHARED
+
+
 class Auth(StrEnum):
     """Who checks callers."""
 
@@ -199,6 +222,9 @@ class AwsSettings(Group):
     # REPLY_GATHER_MS: the longest a batcher's frame waits to publish its replies with those of
     # the frames its other shards are applying (one item per edge for all): batcher/gather.py
     reply_gather_ms: float = 20.0
+    # READ_BEATS: shared (every shard on the same beats) or phased (each on its own, and a lone
+    # record put on the shard read next): set it alike for edges and batchers
+    read_beats: ReadBeats = ReadBeats.SHARED
     aws_threads: int = 16  # AWS_THREADS: threads (and connections) for boto3 calls per process
 
     POSITIVE = ("shards", "partition_spread", "read_interval_ms", "aws_threads")

@@ -20,14 +20,24 @@ What keeps a beat a promise rather than a hope:
   whose clock is off reads at the wrong phase, still once a beat, and finds its reply a beat
   late at worst. A wrong clock costs reads and time, never a reply.
 
+Phased beats (READ_BEATS=phased): each shard has a phase of its own, the start of its hash key
+range as a share of the key space times the interval, so the shards of an evenly split stream are
+read one after another, spread over the interval rather than all at once. A Lambda edge puts its
+record on the shard read next after its put returns (`Phases.choose`, ExplicitHashKey), so it
+waits a fraction of the interval for the read, not half of it; every edge reads a reply at the
+beats of the shard its record landed on (PutRecord and PutRecords answer with the ShardId). Both
+sides work the phase out from the shard's own key range: no list to agree on, and a reshard's new
+shards have theirs.
+
 The functions are arithmetic on times of one clock, in seconds; `Wall` reads the clocks.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from infra.settings import Settings
 
@@ -37,14 +47,22 @@ quarter of the interval). Larger carries more lateness (the edges' lag must cove
 skips a beat more often (records wait an interval more, and their edges read once in vain)."""
 
 _ROUNDING = 1e-6  # of an interval: a time this close to a beat is that beat, not the next
+KEYS = 2**128  # Kinesis's hash key space: a shard owns a range of it
 
 
-def beat(t: float, interval: float) -> float:
-    """The first beat at or after `t`."""
-    return math.ceil(t / interval - _ROUNDING) * interval
+def beat(t: float, interval: float, phase: float = 0.0) -> float:
+    """The first beat at or after `t` (of the beats `phase` after the multiples of `interval`)."""
+    return math.ceil((t - phase) / interval - _ROUNDING) * interval + phase
 
 
-def next_read(now: float, earliest: float, interval: float, behind: bool = False) -> float:
+def phase_of(start: int, interval: float) -> float:
+    """The phase of a shard whose hash key range starts at `start`, with phased beats."""
+    return interval * start / KEYS
+
+
+def next_read(
+    now: float, earliest: float, interval: float, behind: bool = False, phase: float = 0.0
+) -> float:
     """When a shard is read next: `earliest` is when the interval since its last read began
     ends. On the first beat from then (less the slack); at once if that has passed; as soon as
     `earliest` allows when the batcher is `behind` the shard (or there are no beats: an interval
@@ -52,7 +70,7 @@ def next_read(now: float, earliest: float, interval: float, behind: bool = False
     if behind or interval <= 0:
         return max(now, earliest)
     slack = min(SLACK_S, interval / 4)
-    return max(now, earliest, beat(earliest - slack, interval))
+    return max(now, earliest, beat(earliest - slack, interval, phase))
 
 
 def reply_lag(settings: Settings) -> float:
@@ -63,10 +81,10 @@ def reply_lag(settings: Settings) -> float:
     return (settings.frames.back_frame_ms + settings.aws.reply_lag_ms) / 1000
 
 
-def first_read(put: float, interval: float, lag: float) -> float:
-    """When an edge first reads the reply to a record whose put returned at `put`: `lag` after
-    the first beat from then, the read that takes the record in."""
-    return beat(put, interval) + lag
+def first_read(put: float, interval: float, lag: float, phase: float = 0.0) -> float:
+    """When an edge first reads the reply to a record whose put returned at `put` (to a shard
+    of `phase`): `lag` after the first beat from then, the read that takes the record in."""
+    return beat(put, interval, phase) + lag
 
 
 def read_again(due: float, now: float, interval: float) -> float:
@@ -96,3 +114,29 @@ class Wall:
         if now - self._read >= self.refresh:
             self._offset, self._read = self._wall() - self._monotonic(), now
         return self._offset
+
+
+class Phases:
+    """The open shards of a stream by phase: which to put a record on so that it is read soon
+    after its put returns (phased beats)."""
+
+    def __init__(self, interval: float, shards: Iterable[tuple[str, int]] = ()) -> None:
+        """`shards`: (ShardId, the start of its hash key range) of each open shard."""
+        self.interval = interval
+        ranked = sorted((phase_of(start, interval), str(start), shard) for shard, start in shards)
+        self._phases = [phase for phase, _, _ in ranked]
+        self._keys = [key for _, key, _ in ranked]
+        self.of = {shard: phase for phase, _, shard in ranked}
+
+    def __len__(self) -> int:
+        return len(self._phases)
+
+    def choose(self, returns: float) -> tuple[str, float]:
+        """For a put that returns at `returns` (Unix time): the hash key to put it under (the
+        start of the shard read first from then) and that shard's phase."""
+        if not self._phases:
+            raise ValueError("no open shards")
+        into = returns % self.interval
+        at = bisect.bisect_left(self._phases, into - self.interval * _ROUNDING)
+        at = at if at < len(self._phases) else 0  # none later in this interval: the next's first
+        return self._keys[at], self._phases[at]

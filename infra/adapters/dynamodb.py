@@ -35,7 +35,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,11 +98,14 @@ class DynamoReplies:
         ttl: float = 3600,
         interval: float = 0.2,
         lag: float = 0.05,
+        phase: Callable[[str], float] = lambda key: 0.0,
     ) -> None:
         """`interval`: the batchers' READ_INTERVAL_MS, in seconds: they read on its beats;
-        `lag`: seconds from a beat to when the replies of the records read on it are written."""
+        `lag`: seconds from a beat to when the replies of the records read on it are written;
+        `phase`: the phase of the beats of the shard a key's record was put on (phased beats:
+        the stream's `phase`)."""
         self.client, self.calls, self.table, self.metrics = client, calls, table, metrics
-        self.ttl, self.interval, self.lag = ttl, interval, lag
+        self.ttl, self.interval, self.lag, self.phase = ttl, interval, lag, phase
         self._wall = beats.Wall()
         self._poller = _Poller()
         self._warned, self._failed = -WARN_EVERY_S, 0
@@ -122,10 +125,12 @@ class DynamoReplies:
             waiting.due = self._first_read()
         self._poller.waits[key] = waiting
 
-    def _first_read(self) -> float:
-        """The monotonic time to first read the reply to a record whose put returned now."""
+    def _first_read(self, phase: float = 0.0) -> float:
+        """The monotonic time to first read the reply to a record whose put returned now (to a
+        shard read on the beats of `phase`)."""
         offset = self._wall.offset()
-        return beats.first_read(time.monotonic() + offset, self.interval, self.lag) - offset
+        put = time.monotonic() + offset
+        return beats.first_read(put, self.interval, self.lag, phase) - offset
 
     def forget(self, key: str) -> None:
         self._poller.waits.pop(key, None)
@@ -175,7 +180,7 @@ class DynamoReplies:
             self.expect(key, since=0.0)
         waiting = poller.waits[key]
         if waiting.since:  # the put returned just now: its record is read at the next beat
-            waiting.due = self._first_read()
+            waiting.due = self._first_read(self.phase(key))
         if poller.task is None or poller.task.done():
             poller.task = asyncio.get_running_loop().create_task(self._poll())
         try:

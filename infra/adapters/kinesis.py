@@ -13,6 +13,12 @@ READ_INTERVAL_MS, the Unix times that are multiples of it, so that edges know wh
 replies (infra/adapters/beats.py), and its reads begin at least the interval apart (AWS allows
 five a second per shard, shared by every consumer); a closed shard raises ShardEnded once read to
 its end; MillisBehindLatest is the lag, and a shard behind is read as soon as the interval allows.
+
+With phased beats (READ_BEATS=phased) each shard is read on beats of its own phase, and a lone
+record without an Idempotency-Key is put on the shard read first after its put is expected to
+return (ExplicitHashKey: the start of that shard's range), from the open shards listed once and
+again every SHARDS_EVERY_S, or when a put lands on a shard not listed. Where each record landed is
+kept (`phase`, for its reply's read); a Cancel goes where its record went.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,16 +38,40 @@ from infra.backoff import Retries
 from infra.errors import AwsRefused, NumeratorError, ShardEnded, StreamFull
 from infra.observe.metrics import Metrics
 from infra.ports import Entry
-from infra.wire import Demand, encode
+from infra.wire import Cancel, Demand, Record, encode
 
 PUT_ATTEMPTS = 6
+SHARDS_EVERY_S = 300.0  # phased beats: an edge lists the open shards again this often
+PLACED = 50_000  # phased beats: where this many of the latest records landed is kept
+PUT_GUARD_S = 0.002
+"""Phased beats: a record is put on a shard read at least this long after its put is expected to
+return (the put's mean time and twice its mean deviation, PutTimes)."""
 TIMER_S = 0.001
 """How late an event loop's timer may fire: epoll counts in milliseconds, and asyncio rounds a
 timeout up. `sleep_until` sleeps this much short and yields until the time has come."""
 
 
-Waiter = tuple[list[tuple[bytes, str]], "asyncio.Future[None]"]
-"""One put() call: its records as (data, partition key), and the future it awaits."""
+Row = tuple[bytes, str, str | None, str]
+"""A record to put: its data, partition key, explicit hash key (or None) and reply key."""
+Waiter = tuple[list[Row], "asyncio.Future[None]"]
+"""One put() call: its records, and the future it awaits."""
+
+
+class PutTimes:
+    """How long puts take here: a mean and a mean deviation, moving an eighth and a quarter of
+    the way to each new put's time, as TCP estimates a round trip (RFC 6298). The first guess is
+    AWS's (latency.json: about 10 ms a Kinesis call)."""
+
+    def __init__(self, first: float = 0.01) -> None:
+        self.mean, self.deviation = first, first / 2
+
+    def add(self, seconds: float) -> None:
+        self.deviation += (abs(seconds - self.mean) - self.deviation) / 4
+        self.mean += (seconds - self.mean) / 8
+
+    def likely(self) -> float:
+        """A put's time, with room for most: the mean and twice the mean deviation."""
+        return self.mean + 2 * self.deviation
 
 
 @dataclass
@@ -62,6 +92,7 @@ class KinesisStream:
         metrics: Metrics,
         spread: int = 1,
         read_interval: float = 0.2,
+        phased: bool = False,
     ) -> None:
         self.client, self.calls, self.metrics = client, calls, metrics
         self.stream_name = name
@@ -75,6 +106,14 @@ class KinesisStream:
         self._wall = beats.Wall()
         self.reading = 0  # GetRecords calls in flight (the batcher's gather waits for them)
         self.read_ended: Callable[[], None] | None = None  # called soon after each of them
+        self.phased = phased
+        self._phases = beats.Phases(read_interval)  # phased: the open shards, for puts
+        self._listed = -SHARDS_EVERY_S  # monotonic time they were listed
+        self._read_phases: dict[str, float] = {}  # phased: every shard's phase, for reads
+        self._placed: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
+        """Phased: by a record's reply key, the hash key it went under (None: its partition
+        key's), and its shard's phase."""
+        self.put_times = PutTimes()
 
     def partition(self, record: Demand) -> str:
         if self.spread == 1:
@@ -87,10 +126,61 @@ class KinesisStream:
     async def put(self, records: Sequence[Demand]) -> None:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        self._pending.append(([(encode(r), self.partition(r)) for r in records], done))
+        aim = None
+        if self.phased:
+            await self._list_open()
+            if len(records) == 1:
+                aim = self._aim(records[0])
+        rows = [(encode(r), self.partition(r), aim, r.key) for r in records]
+        self._pending.append((rows, done))
         if self._flushing is None or self._flushing.done():
             self._flushing = loop.create_task(self._flush())
         await done
+
+    def phase(self, key: str) -> float:
+        """The phase of the shard the record of reply key `key` landed on (0 when not phased, or
+        not known)."""
+        placed = self._placed.get(key)
+        return placed[1] if placed else 0.0
+
+    def _aim(self, record: Demand) -> str | None:
+        """The hash key to put a lone record under: the shard read first after its put returns
+        for a Record without an Idempotency-Key (a keyed one keeps its partition, where its
+        retries meet), its record's for a Cancel; None to go by the partition key."""
+        if isinstance(record, Cancel):
+            placed = self._placed.get(record.key)
+            return placed[0] if placed else None  # by the partition key: its record's shard
+        if not isinstance(record, Record) or record.idempotency_key or not self._phases:
+            return None
+        returns = time.time() + self.put_times.likely() + PUT_GUARD_S
+        return self._phases.choose(returns)[0]
+
+    async def _list_open(self) -> None:
+        """Phased: list the open shards, if not listed for SHARDS_EVERY_S. A listing that fails
+        leaves puts to their partition keys until the next."""
+        if time.monotonic() - self._listed < SHARDS_EVERY_S:
+            return
+        self._listed = time.monotonic()
+        try:
+            listed = await self._list()
+        except NumeratorError:
+            return
+        open_ = [
+            (s["ShardId"], int(s["HashKeyRange"]["StartingHashKey"]))
+            for s in listed
+            if "EndingSequenceNumber" not in s.get("SequenceNumberRange", {})
+        ]
+        self._phases = beats.Phases(self.read_interval, open_)
+
+    def _landed(self, key: str, aim: str | None, shard: str) -> None:
+        """Keep where a record landed (phased beats)."""
+        phase = self._phases.of.get(shard)
+        if phase is None:
+            phase = self._read_phases.get(shard, 0.0)
+            self._listed = -SHARDS_EVERY_S  # a shard not listed (a reshard): list them again
+        self._placed[key] = (aim, phase)
+        if len(self._placed) > PLACED:
+            self._placed.popitem(last=False)
 
     async def _flush(self) -> None:
         while self._pending:
@@ -98,7 +188,7 @@ class KinesisStream:
             size = count = 0
             while self._pending:
                 rows, _ = self._pending[0]
-                more = sum(len(data) + len(key) for data, key in rows)
+                more = sum(len(data) + len(key) for data, key, _, _ in rows)
                 full = count + len(rows) > PUT_RECORDS_MAX or size + more > PUT_RECORDS_MAX_BYTES
                 if batch and full:
                     break
@@ -111,28 +201,7 @@ class KinesisStream:
         todo = list(range(len(rows)))
         try:
             async for _ in Retries(PUT_ATTEMPTS, cap=1.0):
-                if len(todo) == 1:
-                    data, key = rows[todo[0]]
-                    await self.calls(
-                        self.client.put_record,
-                        StreamName=self.stream_name,
-                        Data=data,
-                        PartitionKey=key,
-                    )
-                    todo = []
-                else:
-                    out = await self.calls(
-                        self.client.put_records,
-                        StreamName=self.stream_name,
-                        Records=[{"Data": rows[i][0], "PartitionKey": rows[i][1]} for i in todo],
-                    )
-                    if out.get("FailedRecordCount"):
-                        todo = [
-                            i for i, r in zip(todo, out["Records"], strict=True) if "ErrorCode" in r
-                        ]
-                        self.metrics.aws_retries.inc("throttled", len(todo))
-                    else:
-                        todo = []
+                todo = await self._send(rows, todo)
                 if not todo:
                     break
         except BaseException as exc:  # every waiter hears of it; the flush goes on with the next
@@ -153,6 +222,35 @@ class KinesisStream:
                 done.set_exception(StreamFull(f"Kinesis throttled the put {PUT_ATTEMPTS} times"))
             else:
                 done.set_result(None)
+
+    async def _send(self, rows: list[Row], todo: list[int]) -> list[int]:
+        """Put rows `todo` once (PutRecord for one, else PutRecords): those left to put again."""
+        began = time.monotonic()
+        if len(todo) == 1:
+            row = rows[todo[0]]
+            one = await self.calls(
+                self.client.put_record, StreamName=self.stream_name, **_entry(row)
+            )
+            self.put_times.add(time.monotonic() - began)
+            if self.phased:
+                self._landed(row[3], row[2], one.get("ShardId", ""))
+            return []
+        out = await self.calls(
+            self.client.put_records,
+            StreamName=self.stream_name,
+            Records=[_entry(rows[i]) for i in todo],
+        )
+        self.put_times.add(time.monotonic() - began)
+        results = out.get("Records", [])
+        if self.phased:
+            for i, result in zip(todo, results, strict=False):
+                if "ShardId" in result:
+                    self._landed(rows[i][3], rows[i][2], result["ShardId"])
+        if not out.get("FailedRecordCount"):
+            return []
+        left = [i for i, r in zip(todo, results, strict=True) if "ErrorCode" in r]
+        self.metrics.aws_retries.inc("throttled", len(left))
+        return left
 
     async def identity(self) -> str:
         """The stream's name in the lease and batcher tables. A stream deleted and made again
@@ -179,14 +277,22 @@ class KinesisStream:
     async def shards(self) -> dict[str, tuple[str, ...]]:
         await self.identity()
         found: dict[str, tuple[str, ...]] = {}
+        for shard in await self._list():
+            parents = (shard.get("ParentShardId"), shard.get("AdjacentParentShardId"))
+            found[shard["ShardId"]] = tuple(p for p in parents if p)
+            start = int(shard.get("HashKeyRange", {}).get("StartingHashKey", 0))
+            self._read_phases[shard["ShardId"]] = beats.phase_of(start, self.read_interval)
+        return found
+
+    async def _list(self) -> list[dict[str, Any]]:
+        """Every shard of the stream, as ListShards describes it, page by page."""
+        listed: list[dict[str, Any]] = []
         arguments: dict[str, Any] = {"StreamName": self.stream_name}
         while True:
             out = await self.calls(self.client.list_shards, **arguments)
-            for shard in out["Shards"]:
-                parents = (shard.get("ParentShardId"), shard.get("AdjacentParentShardId"))
-                found[shard["ShardId"]] = tuple(p for p in parents if p)
+            listed += out["Shards"]
             if not out.get("NextToken"):
-                return found
+                return listed
             arguments = {"NextToken": out["NextToken"]}
 
     async def read(self, shard: str, after: str | None, limit: int, wait: float) -> list[Entry]:
@@ -212,7 +318,8 @@ class KinesisStream:
         offset = self._wall.offset()
         earliest = cursor.last_read + self.read_interval + offset
         behind = self._behind.get(shard, 0.0) > 0
-        due = beats.next_read(now + offset, earliest, self.read_interval, behind) - offset
+        phase = self._read_phases.get(shard, 0.0) if self.phased else 0.0
+        due = beats.next_read(now + offset, earliest, self.read_interval, behind, phase) - offset
         return due if due - now > 1e-6 else now  # "now", come back by way of a Unix time
 
     async def _get(self, shard: str, cursor: _Cursor, limit: int) -> list[Entry]:
@@ -258,6 +365,12 @@ class KinesisStream:
 
     def lag(self, shard: str) -> float | None:
         return self._behind.get(shard)
+
+
+def _entry(row: Row) -> dict[str, Any]:
+    """A record of a PutRecords call."""
+    data, key, aim, _ = row
+    return {"Data": data, "PartitionKey": key, **({"ExplicitHashKey": aim} if aim else {})}
 
 
 async def sleep_until(due: float) -> None:

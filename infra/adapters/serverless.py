@@ -12,7 +12,7 @@ from infra.adapters.kinesis import KinesisStream
 from infra.observe.health import BATCHER_ALIVE_S, Check, responds
 from infra.observe.metrics import Metrics
 from infra.ports import EdgeStore
-from infra.settings import Settings
+from infra.settings import ReadBeats, Settings
 
 
 @dataclass
@@ -58,6 +58,7 @@ def aws_ports(settings: Settings, metrics: Metrics, found: Clients | None = None
         metrics,
         spread=settings.aws.partition_spread,
         read_interval=read_interval,
+        phased=settings.aws.read_beats is ReadBeats.PHASED,
     )
     replies = DynamoReplies(
         found.dynamodb,
@@ -67,5 +68,6 @@ def aws_ports(settings: Settings, metrics: Metrics, found: Clients | None = None
         settings.retention.reply_ttl_s,
         interval=read_interval,
         lag=reply_lag(settings),
+        phase=stream.phase,
     )
     return AwsPorts(found, calls, stream, replies)

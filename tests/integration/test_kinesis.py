@@ -14,11 +14,12 @@ from botocore.exceptions import ClientError
 
 from infra.adapters import beats
 from infra.adapters.aws import AwsCaller
-from infra.adapters.kinesis import KinesisStream
+from infra.adapters.kinesis import PUT_GUARD_S, KinesisStream
 from infra.errors import ShardEnded
 from infra.observe.metrics import Metrics
 from infra.settings import Settings
-from infra.wire import Record
+from infra.wire import Cancel, Record
+from tests.aws import resources
 from tests.streams import read_all
 
 
@@ -177,3 +178,106 @@ async def test_a_batcher_reads_its_shard_on_the_beats_and_never_more_than_once_a
     assert len(client.reads) <= spanned, (len(client.reads), spanned)
     early = [t for t in client.reads if t - beats.beat(t - 0.1, 0.1) < 0.025]
     assert len(early) >= 0.8 * len(client.reads), sorted(t % 0.1 for t in client.reads)
+
+
+async def test_phased_a_lone_record_lands_on_the_shard_read_next_and_its_cancel_follows(
+    aws: tuple[Settings, Any],
+) -> None:
+    """READ_BEATS=phased on four shards, READ_INTERVAL_MS 200: each lone record without an
+    Idempotency-Key goes to the shard read first after its put is expected to return (the put's
+    mean time and twice its deviation, PutTimes), so it waits that margin and half a gap between
+    phases for its read (25 ms here) where shared beats make it wait half the interval (100 ms);
+    `phase` says where it landed, its Cancel goes to the same shard, after it,
+    and a keyed record keeps its partition (its retries meet on one shard)."""
+    settings, _ = aws
+    with resources(settings, shards=4) as (own, found):
+        metrics = Metrics()
+        kinesis = KinesisStream(
+            found.kinesis, AwsCaller(4, metrics), own.aws.stream_name, metrics, 1, 0.2, phased=True
+        )
+        phases = {
+            s: beats.phase_of(int(d["HashKeyRange"]["StartingHashKey"]), 0.2)
+            for s, d in ((d["ShardId"], d) for d in await kinesis._list())
+        }
+        await kinesis.put([Record("first", "inv")])  # its put lists the shards first
+        waits, firsts = [], 0
+        for n in range(30):
+            record = Record(f"r{n}", "inv")
+            expected = time.time() + kinesis.put_times.likely() + PUT_GUARD_S
+            await kinesis.put([record])
+            returned = time.time()
+            phase = kinesis.phase(record.key)
+            firsts += beats.beat(expected, 0.2, phase) - expected < 0.05 + 0.001
+            waits.append(beats.beat(returned, 0.2, phase) - returned)
+            await kinesis.put([Cancel(record.key, "inv")])
+            await asyncio.sleep(0.013 * (n % 7))  # puts at every phase of the interval
+        keyed = [Record(f"k{n}", "inv", idempotency_key="same") for n in range(3)]
+        for record in keyed:
+            await kinesis.put([record])
+        where: dict[str, list[tuple[str, str]]] = {}  # key: (shard, kind) in shard order
+        for shard in await kinesis.shards():
+            for entry in await kinesis.read(shard, None, 1000, 0.5):
+                where.setdefault(entry.record.key, []).append((shard, type(entry.record).__name__))
+        for n in range(30):
+            (shard, kind), (again, then) = where[f"r{n}"]
+            assert (kind, then) == ("Record", "Cancel") and again == shard, where[f"r{n}"]
+            assert kinesis.phase(f"r{n}") == pytest.approx(phases[shard])
+        assert len({where[r.key][0][0] for r in keyed}) == 1  # one shard for one key
+        # on the shard read first after the put's expected return (the next phase is 50 ms on)
+        assert firsts == 30, firsts
+        waits.sort()
+        print(
+            f"waits for the read, ms: {[round(w * 1000) for w in waits]}", vars(kinesis.put_times)
+        )
+
+
+async def test_phased_a_batcher_reads_each_shard_on_beats_of_its_own_phase(
+    aws: tuple[Settings, Any],
+) -> None:
+    """READ_BEATS=phased, four shards read at 100 ms: each shard's reads fall on its own phase
+    (0, 25, 50 and 75 ms into the interval), as its edges expect; with shared beats all four
+    fell in the first 25 ms."""
+    settings, _ = aws
+    with resources(settings, shards=4) as (own, found):
+        reads: dict[str, list[float]] = {}
+
+        class Noted(Timed):
+            """Notes each shard's reads, by the shard its iterator was made for."""
+
+            def get_shard_iterator(self, **kwargs: Any) -> dict[str, Any]:
+                out = dict(self.client.get_shard_iterator(**kwargs))
+                shard_of[out["ShardIterator"]] = kwargs["ShardId"]
+                return out
+
+            def get_records(self, **kwargs: Any) -> dict[str, Any]:
+                shard = shard_of[kwargs["ShardIterator"]]
+                reads.setdefault(shard, []).append(time.time())
+                out = dict(self.client.get_records(**kwargs))
+                shard_of[out["NextShardIterator"]] = shard
+                return out
+
+        shard_of: dict[str, str] = {}
+        metrics = Metrics()
+        kinesis = KinesisStream(
+            Noted(found.kinesis),
+            AwsCaller(8, metrics),
+            own.aws.stream_name,
+            metrics,
+            1,
+            0.1,
+            phased=True,
+        )
+        shards = list(await kinesis.shards())
+
+        async def loop(shard: str) -> None:
+            began = time.time()
+            while time.time() < began + 2.0:
+                await kinesis.read(shard, None, 100, 0.1)
+
+        await asyncio.gather(*(loop(s) for s in shards))
+        print({s: sorted(round(t % 0.1 * 1000) for t in ts) for s, ts in reads.items()})
+        for shard in shards:
+            phase = kinesis._read_phases[shard]
+            times = reads[shard]
+            early = [t for t in times if (t - phase) % 0.1 < 0.025]
+            assert len(early) >= 0.8 * len(times), (shard, phase, times)

@@ -8,7 +8,17 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infra.adapters.beats import SLACK_S, Wall, beat, first_read, next_read, read_again
+from infra.adapters.beats import (
+    KEYS,
+    SLACK_S,
+    Phases,
+    Wall,
+    beat,
+    first_read,
+    next_read,
+    phase_of,
+    read_again,
+)
 
 R = 0.2  # READ_INTERVAL_MS 200
 T = 1_764_000_000.0  # a beat: a Unix time that is a whole multiple of R
@@ -113,3 +123,29 @@ def test_the_wall_clock_is_one_offset_from_the_monotonic_for_a_while() -> None:
     assert clock.offset() == T + 0.5 - 100.0
     mono[0] += 5  # refresh seconds on: read afresh
     assert clock.offset() == at(T + 0.503 - 110.0)
+
+
+def test_phased_beats_are_the_interval_apart_from_each_shards_phase() -> None:
+    """READ_BEATS=phased: a shard's phase is where its hash key range starts, as a share of the
+    key space, times the interval; its reads and its replies' reads keep to it."""
+    assert phase_of(0, R) == 0.0
+    assert phase_of(KEYS // 4, R) == pytest.approx(0.05)
+    assert beat(T + 0.01, R, 0.05) == at(T + 0.05)
+    assert beat(T + 0.05, R, 0.05) == at(T + 0.05)
+    assert beat(T + 0.051, R, 0.05) == at(T + 0.25)
+    assert first_read(T + 0.01, R, 0.05, phase=0.15) == at(T + 0.2)
+    assert next_read(T + 0.06, T + 0.06, R, phase=0.1) == at(T + 0.1)
+
+
+def test_a_lone_record_is_put_on_the_shard_read_first_after_its_put_returns() -> None:
+    quarter = KEYS // 4
+    phases = Phases(R, [(f"shard-{n}", n * quarter) for n in (2, 0, 3, 1)])
+    assert len(phases) == 4
+    assert phases.of == pytest.approx(
+        {"shard-0": 0, "shard-1": 0.05, "shard-2": 0.1, "shard-3": 0.15}
+    )
+    assert phases.choose(T + 0.06) == (str(2 * quarter), pytest.approx(0.1))
+    assert phases.choose(T + 0.05) == (str(quarter), pytest.approx(0.05))  # a beat is its own
+    assert phases.choose(T + 0.17) == ("0", 0.0)  # none later in this interval: the next's first
+    with pytest.raises(ValueError):
+        Phases(R).choose(T)

@@ -421,6 +421,7 @@ def add_plan(commands: Any) -> None:
         "--measure",
         action="store_true",
         help="measure again what the plan reads: the bench on moto at two or three rates per "
-        "edge (about three minutes), written to numerator/plan/measured.json",
+        "edge (about three minutes), written to numerator/plan/measured.json; with --edge, that "
+        "edge only, the others' runs kept",
     )
     plan.set_defaults(run=later("numerator.plan.render:run_plan"))

@@ -67,7 +67,7 @@ class Plan:
             "latency_budget": {
                 "hops": [hop.to_json() for hop in self.hops],
                 "p50_ms": round(p50(self.hops), 1),
-                "measured_reply_wait_ms": round(sizing.reply_wait_s * 1000),
+                "measured_reply_wait_ms": round(sizing.measured_wait_s * 1000),
                 "with_enhanced_fan_out": {
                     "hops": [hop.to_json() for hop in self.fan_out_hops],
                     "p50_ms": round(p50(self.fan_out_hops), 1),
@@ -93,8 +93,9 @@ def plan(
 ) -> Plan:
     data = measured if measured is not None else read_measured()
     runs = Measured.of(edge, data["edges"][str(edge)])
-    front_frame_ms = Settings.of().edge.front_frame_ms  # the default the template keeps
-    sizing = size(load, runs, float(data["record_bytes"]), front_frame_ms)
+    defaults = Settings.of()  # the settings the template keeps
+    interval = defaults.aws.read_interval_ms / 1000
+    sizing = size(load, runs, float(data["record_bytes"]), defaults.edge.front_frame_ms, interval)
     commits = float(data["commits_per_s"])
     sizing.instance_class = INSTANCES[1 if sizing.transactions_per_s <= commits * HEADROOM else 2]
     calls = runs.calls(load.rps, sizing.units())
@@ -111,7 +112,7 @@ def plan(
     )
     if edge is not EdgeKind.ATOMIC:
         settings = Settings.of()
-        out.hops = budget(edge, settings, 1000 / commits)
+        out.hops = budget(edge, settings, 1000 / commits, shards=sizing.shards)
         out.fan_out_hops = budget(edge, settings, 1000 / commits, fan_out=True)
         faster = (p50(out.hops) - p50(out.fan_out_hops)) / 1000
         out.fan_out = fan_out(load, sizing, prices, faster)

@@ -6,7 +6,9 @@ own setting where the setting decides the hop (how often a shard is read, the fr
 edge reads a reply), or what `numerator plan --measure` measured here (a commit). The batcher's
 wait for its read is half the read interval (it reads each shard on the beats of READ_INTERVAL_MS,
 AWS allowing five reads a second), or with enhanced fan-out the propagation AWS documents; the
-edge reads the reply a lag after that beat (infra/adapters/beats.py), then a beat apart.
+edge reads the reply a lag after that beat (infra/adapters/beats.py), then a beat apart. The
+Lambda edge's shards are read on phased beats (READ_BEATS=phased, as template.yaml deploys it): a
+record waits a put's margin and half the gap between two shards' phases, fewer ms the more shards.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from typing import Any
 import orjson
 
 from infra.adapters.beats import reply_lag
+from infra.adapters.kinesis import PUT_GUARD_S
 from infra.settings import Settings
-from numerator.plan.model import EdgeKind, PlanError
+from numerator.plan.model import EdgeKind, PlanError, read_wait
 
 LATENCY = Path(__file__).with_name("latency.json")
 
@@ -52,9 +55,10 @@ def found_after(arrives_s: float, lag_s: float, interval_s: float) -> float:
 
 
 def budget(
-    edge: EdgeKind, settings: Settings, commit_ms: float, fan_out: bool = False
+    edge: EdgeKind, settings: Settings, commit_ms: float, fan_out: bool = False, shards: int = 1
 ) -> list[Hop]:
-    """The hops of one request on `edge` (numerator's two edges; not the atomic counter)."""
+    """The hops of one request on `edge` (numerator's two edges; not the atomic counter) on a
+    stream of `shards`: the Lambda edge's are read on phased beats (template.yaml)."""
     if edge is EdgeKind.ATOMIC:
         raise PlanError("the atomic counter has no hops of numerator's")
     got = figures()
@@ -80,10 +84,19 @@ def budget(
     if fan_out:
         efo = got["kinesis_efo_propagation_ms"]
         read = Hop("the batcher's read (enhanced fan-out)", efo["ms"], efo["source"])
+    elif edge is EdgeKind.LAMBDA:
+        # the put's margin: twice its deviation (PutTimes' first guess: half a call) and a guard
+        margin = kinesis + PUT_GUARD_S * 1000
+        read = Hop(
+            "the batcher's read (GetRecords)",
+            margin + read_wait(aws.read_interval_ms, shards, phased=True) + kinesis,
+            f"a put's margin, half the gap between {shards} shards' phases of READ_INTERVAL_MS "
+            f"({aws.read_interval_ms:g}; READ_BEATS=phased), and a GetRecords",
+        )
     else:
         read = Hop(
             "the batcher's read (GetRecords)",
-            aws.read_interval_ms / 2 + kinesis,
+            read_wait(aws.read_interval_ms, 1, phased=False) + kinesis,
             f"half of READ_INTERVAL_MS ({aws.read_interval_ms:g}), and a GetRecords",
         )
     write = got["dynamodb_call_ms"]["source"]

@@ -209,6 +209,13 @@ class Measured:
         return (target - cpu.fixed) / cpu.per_request
 
 
+def read_wait(interval: float, shards: int, phased: bool) -> float:
+    """A record's mean wait for its read, from its put's return: half the interval on shared
+    beats; on phased beats half the gap between two shards' phases, past the put's margin
+    (infra/adapters/beats.py), on a stream split evenly into `shards`."""
+    return interval / 2 / (max(1, shards) if phased else 1)
+
+
 def edge_cpu(runs: list[dict[str, Any]]) -> Fit:
     """An edge process's CPU (0 to 1 of a core) fitted through the runs: a fixed part (polls,
     health) plus a part per request."""
@@ -239,6 +246,9 @@ class Sizing:
     concurrency: float = 0.0  # lambda: concurrent executions at the peak (Little's law)
     in_flight: float = 0.0  # requests waiting for their reply at the peak
     reply_wait_s: float = 0.0
+    """The reply wait the plan bills and sizes by: the least the bench measured, and for an edge
+    on phased beats its wait for the read at this stream's shards, not the bench's."""
+    measured_wait_s: float = 0.0  # the least reply wait the bench measured
     records_per_s: float = 0.0
     hot_records_per_s: float = 0.0
     record_bytes: float = 0.0
@@ -254,11 +264,18 @@ class Sizing:
         return units(self.edge_tasks, self.shards, self.batchers)  # no edge tasks off the server
 
 
-def size(load: Load, measured: Measured, record_bytes: float, front_frame_ms: float) -> Sizing:
-    """The deployment for the load's peak."""
+def size(
+    load: Load,
+    measured: Measured,
+    record_bytes: float,
+    front_frame_ms: float,
+    interval: float = 0.2,
+) -> Sizing:
+    """The deployment for the load's peak; `interval`: READ_INTERVAL_MS, in seconds."""
     peak = load.peak
     out = Sizing(measured.edge, peak, record_bytes=record_bytes)
-    out.reply_wait_s = measured.least("latency_mean_ms") / 1000
+    quickest = min(measured.runs, key=lambda run: float(run["latency_mean_ms"]))
+    out.reply_wait_s = out.measured_wait_s = quickest["latency_mean_ms"] / 1000
     out.in_flight = peak * out.reply_wait_s
     if measured.edge is EdgeKind.ATOMIC:  # one item per counter, no stream, no Postgres
         out.concurrency = out.in_flight
@@ -274,7 +291,6 @@ def size(load: Load, measured: Measured, record_bytes: float, front_frame_ms: fl
         out.records_per_s = min(peak, counters * frames_per_s)
         out.hot_records_per_s = min(peak * load.hot_share, hot * frames_per_s)
     else:
-        out.concurrency = out.in_flight
         out.records_per_s = peak
         out.hot_records_per_s = peak * load.hot_share
     write = SHARD_RECORDS_PER_S * HEADROOM
@@ -287,6 +303,11 @@ def size(load: Load, measured: Measured, record_bytes: float, front_frame_ms: fl
     )
     out.batchers = max(2, math.ceil(out.shards / SHARDS_PER_BATCHER))
     out.transactions_per_s = out.shards * measured.mean("transactions_per_shard_s")
+    if measured.edge is EdgeKind.LAMBDA:  # on phased beats: the more shards, the less it waits
+        out.reply_wait_s += read_wait(interval, out.shards, phased=True) - read_wait(
+            interval, int(quickest["shards"]), quickest.get("read_beats") == "phased"
+        )
+        out.in_flight = out.concurrency = peak * out.reply_wait_s
     return out
 
 

@@ -24,7 +24,9 @@ def run_plan(args: argparse.Namespace) -> None:
         from numerator.plan.measure import measure
         from numerator.plan.model import MEASURED
 
-        measure(say=lambda line: print(line, file=sys.stderr))
+        # --edge names one edge to measure again, the others' runs kept; both (the default): all
+        only = None if args.edge == "both" else {EdgeKind(args.edge)}
+        measure(say=lambda line: print(line, file=sys.stderr), only=only)
         print(f"written: {MEASURED}")
         if args.rps is None:
             return
@@ -41,7 +43,11 @@ def run_plan(args: argparse.Namespace) -> None:
             "load": vars(load) | {"peak_rps": load.peak},
             "region": args.region,
             "prices": {"file": prices.source, "as_of": prices.as_of},
-            "measured": {"at": measured["measured_at"], "command": measured["command"]},
+            "measured": {
+                "at": measured["measured_at"],
+                "edges_at": measured.get("edges_measured_at", {}),
+                "command": measured["command"],
+            },
             "plans": [p.to_json() for p in plans],
         }
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -94,8 +100,7 @@ def text(load: Load, plans: list[Plan], prices: Prices, measured: dict[str, Any]
         "Sizing (for the peak)",
         *columns(sizing_rows(plans), heads),
         "",
-        "AWS calls a second at the mean rate (from the bench, measured "
-        f"{measured['measured_at'][:10]})",
+        f"AWS calls a second at the mean rate (from the bench, measured {when(measured)})",
     ]
     calls = sorted({call for p in plans for call in p.calls})
     rows = [(f"  {call}", [made(p, call) for p in plans]) for call in calls]
@@ -149,7 +154,14 @@ def latency_lines(plans: list[Plan], heads: list[str]) -> list[str]:
     rows = [(f"  {name}", [ms(p, name) if p.hops else "-" for p in plans]) for name in names]
     rows += [
         ("p50 it adds up to", [f"{p50(p.hops):,.0f}" if p.hops else "-" for p in plans]),
-        ("  measured on moto (mean wait)", [f"{p.sizing.reply_wait_s * 1000:,.0f}" for p in plans]),
+        (
+            "  measured on moto (mean wait)",
+            [f"{p.sizing.measured_wait_s * 1000:,.0f}" for p in plans],
+        ),
+        (
+            "  the wait billed, at the plan's shards",
+            [f"{p.sizing.reply_wait_s * 1000:,.0f}" for p in plans],
+        ),
         (
             "p50 with enhanced fan-out",
             [f"{p50(p.fan_out_hops):,.0f}" if p.fan_out_hops else "-" for p in plans],
@@ -159,9 +171,9 @@ def latency_lines(plans: list[Plan], heads: list[str]) -> list[str]:
             [money(p.fan_out.get("usd_per_month")) if p.fan_out else "-" for p in plans],
         ),
         (
-            "  Lambda duration it saves",
+            "  Lambda duration it saves (or costs more)",
             [
-                money(p.fan_out.get("saves_lambda_duration_usd_per_month"))
+                saved(p.fan_out.get("saves_lambda_duration_usd_per_month", 0.0))
                 if p.edge is EdgeKind.LAMBDA and p.fan_out
                 else "-"
                 for p in plans
@@ -182,3 +194,18 @@ def made(each: Plan, call: str) -> str:
 
 def money(usd: float | None) -> str:
     return "-" if usd is None else f"${usd:,.0f}"
+
+
+def saved(usd: float) -> str:
+    """What fan-out saves of a Lambda edge's duration, or what it costs more (it waits longer
+    than phased beats' reads on many shards)."""
+    return money(usd) if usd >= 0 else f"{money(-usd)} more"
+
+
+def when(measured: dict[str, Any]) -> str:
+    """When measured.json was measured: its date, or each edge's when they differ."""
+    edges = measured.get("edges_measured_at") or {}
+    days = {edge: at[:10] for edge, at in edges.items()}
+    if len(set(days.values())) <= 1:
+        return str(measured["measured_at"][:10])
+    return ", ".join(f"{edge} {day}" for edge, day in days.items())

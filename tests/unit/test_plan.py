@@ -51,7 +51,8 @@ MEASURED: dict[str, Any] = {
             run(300, 10, {"put_record": 50, "get_records": 5, "batch_get_item": 33}, cpu=26),
             run(1000, 10, {"put_record": 50, "get_records": 5, "batch_get_item": 40}, cpu=40),
         ],
-        # every request: one put_record and two polls; get_records 5 per shard
+        # every request: one put_record and two polls; get_records 5 per shard; on one shard
+        # read on shared beats
         "lambda": [
             run(6, 8, {"put_record": 6, "batch_get_item": 12, "get_records": 5}, edges=0),
             run(16, 8, {"put_record": 16, "batch_get_item": 32, "get_records": 5}, edges=0),
@@ -89,8 +90,12 @@ def test_the_lambda_edge_puts_a_record_per_request_and_sizes_concurrency_by_litt
     load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
     out = plan(load, EdgeKind.LAMBDA, prices(), MEASURED)
     assert out.sizing.records_per_s == 20_000
-    assert out.sizing.concurrency == pytest.approx(20_000 * 0.2)
     assert out.sizing.shards == math.ceil(20_000 / (SHARD_RECORDS_PER_S * HEADROOM))
+    # measured 200 ms with a read half a beat (100 ms) off; on the plan's 29 shards' phased
+    # beats, half the gap between phases: 200 / 29 / 2 ms
+    assert out.sizing.measured_wait_s == pytest.approx(0.2)
+    assert out.sizing.reply_wait_s == pytest.approx(0.2 - 0.1 + 0.1 / out.sizing.shards)
+    assert out.sizing.concurrency == pytest.approx(20_000 * out.sizing.reply_wait_s)
     assert out.sizing.partition_spread == math.ceil(10_000 / (SHARD_RECORDS_PER_S * HEADROOM))
     assert out.sizing.batchers == math.ceil(out.sizing.shards / 4)
     assert out.calls["put_record"] == pytest.approx(10_000)
@@ -139,17 +144,21 @@ def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_edges_and_bat
     assert old.bill.lines["DynamoDB reply table"] != out.bill.lines["DynamoDB reply table"]
 
 
-def test_the_latency_budget_adds_its_hops_and_fan_out_shortens_the_batchers_read() -> None:
+def test_the_latency_budget_adds_its_hops_and_fan_out_changes_the_batchers_read() -> None:
     from infra.settings import Settings
     from numerator.plan.latency import budget, figures, found_after, p50
 
     settings = Settings.of()
     got = figures()
+    call = got["kinesis_call_ms"]["ms"]
     for edge in (EdgeKind.SERVER, EdgeKind.LAMBDA):
-        polled = budget(edge, settings, commit_ms=2.0)
+        polled = budget(edge, settings, commit_ms=2.0, shards=10)
         pushed = budget(edge, settings, commit_ms=2.0, fan_out=True)
         read = next(h for h in polled if h.name.startswith("the batcher's read"))
-        assert read.ms == settings.aws.read_interval_ms / 2 + got["kinesis_call_ms"]["ms"]
+        if edge is EdgeKind.SERVER:  # shared beats: half the interval, and a GetRecords
+            assert read.ms == settings.aws.read_interval_ms / 2 + call
+        else:  # phased: a put's margin, half the gap between 10 shards' phases, a GetRecords
+            assert read.ms == pytest.approx(call + 2 + settings.aws.read_interval_ms / 20 + call)
         assert p50(polled) == pytest.approx(sum(h.ms for h in polled))
         efo = got["kinesis_efo_propagation_ms"]["ms"]
         assert p50(polled) - p50(pushed) == pytest.approx(read.ms - efo, abs=40)
@@ -246,8 +255,16 @@ def test_the_command_plans_both_edges_side_by_side_from_the_shipped_files() -> N
     for each in (lam, server):  # the latency budget, with and without enhanced fan-out
         budget = each["latency_budget"]
         assert budget["p50_ms"] == pytest.approx(sum(h["ms"] for h in budget["hops"]), abs=0.5)
-        assert budget["with_enhanced_fan_out"]["p50_ms"] < budget["p50_ms"]
         assert budget["with_enhanced_fan_out"]["usd_per_month"] > 0
+    # fan-out's push (70 ms) beats the shared beats' half interval, not phased beats' on many
+    # shards: the Lambda edge's would wait longer, and bill more
+    assert (
+        server["latency_budget"]["with_enhanced_fan_out"]["p50_ms"]
+        < server["latency_budget"]["p50_ms"]
+    )
+    fanned = lam["latency_budget"]["with_enhanced_fan_out"]
+    assert fanned["p50_ms"] > lam["latency_budget"]["p50_ms"]
+    assert fanned["saves_lambda_duration_usd_per_month"] < 0
     assert atomic["latency_budget"] is None
     assert "Latency budget per hop" in done.stdout
 
@@ -299,3 +316,34 @@ def test_the_measure_runs_a_rate_again_that_moto_did_not_serve(
     assert asked.count((EdgeKind.SERVER, 300.0)) == 2
     assert out["edges"]["server"][0]["rps"] == pytest.approx(297.0)
     assert [d["rps"] for d in out["discarded"]] == [240.0]
+
+
+def test_the_measure_of_one_edge_keeps_the_others_runs_and_their_dates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`numerator plan --measure --edge lambda`: the Lambda edge measured again, the server's
+    and the atomic counter's runs kept as they were, each edge with the date it was measured."""
+    from numerator.plan import measure
+    from numerator.plan.render import when
+
+    asked: list[EdgeKind] = []
+
+    def bench(edge: EdgeKind, rate: float) -> dict[str, Any]:
+        asked.append(edge)
+        return {"rps": rate, "edge_cpu_pct": 20 + rate / 50, "new": True}
+
+    path = tmp_path / "measured.json"
+    path.write_text(json.dumps(MEASURED | {"discarded": [{"edge": "server", "rps": 1}]}))
+    monkeypatch.setattr(measure, "bench", bench)
+    monkeypatch.setattr(measure, "commits_per_second", lambda: 1000.0)
+    out = measure.measure(path, say=lambda line: None, only={EdgeKind.LAMBDA})
+    assert set(asked) == {EdgeKind.LAMBDA}
+    assert all(run.get("new") for run in out["edges"]["lambda"])
+    assert out["edges"]["server"] == MEASURED["edges"]["server"]
+    assert out["edges"]["atomic"] == MEASURED["edges"]["atomic"]
+    assert out["discarded"] == [{"edge": "server", "rps": 1}]
+    at = out["edges_measured_at"]
+    assert at["server"] == at["atomic"] == MEASURED["measured_at"] != at["lambda"]
+    assert json.loads(path.read_text()) == out
+    said = when(out)
+    assert "server 2026-12-01" in said and f"lambda {at['lambda'][:10]}" in said

@@ -81,24 +81,7 @@ def budget(
             Hop("API Gateway and Lambda", lam["ms"], lam["source"]),
             Hop("the put", kinesis, got["kinesis_call_ms"]["source"] + " (PutRecord)"),
         ]
-    if fan_out:
-        efo = got["kinesis_efo_propagation_ms"]
-        read = Hop("the batcher's read (enhanced fan-out)", efo["ms"], efo["source"])
-    elif edge is EdgeKind.LAMBDA:
-        # the put's margin: twice its deviation (PutTimes' first guess: half a call) and a guard
-        margin = kinesis + PUT_GUARD_S * 1000
-        read = Hop(
-            "the batcher's read (GetRecords)",
-            margin + read_wait(aws.read_interval_ms, shards, phased=True) + kinesis,
-            f"a put's margin, half the gap between {shards} shards' phases of READ_INTERVAL_MS "
-            f"({aws.read_interval_ms:g}; READ_BEATS=phased), and a GetRecords",
-        )
-    else:
-        read = Hop(
-            "the batcher's read (GetRecords)",
-            read_wait(aws.read_interval_ms, 1, phased=False) + kinesis,
-            f"half of READ_INTERVAL_MS ({aws.read_interval_ms:g}), and a GetRecords",
-        )
+    read = read_hop(edge, settings, got, fan_out, shards)
     write = got["dynamodb_call_ms"]["source"]
     if edge is EdgeKind.SERVER:
         write += " (with the frames of the batcher's other shards: batcher/gather.py)"
@@ -117,6 +100,31 @@ def budget(
         "beat that reads the record, then a beat apart) after the reply is written, and a read",
     )
     return [*hops, read, *after, reading]
+
+
+def read_hop(
+    edge: EdgeKind, settings: Settings, got: dict[str, dict[str, Any]], fan_out: bool, shards: int
+) -> Hop:
+    """The batcher's read: fan-out's push; phased beats' (the Lambda edge's) margin and half
+    the gap between the shards' phases; shared beats' half interval; and a GetRecords."""
+    kinesis, aws = got["kinesis_call_ms"]["ms"], settings.aws
+    if fan_out:
+        efo = got["kinesis_efo_propagation_ms"]
+        return Hop("the batcher's read (enhanced fan-out)", efo["ms"], efo["source"])
+    if edge is EdgeKind.LAMBDA:
+        # the put's margin: twice its deviation (PutTimes' first guess: half a call) and a guard
+        margin = kinesis + PUT_GUARD_S * 1000
+        return Hop(
+            "the batcher's read (GetRecords)",
+            margin + read_wait(aws.read_interval_ms, shards, phased=True) + kinesis,
+            f"a put's margin, half the gap between {shards} shards' phases of READ_INTERVAL_MS "
+            f"({aws.read_interval_ms:g}; READ_BEATS=phased), and a GetRecords",
+        )
+    return Hop(
+        "the batcher's read (GetRecords)",
+        read_wait(aws.read_interval_ms, 1, phased=False) + kinesis,
+        f"half of READ_INTERVAL_MS ({aws.read_interval_ms:g}), and a GetRecords",
+    )
 
 
 def p50(hops: list[Hop]) -> float:

@@ -218,6 +218,11 @@ async def test_a_hot_counter_spread_over_shards_stays_unique_and_keys_meet_in_on
     assert sorted([*values, first, last]) == list(range(1, 43))
 
 
+GATHER_MS = 60.0
+"""REPLY_GATHER_MS of the gathered runs: its default (20) is sized for AWS's reads side by side;
+the tests' moto in a thread answers them one after the other, slower on a busy machine."""
+
+
 async def test_the_frames_of_a_batchers_shards_read_at_one_beat_write_one_item_per_edge(
     aws_endpoint: str, settings: Settings, store: PostgresStore, name: str
 ) -> None:
@@ -236,7 +241,7 @@ async def test_the_frames_of_a_batchers_shards_read_at_one_beat_write_one_item_p
     batches = [[f"{edge}-{b * 40 + i}" for i in range(40)] for b in range(beats)]
     keys = [key for batch in batches for key in batch]
     items: dict[float, int] = {}
-    for gather_ms in (0.0, 20.0):
+    for gather_ms in (0.0, GATHER_MS):
         with resources(spread.but(reply_gather_ms=gather_ms), shards=2) as (own, found):
             batcher, ports = await started(own, found, store)
             try:
@@ -261,6 +266,8 @@ async def test_the_frames_of_a_batchers_shards_read_at_one_beat_write_one_item_p
             items[gather_ms] = table["Count"]
     # Alone, each shard's frame its own item: two a beat. Gathered, one a beat; moto answers a
     # batcher's reads one after another, so now and then a shard's frame is past the gather's
-    # wait (1 in about 12 runs of one beat missed it, in CI): one such beat in three is allowed.
+    # wait (1 in about 12 runs of one beat missed it, in CI, at 20 ms; a fast lane on a busy
+    # machine here missed two beats of three at 20 ms): one such beat in three is allowed, at
+    # GATHER_MS.
     print(f"reply items by REPLY_GATHER_MS: {items}")
-    assert items[0.0] == 2 * beats and items[20.0] <= beats + 1, items
+    assert items[0.0] == 2 * beats and items[GATHER_MS] <= beats + 1, items

@@ -116,7 +116,7 @@ def test_the_sam_transform_yields_every_resource_of_the_deployment() -> None:
     assert set(out["Outputs"]) >= {"ApiUrl", "StreamName", "ReplyTableName"}
 
 
-def test_the_edge_may_only_put_to_its_stream_and_read_its_table() -> None:
+def test_the_edge_may_only_put_to_and_list_its_stream_and_read_its_table() -> None:
     out = transformed()
     role = out["Resources"]["EdgeFunctionRole"]["Properties"]
     actions: dict[str, Any] = {}
@@ -126,6 +126,8 @@ def test_the_edge_may_only_put_to_its_stream_and_read_its_table() -> None:
                 actions[action] = statement["Resource"]
     assert actions.pop("kinesis:PutRecord") == {"Fn::GetAtt": ["Stream", "Arn"]}
     assert actions.pop("kinesis:PutRecords") == {"Fn::GetAtt": ["Stream", "Arn"]}
+    # phased beats (READ_BEATS=phased): it lists the open shards to put on the one read next
+    assert actions.pop("kinesis:ListShards") == {"Fn::GetAtt": ["Stream", "Arn"]}
     assert actions.pop("dynamodb:BatchGetItem") == {"Fn::GetAtt": ["ReplyTable", "Arn"]}
     assert actions.pop("secretsmanager:GetSecretValue")["Fn::If"][0] == "MakeDatabase"
     assert actions == {}, f"more than the edge needs: {actions}"
@@ -438,3 +440,18 @@ def test_the_anchor_bucket_locks_every_record_in_compliance_mode() -> None:
     assert statement["Action"] == "s3:PutObject"
     env = variables()["batcher"]
     assert env["ANCHOR_TO"] == {"Fn::Sub": "s3://${AnchorBucket}/heads/"}
+
+
+def test_the_lambda_edge_and_its_batchers_read_on_phased_beats_a_server_edge_on_shared() -> None:
+    """Edges and batchers must agree on READ_BEATS (docs/settings.md): the Lambda edge's records
+    go to the shard read next, and its batchers read each shard at its own phase; the Fargate
+    edge keeps the default, shared, as `numerator up` does for each edge (beats_for)."""
+    from infra.settings import ReadBeats, beats_for
+
+    given = variables()
+    assert given["edge"]["READ_BEATS"] == "phased" == beats_for("lambda", {})
+    assert given["batcher"]["READ_BEATS"] == {"Fn::If": ["LambdaEdge", "phased", "shared"]}
+    fargate = template()["Resources"]["EdgeTask"]["Properties"]["ContainerDefinitions"][0]
+    assert "READ_BEATS" not in {item["Name"] for item in fargate["Environment"]}
+    assert Settings.of().aws.read_beats is ReadBeats.SHARED == beats_for("server", {})
+    assert beats_for("lambda", {"READ_BEATS": "shared"}) is ReadBeats.SHARED  # set: as set

@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 
+from batcher.worker import SHARDS_EVERY_S as LISTS_EVERY_S
+from infra.adapters.kinesis import SHARDS_EVERY_S
 from infra.settings import Settings
 from numerator.plan.cost import INSTANCES, Bill, Prices, bill, fan_out
 from numerator.plan.latency import Hop, budget, p50
@@ -98,7 +100,14 @@ def plan(
     sizing = size(load, runs, float(data["record_bytes"]), defaults.edge.front_frame_ms, interval)
     commits = float(data["commits_per_s"])
     sizing.instance_class = INSTANCES[1 if sizing.transactions_per_s <= commits * HEADROOM else 2]
-    calls = runs.calls(load.rps, sizing.units())
+    calls = runs.calls(load.rps, sizing.units(), interval)
+    if edge is EdgeKind.LAMBDA:
+        # each container lists the shards when it starts and every SHARDS_EVERY_S (a bench's
+        # few containers start as its rate grows: the fit would take that for a per-request
+        # call), each batcher every so often (batcher/worker.py)
+        containers = load.rps * sizing.reply_wait_s
+        batchers = sizing.batchers / min(LISTS_EVERY_S, defaults.frames.lease_ttl_s / 3)
+        calls["list_shards"] = batchers + containers / SHARDS_EVERY_S
     units = runs.reply_units(load.rps, sizing.units())
     sizing.reply_writes_per_s = runs.reply_units(load.peak, sizing.units()).get("write", 0.0)
     out = Plan(

@@ -63,6 +63,7 @@ one frame item per edge that has replies in the frames a batcher's shards commit
 each, read by key)."""
 
 
+WRITE_BATCH = 25  # replies a BatchWriteItem (infra/adapters/dynamodb.py)
 UNITS = {
     "put_record": Unit.EDGE,
     "put_records": Unit.EDGE,
@@ -71,7 +72,7 @@ UNITS = {
     "query": Unit.EDGE,
     "get_records": Unit.SHARD,
     "get_shard_iterator": Unit.SHARD,
-    "list_shards": Unit.SHARD,
+    "list_shards": Unit.PROCESS,  # each batcher's, now and then (and each Lambda container's)
     "batch_write_item": Unit.BATCHER,  # the frames of a beat publish together
 }  # any other call (describe_*: health checks): Unit.PROCESS
 
@@ -184,9 +185,17 @@ class Measured:
         }
         return cls(edge, runs, fits, replies)
 
-    def calls(self, rps: float, units: dict[Unit, float]) -> dict[str, float]:
-        """Calls a second by call at `rps` on a deployment of `units`."""
-        return {call: fit.at(rps, units[unit_of(call)]) for call, fit in self.fits.items()}
+    def calls(
+        self, rps: float, units: dict[Unit, float], interval: float = 0.2
+    ) -> dict[str, float]:
+        """Calls a second by call at `rps` on a deployment of `units`. The Lambda edge's reply
+        writes are worked out, not fitted: a BatchWriteItem per frame, 25 replies a call (at
+        the bench's few requests a second, a frame holds one or two)."""
+        out = {call: fit.at(rps, units[unit_of(call)]) for call, fit in self.fits.items()}
+        if self.edge is EdgeKind.LAMBDA and "batch_write_item" in out:
+            frames = back_frames_per_s(rps, units[Unit.SHARD], interval)
+            out["batch_write_item"] = frames + max(0.0, rps - frames) / WRITE_BATCH
+        return out
 
     def reply_units(self, rps: float, units: dict[Unit, float]) -> dict[str, float]:
         """The reply table's read and write units a second at `rps` on a deployment of
@@ -207,6 +216,13 @@ class Measured:
         if cpu.per_request <= 0 or cpu.fixed >= target:
             raise PlanError(f"measured.json: the {self.edge} edge's CPU does not grow with rps")
         return (target - cpu.fixed) / cpu.per_request
+
+
+def back_frames_per_s(records_per_s: float, shards: float, interval: float) -> float:
+    """Frames a second: one per shard per read that finds records (each shard read every
+    `interval`), the records coming at random (Poisson)."""
+    reads = shards / interval if interval > 0 else 0.0
+    return reads * -math.expm1(-records_per_s / reads) if reads > 0 else 0.0
 
 
 def read_wait(interval: float, shards: int, phased: bool) -> float:
@@ -302,7 +318,9 @@ def size(
         math.ceil(out.records_per_s * record_bytes / (SHARD_BYTES_PER_S * HEADROOM)),
     )
     out.batchers = max(2, math.ceil(out.shards / SHARDS_PER_BATCHER))
-    out.transactions_per_s = out.shards * measured.mean("transactions_per_shard_s")
+    # a frame per shard per read that finds records (a bench at a few requests a second on
+    # several shards finds most reads empty; at the plan's rates every read has records)
+    out.transactions_per_s = back_frames_per_s(out.records_per_s, out.shards, interval)
     if measured.edge is EdgeKind.LAMBDA:  # on phased beats: the more shards, the less it waits
         out.reply_wait_s += read_wait(interval, out.shards, phased=True) - read_wait(
             interval, int(quickest["shards"]), quickest.get("read_beats") == "phased"

@@ -39,6 +39,8 @@ def run(rps: float, duration: float, calls: dict[str, float], **more: Any) -> di
     }
 
 
+LAMBDA_CALLS = {"get_records": 5, "batch_write_item": 5}
+
 MEASURED: dict[str, Any] = {
     "measured_at": "2026-12-01T00:00:00+00:00",
     "command": "made up",
@@ -52,10 +54,10 @@ MEASURED: dict[str, Any] = {
             run(1000, 10, {"put_record": 50, "get_records": 5, "batch_get_item": 40}, cpu=40),
         ],
         # every request: one put_record and two polls; get_records 5 per shard; on one shard
-        # read on shared beats
+        # read on shared beats (reply writes: a BatchWriteItem a frame, worked out, not fitted)
         "lambda": [
-            run(6, 8, {"put_record": 6, "batch_get_item": 12, "get_records": 5}, edges=0),
-            run(16, 8, {"put_record": 16, "batch_get_item": 32, "get_records": 5}, edges=0),
+            run(6, 8, {**LAMBDA_CALLS, "put_record": 6, "batch_get_item": 12}, edges=0),
+            run(16, 8, {**LAMBDA_CALLS, "put_record": 16, "batch_get_item": 32}, edges=0),
         ],
         # the atomic counter: one update_item per request, 10 ms each
         "atomic": [
@@ -347,3 +349,24 @@ def test_the_measure_of_one_edge_keeps_the_others_runs_and_their_dates(
     assert json.loads(path.read_text()) == out
     said = when(out)
     assert "server 2026-12-01" in said and f"lambda {at['lambda'][:10]}" in said
+
+
+def test_frames_and_the_lambda_edges_reply_writes_and_listings_are_worked_out_not_fitted() -> None:
+    """A bench at a few requests a second on four shards finds most reads empty and writes a
+    reply a BatchWriteItem; at the plan's rates every read finds records and a call takes 25
+    replies. Its containers list the shards at their start and every 5 minutes."""
+    from batcher.worker import SHARDS_EVERY_S as BATCHERS_LIST_EVERY_S
+    from infra.adapters.kinesis import SHARDS_EVERY_S
+    from numerator.plan.model import back_frames_per_s
+
+    assert back_frames_per_s(1e6, 4, 0.2) == pytest.approx(20)  # every read of every shard
+    assert back_frames_per_s(0.5, 4, 0.2) == pytest.approx(0.5, rel=0.02)  # each record alone
+    assert back_frames_per_s(20, 4, 0.2) == pytest.approx(20 * (1 - math.exp(-1)))
+    load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
+    out = plan(load, EdgeKind.LAMBDA, prices(), MEASURED)
+    frames = out.sizing.shards * 5  # at 10,000 rps on 29 shards: every read
+    assert out.calls["batch_write_item"] == pytest.approx(frames + (10_000 - frames) / 25, rel=1e-3)
+    containers = 10_000 * out.sizing.reply_wait_s
+    listed = out.sizing.batchers / BATCHERS_LIST_EVERY_S + containers / SHARDS_EVERY_S
+    assert out.calls["list_shards"] == pytest.approx(listed)
+    assert out.sizing.transactions_per_s == pytest.approx(frames, rel=1e-3)  # a read, a frame

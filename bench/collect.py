@@ -38,6 +38,7 @@ FRAME_SUM, FRAME_COUNT = "numerator_frame_size_records_sum", "numerator_frame_si
 LAG = "numerator_batcher_lag_seconds"
 LEASES = "numerator_leases_held"  # a gauge: summed over the batchers, the shards held
 AWS = "numerator_aws_calls_total"
+AWS_SECONDS = "numerator_aws_call_seconds_total"
 THROTTLES = "numerator_aws_throttles_total"
 
 
@@ -53,6 +54,9 @@ def totals(metrics: dict[str, float]) -> dict[str, float]:
     for name, value in metrics.items():
         if name.startswith(AWS + "{"):  # numerator_aws_calls_total{call="put_records"}
             out["aws:" + name[len(AWS) + 1 : -1].removeprefix('call="').removesuffix('"')] = value
+        elif name.startswith(AWS_SECONDS + "{"):
+            call = name[len(AWS_SECONDS) + 1 : -1].removeprefix('call="').removesuffix('"')
+            out["aws_s:" + call] = value
         elif name.startswith(THROTTLES + "{"):
             out["throttles"] += value
     return out

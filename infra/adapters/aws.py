@@ -119,6 +119,7 @@ class AwsCaller:
         problem = ""
         async for _ in Retries(tries, cap=self.cap):
             self.metrics.aws_calls.inc(name)
+            began = time.monotonic()
             try:
                 return await loop.run_in_executor(self.pool, partial(method, **kwargs))
             except ClientError as exc:
@@ -138,6 +139,8 @@ class AwsCaller:
                 raise AwsRefused("NoCredentials", f"{name}: {exc}") from exc
             except BotoCoreError as exc:
                 raise AwsRefused(type(exc).__name__, f"{name}: {exc}") from exc
+            finally:
+                self.metrics.aws_call_seconds.inc(name, time.monotonic() - began)
             self.metrics.aws_retries.inc(reason)
         raise AwsUnavailable(f"{problem} (gave up after {tries} tries)")
 

@@ -281,6 +281,12 @@ class Metrics:
         "AWS calls answered with throttling (retried), by API call.", label="call"
     )
     aws_calls: LabeledTotal = metric("Calls to Kinesis and DynamoDB, by API call.", label="call")
+    aws_call_seconds: LabeledTotal = metric(
+        "Seconds the calls to Kinesis and DynamoDB took, each try from when it was handed to "
+        "the AWS threads to its answer, by API call: over numerator_aws_calls_total, a call's "
+        "mean latency as the process waits for it.",
+        label="call",
+    )
     reply_items: LabeledTotal = metric(
         "Reply table items read and written, by op (DynamoDB bills by the item): a frame's "
         "replies to one long-running edge are one item.",

@@ -83,6 +83,11 @@ def kept(edge: EdgeKind, rate: float, run: dict[str, Any]) -> dict[str, Any]:
         "read_beats": settings.get("read_beats") or "shared",
         "batchers": settings.get("batchers") or 0,
         "calls": {k[4:]: v for k, v in totals.items() if k.startswith("aws:") and v},
+        "call_ms": {  # each call's mean latency (numerator_aws_call_seconds_total)
+            k[6:]: round(v / totals[f"aws:{k[6:]}"] * 1000, 2)
+            for k, v in totals.items()
+            if k.startswith("aws_s:") and totals.get(f"aws:{k[6:]}")
+        },
         "records_put": totals.get("records_put", 0.0),
         "reply_units": {
             "read": totals.get("reply_units_read", 0.0),

@@ -41,8 +41,13 @@ def test_the_predicted_calls_per_request_are_within_a_quarter_of_the_measured(
         predicted = sum(v for k, v in model_calls.items() if k not in apart)
         measured = sum(v for k, v in calls.items() if k not in apart)
         puts = (sum(model_calls.get(k, 0) for k in apart), sum(calls.get(k, 0) for k in apart))
+        latency = {k: run["call_ms"].get(k) for k in apart}  # numerator_aws_call_seconds_total
         print(
             f"{edge} at {run['rps']:.0f} rps: predicted {predicted:.3f}, measured {measured:.3f}"
-            + (f"; the puts: predicted {puts[0]:.3f}, measured {puts[1]:.3f}" if apart else "")
+            + (
+                f"; the puts: predicted {puts[0]:.3f}, measured {puts[1]:.3f} (ms a put: {latency})"
+                if apart
+                else ""
+            )
         )
         assert abs(predicted - measured) <= 0.25 * measured, (edge, rate, predicted, measured)

@@ -111,3 +111,29 @@ async def test_a_long_running_process_writes_its_changes_as_emf_lines(
     assert lines and all(line["role"] == "server" for line in lines)
     assert sum(line.get("Requests", [0])[0] for line in lines) == 5
     assert sum(line.get("ReplyTimeouts", [0])[0] for line in lines) == 1
+
+
+async def test_each_aws_call_is_timed_by_call_failed_tries_too() -> None:
+    """numerator_aws_call_seconds_total: what a call's mean latency is read from (the plan's
+    measure keeps it as call_ms)."""
+    import time as clock
+
+    from botocore.exceptions import ClientError
+
+    from infra.adapters.aws import AwsCaller
+
+    metrics = Metrics()
+    calls = AwsCaller(2, metrics, cap=0.01)
+    tries = iter([True, False])
+
+    def put_record(**_: object) -> dict[str, object]:
+        clock.sleep(0.02)
+        if next(tries):
+            error = {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": ""}}
+            raise ClientError(error, "PutRecord")  # type: ignore[arg-type]
+        return {}
+
+    await calls(put_record)
+    calls.close()
+    assert metrics.aws_calls.values == {"put_record": 2}
+    assert 0.04 <= metrics.aws_call_seconds.values["put_record"] < 1.0

@@ -11,6 +11,7 @@ numerator_next_requests_total 100
 numerator_records_put_total 20
 numerator_aws_calls_total{call="put_record"} 20
 numerator_aws_calls_total{call="batch_get_item"} 12
+numerator_aws_call_seconds_total{call="put_record"} 0.4
 numerator_frame_size_records_sum 0
 numerator_frame_size_records_count 0
 """
@@ -38,6 +39,7 @@ def test_the_edge_and_its_batchers_add_up_to_one_service() -> None:
     one = combined([scrape(EDGE), scrape(BATCHER), scrape(BATCHER)])
     assert one["requests"] == 100 and one["records_put"] == 20 and one["records_in"] == 40
     assert one["aws:put_record"] == 20 and one["aws:get_records"] == 14
+    assert one["aws_s:put_record"] == 0.4  # 20 ms a put, as seen by the edge
     assert one["throttles"] == 4 and one["takeovers"] == 2
     assert one["leases"] == 4, "two batchers holding two shards each"
     assert one["lag"] == 0.5, "the worst lag, not a sum"

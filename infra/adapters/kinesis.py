@@ -24,6 +24,7 @@ kept (`phase`, for its reply's read); a Cancel goes where its record went.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import zlib
 from collections import OrderedDict, deque
@@ -39,6 +40,8 @@ from infra.errors import AwsRefused, NumeratorError, ShardEnded, StreamFull
 from infra.observe.metrics import Metrics
 from infra.ports import Entry
 from infra.wire import Cancel, Demand, Record, encode
+
+log = logging.getLogger("numerator.kinesis")
 
 PUT_ATTEMPTS = 6
 SHARDS_EVERY_S = 300.0  # phased beats: an edge lists the open shards again this often
@@ -163,7 +166,8 @@ class KinesisStream:
         self._listed = time.monotonic()
         try:
             listed = await self._list()
-        except NumeratorError:
+        except NumeratorError as exc:
+            log.warning("cannot list the shards (records go by partition key): %s", exc)
             return
         open_ = [
             (s["ShardId"], int(s["HashKeyRange"]["StartingHashKey"]))
@@ -177,7 +181,8 @@ class KinesisStream:
         phase = self._phases.of.get(shard)
         if phase is None:
             phase = self._read_phases.get(shard, 0.0)
-            self._listed = -SHARDS_EVERY_S  # a shard not listed (a reshard): list them again
+            if self._phases:  # a shard not listed (a reshard): list them again, at the next put
+                self._listed = -SHARDS_EVERY_S
         self._placed[key] = (aim, phase)
         if len(self._placed) > PLACED:
             self._placed.popitem(last=False)

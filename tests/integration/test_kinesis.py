@@ -281,3 +281,34 @@ async def test_phased_a_batcher_reads_each_shard_on_beats_of_its_own_phase(
             times = reads[shard]
             early = [t for t in times if (t - phase) % 0.1 < 0.025]
             assert len(early) >= 0.8 * len(times), (shard, phase, times)
+
+
+async def test_phased_a_stream_it_may_not_list_is_put_to_by_partition_key_listed_once_a_while(
+    aws: tuple[Settings, Any],
+) -> None:
+    """A Lambda edge without kinesis:ListShards (an old template's role): its puts go by
+    partition key as on shared beats, and it does not try to list at every put."""
+    settings, found = aws
+
+    class Denied:
+        def __init__(self, client: Any) -> None:
+            self.client, self.listed = client, 0
+
+        def list_shards(self, **kwargs: Any) -> dict[str, Any]:
+            self.listed += 1
+            raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "x")
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.client, name)
+
+    client = Denied(found.kinesis)
+    metrics = Metrics()
+    kinesis = KinesisStream(
+        client, AwsCaller(2, metrics), settings.aws.stream_name, metrics, 1, 0.2, phased=True
+    )
+    for n in range(3):
+        await kinesis.put([Record(f"d{n}", "inv")])
+    assert client.listed == 1
+    shard = found.kinesis.list_shards(StreamName=settings.aws.stream_name)["Shards"][0]["ShardId"]
+    assert [e.record.key for e in await kinesis.read(shard, None, 100, 0.5)] == ["d0", "d1", "d2"]
+    assert kinesis.phase("d0") == 0.0  # the one shard's phase: its range starts at 0

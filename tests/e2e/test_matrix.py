@@ -27,6 +27,8 @@ import httpx
 import psutil
 import pytest
 
+from functions.edge import SETTLE_EVERY_S
+from functions.flight import MARGIN_S
 from infra.observe.health import EDGE_DEAD_S
 from numerator import local
 from tests.awsfaults import AwsFaults
@@ -48,7 +50,8 @@ FROZEN_S = LEASE_TTL_S + 3  # a batcher SIGSTOPped past its lease
 # request was cut before its answer (none delivered, none cut as it was answered); within these,
 # some are answered, some cut, and some cut as they are.
 CUT_MS = {"embedded": (0, 300), "server": (0, 900), "lambda": (0, 1500)}
-UNSURE_WINDOW_S = 0.3  # values listed unsure: those in flight, their wait and this much traffic
+UNSURE_WINDOW_S = 0.3  # values listed unsure with no death: this much traffic
+WRITE_S = 0.1  # an edge's write of its settled moment, and its event loop's lateness
 
 
 @dataclass(frozen=True)
@@ -306,16 +309,27 @@ def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
         )
         for c in counters
     }
-    # An edge's settled moment is when its oldest request then under way began: the traffic of
-    # that request's wait is listed too (on moto, 0.4-0.5 s of reply latency).
-    waited = max(
-        (
-            line.killed - a.sent
+
+    def carried(counter: str) -> int:
+        """The values an edge's last settled moment may leave unsure besides those in flight:
+        those of the requests that ended after it. The last moment said before the death was
+        said up to two SETTLE_EVERY_S (and their writes) before it (one may have been on its
+        way), and is the start of the epoch (SETTLE_EVERY_S long) of the oldest request then
+        under way, less MARGIN_S: taken from the clients' history as the requests came (in
+        waves a beat apart, on moto 0.2-0.5 s each), not from a mean rate."""
+        lookback = 2 * (SETTLE_EVERY_S + WRITE_S)
+        under_way = [
+            a.sent
             for a in client.history
-            if line.killed and a.sent <= line.killed < a.ended
-        ),
-        default=0.0,
-    )
+            if a.sent <= line.killed and a.ended >= line.killed - lookback
+        ]
+        since = min(under_way, default=line.killed) - SETTLE_EVERY_S - MARGIN_S - WRITE_S
+        return sum(
+            len(a.values)
+            for a in client.history
+            if a.delivered and a.counter == counter and since <= a.ended <= line.killed
+        )
+
     if line.killed:  # the dead worker's values are listed unsure once it has been silent so long
         time.sleep(max(0.0, line.killed + EDGE_DEAD_S + 2.0 - time.monotonic()))
     try:
@@ -328,7 +342,8 @@ def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
             # values issued (docs/invoices.md), as on AWS.
             deaths_listed=shape.path != "lambda",
             unsure_slack={
-                c: math.ceil(rate * (UNSURE_WINDOW_S + waited)) + flying[c] for c in counters
+                c: carried(c) + flying[c] if line.killed else math.ceil(rate * UNSURE_WINDOW_S)
+                for c in counters
             },
             within=EDGE_DEAD_S + 10 if kind == "kill" else 3.0,
         )

@@ -509,8 +509,8 @@ def exact(
     if len(unsure) > unsure_slack:
         broken.append(
             f"(e) {counter}: {len(unsure)} values listed unsure, {doubted} of them received "
-            f"(more than {unsure_slack}: the requests in flight at a death and what 0.3 s of "
-            "traffic carries)"
+            f"(more than {unsure_slack}: the requests in flight at a death and those answered "
+            "since its last settled moment could have been)"
         )
     tally.issued += len(issued)
     tally.void += len(void)

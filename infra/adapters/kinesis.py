@@ -373,7 +373,7 @@ class KinesisStream:
 
 
 def _entry(row: Row) -> dict[str, Any]:
-    """A record of a PutRecords call."""
+    """A row as the put's parameters: a PutRecord's, or one record of a PutRecords."""
     data, key, aim, _ = row
     return {"Data": data, "PartitionKey": key, **({"ExplicitHashKey": aim} if aim else {})}
 

@@ -116,6 +116,23 @@ class Wall:
         return self._offset
 
 
+class Times:
+    """How long something takes here: a mean and a mean deviation, moving an eighth and a quarter
+    of the way to each new time, as TCP estimates a round trip (RFC 6298); `mean` and `deviation`
+    are the first guess."""
+
+    def __init__(self, mean: float, deviation: float) -> None:
+        self.mean, self.deviation = mean, deviation
+
+    def add(self, seconds: float) -> None:
+        self.deviation += (abs(seconds - self.mean) - self.deviation) / 4
+        self.mean += (seconds - self.mean) / 8
+
+    def likely(self) -> float:
+        """A time with room for most: the mean and twice the mean deviation."""
+        return self.mean + 2 * self.deviation
+
+
 class Phases:
     """The open shards of a stream by phase: which to put a record on so that it is read soon
     after its put returns (phased beats)."""

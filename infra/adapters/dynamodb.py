@@ -1,7 +1,8 @@
 """The Replies port on Amazon DynamoDB (boto3, through `AwsCaller`).
 
-The table's key is (`k`, `f`); every item has `r`, its encoded replies, and `x`, the Unix time the
-table's TTL removes it at. The batcher writes them with BatchWriteItem, 25 a call, retrying
+The table's key is (`k`, `f`); every item has `r`, its encoded replies, `x`, the Unix time the
+table's TTL removes it at, and `w`, the Unix time it could likely be read at (its write's start and
+the mean time of this process's reply writes). The batcher writes them with BatchWriteItem, 25 a call, retrying
 UnprocessedItems with backoff, in one of two shapes, chosen by each reply's key (infra/wire.py
 `grouped`):
 
@@ -21,8 +22,9 @@ Either way a reply is found by its key alone (the key names its edge), for as lo
 keeps it. ONE poller per process (per event loop) reads every outstanding key, not one loop per
 request, and reads a key when its reply is expected: the batchers read the stream on the beats of
 the read interval (infra/adapters/beats.py), so a record whose put returned is read at the next
-beat, and its reply is in the table `lag` after it (a read, a frame, a commit and a reply write).
-A key not found is read again a beat later, at the same lag, until the request's deadline, then
+beat, and its reply is in the table `lag()` after it (a read, a frame, a commit and a reply write:
+learned from the `w` of the items found, never later than the first guess). A key not found is
+read again a beat later, at the same lag, until the request's deadline, then
 ReplyTimeout (504); a key this process did not put (looked up by key alone) is read at once, then
 on the beats. Keys expected at one beat are read together: one BatchGetItem (100 keys a call) or
 one Query per edge a beat.
@@ -73,8 +75,9 @@ ITEM_BYTES = 300_000  # a frame's replies to one edge per item, below DynamoDB's
 @dataclass
 class _Wait:
     future: asyncio.Future[Reply]
-    due: float  # monotonic time of its next read
+    due: float | None  # monotonic time of its next read; None: its first, a lag after `beat`
     since: float  # Unix time its record was (about to be) put: its frame's item is not older
+    beat: float = 0.0  # Unix time of the beat expected to read its record (0: not known)
 
 
 @dataclass
@@ -105,7 +108,12 @@ class DynamoReplies:
         `phase`: the phase of the beats of the shard a key's record was put on (phased beats:
         the stream's `phase`)."""
         self.client, self.calls, self.table, self.metrics = client, calls, table, metrics
-        self.ttl, self.interval, self.lag, self.phase = ttl, interval, lag, phase
+        self.ttl, self.interval, self.phase = ttl, interval, phase
+        self.lags, self.most = beats.Times(lag, 0.0), lag
+        """From a beat to when the replies of the records read on it can be read, as this process
+        has seen them written (each item says when: `w`); `lag` is the first guess, and the
+        latest it reads at (`lag()`)."""
+        self.writes = beats.Times(0.005, 0.0025)  # this process's writes; AWS's (latency.json)
         self._wall = beats.Wall()
         self._poller = _Poller()
         self._warned, self._failed = -WARN_EVERY_S, 0
@@ -122,15 +130,27 @@ class DynamoReplies:
         when = time.time() if since is None else since
         waiting = _Wait(loop.create_future(), time.monotonic(), when)
         if when:
-            waiting.due = self._first_read()
+            waiting.due, waiting.beat = None, self._beat()
         self._poller.waits[key] = waiting
 
-    def _first_read(self, phase: float = 0.0) -> float:
-        """The monotonic time to first read the reply to a record whose put returned now (to a
-        shard read on the beats of `phase`)."""
-        offset = self._wall.offset()
-        put = time.monotonic() + offset
-        return beats.first_read(put, self.interval, self.lag, phase) - offset
+    def _beat(self, phase: float = 0.0) -> float:
+        """The beat (Unix time) that reads a record whose put returned now, to a shard read on
+        the beats of `phase`. Worked out from one offset, the beats of keys put apart agree to
+        the bit (`beats.Wall`), and so do their first reads: a lag after it, the lag as it is
+        when they are due, so that they share one read."""
+        return beats.beat(time.monotonic() + self._wall.offset(), self.interval, phase)
+
+    def lag(self) -> float:
+        """Seconds from a beat to the first read of its replies: when most of them have been
+        written, as this process has seen (the mean and twice the mean deviation), but never
+        later than the first guess, REPLY_LAG_MS and BACK_FRAME_MS. Read sooner, a reply is
+        found sooner; read later, every request waits to spare the few that come late a beat
+        more (on moto, whose calls are slow, the writes took about the first guess, and a
+        learned 69 ms made the server edge's p50 worse)."""
+        return min(self.lags.likely(), self.most)
+
+    def _due(self, wait: _Wait, lag: float, offset: float) -> float:
+        return wait.due if wait.due is not None else wait.beat + lag - offset
 
     def forget(self, key: str) -> None:
         self._poller.waits.pop(key, None)
@@ -160,14 +180,19 @@ class DynamoReplies:
         requests = [{"PutRequest": {"Item": item}} for item in items]
         async for _ in Retries(WRITE_ATTEMPTS, cap=1.0):
             # A frame item is stamped as it is written again: one stamped at the first try and
-            # written seconds later would lie before where its edge reads (WINDOW_S back).
+            # written seconds later would lie before where its edge reads (WINDOW_S back). Every
+            # item says when it is likely readable (`w`): now and a write's mean time here.
+            began = time.monotonic()
+            written = {"N": f"{time.time() + self.writes.mean:.4f}"}
             for request in requests:
                 item = request["PutRequest"]["Item"]
+                item["w"] = written
                 if item["f"]["S"] != OWN:
                     item["f"] = {"S": stamp(time.time())}
             out = await self.calls(
                 self.client.batch_write_item, RequestItems={self.table: requests}
             )
+            self.writes.add(time.monotonic() - began)
             requests = out.get("UnprocessedItems", {}).get(self.table, [])
             if not requests:
                 return
@@ -180,7 +205,7 @@ class DynamoReplies:
             self.expect(key, since=0.0)
         waiting = poller.waits[key]
         if waiting.since:  # the put returned just now: its record is read at the next beat
-            waiting.due = self._first_read(self.phase(key))
+            waiting.due, waiting.beat = None, self._beat(self.phase(key))
         if poller.task is None or poller.task.done():
             poller.task = asyncio.get_running_loop().create_task(self._poll())
         try:
@@ -197,9 +222,11 @@ class DynamoReplies:
         waits = self._poller.waits
         while waits:
             now = time.monotonic()
-            due = [k for k, w in waits.items() if w.due <= now + TOGETHER_S and not w.future.done()]
+            lag, offset = self.lag(), self._wall.offset()
+            when = {k: self._due(w, lag, offset) for k, w in waits.items() if not w.future.done()}
+            due = [k for k, at in when.items() if at <= now + TOGETHER_S]
             if not due:
-                soonest = min(w.due for w in waits.values())
+                soonest = min(when.values(), default=now + TICK_S)
                 await asyncio.sleep(min(TICK_S, max(soonest - now, 0.001)))
                 continue
             own: list[str] = []
@@ -209,9 +236,9 @@ class DynamoReplies:
                 wait = waits[key]
                 # a key looked up by key alone was read at once: from now on, on the beats
                 wait.due = (
-                    beats.read_again(wait.due, now, self.interval)
+                    beats.read_again(when[key], now, self.interval)
                     if wait.since
-                    else self._first_read()
+                    else beats.first_read(now + offset, self.interval, lag) - offset
                 )
                 if grouped(key):
                     edge = edge_of_key(key)
@@ -244,7 +271,8 @@ class DynamoReplies:
             if wait is not None and not wait.future.done():
                 wait.future.set_exception(exc)
 
-    def _found(self, raw: bytes) -> None:
+    def _found(self, raw: bytes) -> _Wait | None:
+        """Answer the wait of the reply `raw` (one line of a frame item): that wait, if any."""
         waits = self._poller.waits
         try:
             reply = decode_reply(raw)
@@ -253,10 +281,30 @@ class DynamoReplies:
             wait = waits.get(key) if key else None
             if wait is not None and not wait.future.done():
                 wait.future.set_exception(BadReply(f"unreadable reply item: {exc}"))
-            return
+            return None
         wait = waits.get(reply.key)
-        if wait is not None and not wait.future.done():
-            wait.future.set_result(reply)
+        if wait is None or wait.future.done():
+            return None
+        wait.future.set_result(reply)
+        return wait
+
+    def _learn(self, item: dict[str, Any], wait: _Wait) -> None:
+        """Learn from an item found for `wait` how long after its beat a reply can be read: the
+        item says when it was (`w`). One written an interval later or more is taken as read a
+        beat late (a put slower than its margin) and counted from that beat; two or more late
+        (replies published again after a crash) says nothing of the next beat's, and is left
+        out. A reply written late is still counted, from the beat it was expected at: left
+        out, the lag would shrink to what was found, and then more would be late."""
+        written = item.get("w", {}).get("N")
+        if written is None or not wait.beat:
+            return
+        self.metrics.reply_found_seconds.observe(max(0.0, time.time() - float(written)))
+        took = float(written) - wait.beat
+        if took >= self.interval:
+            took -= self.interval
+        if 0 < took < self.interval:
+            self.lags.add(took)
+            self.metrics.reply_lag_seconds.set(self.lag())
 
     async def _read(self, keys: list[str]) -> None:
         try:
@@ -266,7 +314,7 @@ class DynamoReplies:
                     self.table: {
                         "Keys": [{"k": {"S": k}, "f": {"S": OWN}} for k in keys],
                         "ConsistentRead": True,
-                        "ProjectionExpression": "k, r",
+                        "ProjectionExpression": "k, r, w",
                     }
                 },
             )
@@ -284,6 +332,7 @@ class DynamoReplies:
             wait = waits.get(item["k"]["S"])
             if wait is None or wait.future.done():
                 continue
+            self._learn(item, wait)
             try:
                 wait.future.set_result(decode_reply(item["r"]["S"].encode()))
             except (BadReply, KeyError) as exc:
@@ -313,8 +362,11 @@ class DynamoReplies:
             read = sum(size(item) for item in out.get("Items", []))
             self.metrics.reply_units.inc("read", max(1, -(-read // 4096)))
             for item in out.get("Items", []):
-                for line in item.get("r", {}).get("S", "").encode().split(b"\n"):
-                    self._found(line)
+                lines = item.get("r", {}).get("S", "").encode().split(b"\n")
+                answered = [self._found(line) for line in lines]
+                first = next((w for w in answered if w is not None and w.beat), None)
+                if first is not None:  # one time an item: its replies were written together
+                    self._learn(item, first)
             if "LastEvaluatedKey" not in out:
                 return
             arguments["ExclusiveStartKey"] = out["LastEvaluatedKey"]

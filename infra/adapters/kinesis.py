@@ -48,7 +48,7 @@ SHARDS_EVERY_S = 300.0  # phased beats: an edge lists the open shards again this
 PLACED = 50_000  # phased beats: where this many of the latest records landed is kept
 PUT_GUARD_S = 0.002
 """Phased beats: a record is put on a shard read at least this long after its put is expected to
-return (the put's mean time and twice its mean deviation, PutTimes)."""
+return (the put's mean time and twice its mean deviation: `put_times`)."""
 TIMER_S = 0.001
 """How late an event loop's timer may fire: epoll counts in milliseconds, and asyncio rounds a
 timeout up. `sleep_until` sleeps this much short and yields until the time has come."""
@@ -58,23 +58,6 @@ Row = tuple[bytes, str, str | None, str]
 """A record to put: its data, partition key, explicit hash key (or None) and reply key."""
 Waiter = tuple[list[Row], "asyncio.Future[None]"]
 """One put() call: its records, and the future it awaits."""
-
-
-class PutTimes:
-    """How long puts take here: a mean and a mean deviation, moving an eighth and a quarter of
-    the way to each new put's time, as TCP estimates a round trip (RFC 6298). The first guess is
-    AWS's (latency.json: about 10 ms a Kinesis call)."""
-
-    def __init__(self, first: float = 0.01) -> None:
-        self.mean, self.deviation = first, first / 2
-
-    def add(self, seconds: float) -> None:
-        self.deviation += (abs(seconds - self.mean) - self.deviation) / 4
-        self.mean += (seconds - self.mean) / 8
-
-    def likely(self) -> float:
-        """A put's time, with room for most: the mean and twice the mean deviation."""
-        return self.mean + 2 * self.deviation
 
 
 @dataclass
@@ -116,7 +99,7 @@ class KinesisStream:
         self._placed: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
         """Phased: by a record's reply key, the hash key it went under (None: its partition
         key's), and its shard's phase."""
-        self.put_times = PutTimes()
+        self.put_times = beats.Times(0.01, 0.005)  # first guess: AWS's (latency.json)
 
     def partition(self, record: Demand) -> str:
         if self.spread == 1:

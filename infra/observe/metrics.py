@@ -315,6 +315,17 @@ class Metrics:
         "Time to commit one frame's transaction.", buckets=SECONDS
     )
     reply_wait_seconds: Histogram = metric("Time a request waited for its reply.", buckets=SECONDS)
+    reply_lag_seconds: Gauge = metric(
+        "How long after a read beat this edge first reads the replies of the records read on "
+        "it: learned from when the replies were written (REPLY_LAG_MS and BACK_FRAME_MS until "
+        "then); the largest of the processes'.",
+        most=True,
+    )
+    reply_found_seconds: Histogram = metric(
+        "Time from when a reply could be read (the written time on its item) to when its edge "
+        "read it: what reading on the beats adds to a request.",
+        buckets=SECONDS,
+    )
     batcher_lag_seconds: Gauge = metric("Age of the oldest record in the last frame.", most=True)
     stream_depth_records: Gauge = metric("Records waiting on the in-process stream.")
     check_up: LabeledGauge = metric(

@@ -112,7 +112,7 @@ def read_hop(
         efo = got["kinesis_efo_propagation_ms"]
         return Hop("the batcher's read (enhanced fan-out)", efo["ms"], efo["source"])
     if edge is EdgeKind.LAMBDA:
-        # the put's margin: twice its deviation (PutTimes' first guess: half a call) and a guard
+        # the put's margin: twice its deviation (`put_times`' first guess: half a call) and a guard
         margin = kinesis + PUT_GUARD_S * 1000
         return Hop(
             "the batcher's read (GetRecords)",

@@ -185,7 +185,7 @@ async def test_phased_a_lone_record_lands_on_the_shard_read_next_and_its_cancel_
 ) -> None:
     """READ_BEATS=phased on four shards, READ_INTERVAL_MS 200: each lone record without an
     Idempotency-Key goes to the shard read first after its put is expected to return (the put's
-    mean time and twice its deviation, PutTimes), so it waits that margin and half a gap between
+    mean time and twice its deviation, `put_times`), so it waits that margin and half a gap between
     phases for its read (25 ms here) where shared beats make it wait half the interval (100 ms);
     `phase` says where it landed, its Cancel goes to the same shard, after it,
     and a keyed record keeps its partition (its retries meet on one shard)."""

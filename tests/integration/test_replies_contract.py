@@ -294,8 +294,10 @@ class OnBeats:
     edge cannot know from its put alone, only from the beat. Counts nothing but what it is
     handed: the test counts the edge's reads."""
 
-    def __init__(self, table: Replies, interval: float) -> None:
-        self.table, self.interval = table, interval
+    def __init__(self, table: Replies, interval: float, after: float = 0.0) -> None:
+        """`after`: seconds past each beat its replies are published (a read, a frame, a
+        commit)."""
+        self.table, self.interval, self.after = table, interval, after
         self.put: list[tuple[float, str]] = []  # (when its put returned, key)
 
     async def run(self, keys: int) -> None:
@@ -307,14 +309,18 @@ class OnBeats:
             due = [key for when, key in self.put if when < beat]
             self.put = [(when, key) for when, key in self.put if when >= beat]
             if due:
+                await asyncio.sleep(self.after)
                 await self.table.publish([ok(key) for key in due])
                 written += len(due)
 
 
-async def requests_on_beats(table: Replies, keys: list[str], interval: float) -> None:
+async def requests_on_beats(
+    table: Replies, keys: list[str], interval: float, after: float = 0.0
+) -> None:
     """Each key expected, put (its put takes 0 to 30 ms) and awaited, one every 0 to 60 ms (a
-    phase of its own against the beats), while the batcher writes their replies on the beats."""
-    batcher = OnBeats(table, interval)
+    phase of its own against the beats), while the batcher writes their replies on the beats
+    (`after` them)."""
+    batcher = OnBeats(table, interval, after)
     writing = asyncio.create_task(batcher.run(len(keys)))
     waiters = []
     for key in keys:
@@ -350,3 +356,33 @@ async def test_dynamodb_a_reply_is_read_once_at_its_beat_and_an_edge_reads_once_
         assert calls["batch_get_item"] <= spanned, (calls, spanned)
     else:
         assert calls["query"] <= spanned, (calls, spanned)
+
+
+@pytest.mark.parametrize("kind", ["own", "frame"])
+async def test_dynamodb_an_edge_learns_when_replies_are_written(
+    aws: tuple[Settings, Any], kind: str
+) -> None:
+    """Replies written 60 ms after their beat, and an edge whose first guess is 150 ms: it
+    learns from the items' written times to read them sooner, and reads a key about once (an
+    edge's items once a beat) all the same. A fixed lag would wait the 150 ms for every one."""
+    settings = aws[0].but(read_interval_ms=200.0, back_frame_ms=10.0, reply_lag_ms=140.0)
+    metrics = Metrics()
+    table = aws_ports(settings, metrics, aws[1]).replies
+    assert isinstance(table, DynamoReplies) and table.lag() == pytest.approx(0.15)
+    # a server edge learns from an item a beat, not from each reply in it: more keys
+    keys = [f"0123456789abcdef-{i}" for i in range(40)] if kind == "own" else keys_of(EDGE, 100)
+    began = time.time()
+    await requests_on_beats(table, keys, 0.2, after=0.06)
+    spanned = (time.time() - began) / 0.2 + 1  # beats the run spanned, the first one's too
+    learned = table.lag()
+    # the publish begins 60 ms after the beat (an event loop's timer up to a few ms late), and
+    # the write takes what it takes on this machine, a mean of it being in the written time
+    assert 0.06 < table.lags.mean < 0.06 + 0.01 + table.writes.mean * 3, vars(table.lags)
+    assert learned < 0.14, vars(table.lags)
+    assert metrics.reply_lag_seconds.value == pytest.approx(learned)
+    found = metrics.reply_found_seconds
+    assert found.count >= (len(keys) if kind == "own" else 10), found.count
+    if kind == "own":
+        assert metrics.reply_items.values["read"] <= 1.1 * len(keys), metrics.reply_items.values
+    else:
+        assert metrics.aws_calls.values["query"] <= spanned, (metrics.aws_calls.values, spanned)

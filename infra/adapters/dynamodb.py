@@ -2,9 +2,9 @@
 
 The table's key is (`k`, `f`); every item has `r`, its encoded replies, `x`, the Unix time the
 table's TTL removes it at, and `w`, the Unix time it could likely be read at (its write's start and
-the mean time of this process's reply writes). The batcher writes them with BatchWriteItem, 25 a call, retrying
-UnprocessedItems with backoff, in one of two shapes, chosen by each reply's key (infra/wire.py
-`grouped`):
+the mean time of this process's reply writes). The batcher writes them with BatchWriteItem, 25 a
+call, retrying UnprocessedItems with backoff, in one of two shapes, chosen by each reply's key
+(infra/wire.py `grouped`):
 
 - a record's own reply, `k` its reply key and `f` "-": for the Lambda edge, whose containers each
   await one request and come and go. The edge reads its key with a strongly consistent

@@ -31,6 +31,8 @@ RATES = {
     "reply_items_written": 'numerator_reply_items_total{op="written"}',
     "reply_units_read": 'numerator_reply_units_total{op="read"}',
     "reply_units_written": 'numerator_reply_units_total{op="write"}',
+    "invocation_cpu_s": "numerator_invocation_cpu_seconds_sum",  # a Lambda's warm invocations
+    "invocations_timed": "numerator_invocation_cpu_seconds_count",
 }
 BASELINE_TRANSACTIONS = "baseline_transactions_total"
 BASELINE_REQUESTS = "baseline_requests_total"

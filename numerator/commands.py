@@ -424,4 +424,17 @@ def add_plan(commands: Any) -> None:
         "edge (about three minutes), written to numerator/plan/measured.json; with --edge, that "
         "edge only, the others' runs kept",
     )
+    plan.add_argument(
+        "--measure-cpu",
+        action="store_true",
+        help="measure again only a Lambda's CPU a warm invocation (the edge's and the atomic "
+        "counter's, one simulated container each; about a minute), kept in measured.json",
+    )
+    plan.add_argument(
+        "--memory",
+        type=int,
+        default=512,
+        help="a Lambda's memory in MB (template.yaml's EdgeMemory, default 512): its share of a "
+        "vCPU, so how long its CPU takes, and its price a second",
+    )
     plan.set_defaults(run=later("numerator.plan.render:run_plan"))

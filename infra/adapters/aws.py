@@ -121,7 +121,9 @@ class AwsCaller:
             self.metrics.aws_calls.inc(name)
             began = time.monotonic()
             try:
-                return await loop.run_in_executor(self.pool, partial(method, **kwargs))
+                out, cpu = await loop.run_in_executor(self.pool, partial(_timed, method, kwargs))
+                self.metrics.aws_cpu_seconds.inc(cpu)  # here: the AWS threads would race
+                return out
             except ClientError as exc:
                 code = exc.response.get("Error", {}).get("Code", "")
                 message = exc.response.get("Error", {}).get("Message", "")
@@ -146,6 +148,12 @@ class AwsCaller:
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _timed(method: Callable[..., dict[str, Any]], kwargs: Any) -> tuple[Any, float]:
+    """`method(**kwargs)` in an AWS thread, and the CPU seconds it took there."""
+    began = time.thread_time()
+    return method(**kwargs), time.thread_time() - began
 
 
 def create(found: Clients, settings: Settings, wait: float = 60.0) -> list[str]:

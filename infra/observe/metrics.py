@@ -287,6 +287,16 @@ class Metrics:
         "mean latency as the process waits for it.",
         label="call",
     )
+    aws_cpu_seconds: Total = metric(
+        "CPU seconds the AWS threads spent in the calls to Kinesis and DynamoDB (botocore "
+        "builds, signs, sends and parses each), each call that answered."
+    )
+    invocation_cpu_seconds: Histogram = metric(
+        "The Lambda edge run here (`numerator up --edge lambda`): CPU seconds of each "
+        "invocation after its container's first, its thread's and its AWS calls': what a "
+        "Lambda is billed for beyond its waits (numerator plan).",
+        buckets=SECONDS,
+    )
     reply_items: LabeledTotal = metric(
         "Reply table items read and written, by op (DynamoDB bills by the item): a frame's "
         "replies to one long-running edge are one item.",

@@ -16,7 +16,10 @@ from numerator.plan.cost import INSTANCES, Bill, Prices, bill, fan_out
 from numerator.plan.latency import Hop, budget, p50
 from numerator.plan.model import (
     HEADROOM,
+    LAMBDA_MEMORY_MB,
     MEASURED,
+    MEMORIES_MB,
+    VCPU_MB,
     EdgeKind,
     Limit,
     Load,
@@ -54,6 +57,9 @@ class Plan:
                 "lambda_concurrency": round(sizing.concurrency),
                 "in_flight": round(sizing.in_flight),
                 "reply_wait_ms": round(sizing.reply_wait_s * 1000),
+                "lambda_memory_mb": sizing.memory_mb,
+                "invocation_cpu_ms": round(sizing.invocation_cpu_s * 1000, 2),
+                "lambda_duration_ms": round(sizing.duration_s * 1000),
                 "records_per_s": round(sizing.records_per_s),
                 "record_bytes": sizing.record_bytes,
                 "shards": sizing.shards,
@@ -90,14 +96,53 @@ def read_measured(path: Path = MEASURED) -> dict[str, Any]:
     return data
 
 
+def cpu_hop(sizing: Sizing) -> Hop:
+    """What a Lambda's CPU adds to its time, past a whole core's (the hops' figures are AWS's
+    calls, not the function's own work)."""
+    share = sizing.memory_mb / VCPU_MB
+    return Hop(
+        f"the function's CPU at {share:.2f} vCPU",
+        (sizing.duration_s - sizing.reply_wait_s) * 1000,
+        f"{sizing.invocation_cpu_s * 1000:.1f} ms a warm invocation on a whole core (numerator "
+        f"plan --measure-cpu), at {sizing.memory_mb} MB's share: one vCPU at {VCPU_MB} MB",
+    )
+
+
+def memories(
+    load: Load, edge: EdgeKind, prices: Prices, data: dict[str, Any], memory: int
+) -> list[str]:
+    """What the Lambdas would cost and take at the other memory sizes: more memory, more CPU."""
+    notes = []
+    for mb in MEMORIES_MB:
+        if mb == memory:
+            continue
+        other = plan(load, edge, prices, data, mb, others=False)
+        notes.append(
+            f"at {mb:,} MB a Lambda would cost ${other.bill.total:,.0f} a month "
+            f"(${other.bill.per_million:.2f} a million), {other.sizing.duration_s * 1000:.0f} ms "
+            f"an invocation"
+        )
+    return notes
+
+
 def plan(
-    load: Load, edge: EdgeKind, prices: Prices, measured: dict[str, Any] | None = None
+    load: Load,
+    edge: EdgeKind,
+    prices: Prices,
+    measured: dict[str, Any] | None = None,
+    memory: int = LAMBDA_MEMORY_MB,
+    others: bool = True,
 ) -> Plan:
+    """`memory`: a Lambda's (template.yaml's EdgeMemory), in MB; `others`: with what the
+    Lambdas would cost at the other sizes (MEMORIES_MB), in the bill's notes."""
     data = measured if measured is not None else read_measured()
     runs = Measured.of(edge, data["edges"][str(edge)])
     defaults = Settings.of()  # the settings the template keeps
     interval = defaults.aws.read_interval_ms / 1000
-    sizing = size(load, runs, float(data["record_bytes"]), defaults.edge.front_frame_ms, interval)
+    cpu = float((data.get("invocation_cpu_ms") or {}).get(str(edge)) or 0.0)
+    sizing = size(
+        load, runs, float(data["record_bytes"]), defaults.edge.front_frame_ms, interval, cpu, memory
+    )
     commits = float(data["commits_per_s"])
     sizing.instance_class = INSTANCES[1 if sizing.transactions_per_s <= commits * HEADROOM else 2]
     calls = runs.calls(load.rps, sizing.units(), interval)
@@ -105,7 +150,7 @@ def plan(
         # each container lists the shards when it starts and every SHARDS_EVERY_S (a bench's
         # few containers start as its rate grows: the fit would take that for a per-request
         # call), each batcher every so often (batcher/worker.py)
-        containers = load.rps * sizing.reply_wait_s
+        containers = load.rps * sizing.duration_s
         batchers = sizing.batchers / min(LISTS_EVERY_S, defaults.frames.lease_ttl_s / 3)
         calls["list_shards"] = batchers + containers / SHARDS_EVERY_S
     units = runs.reply_units(load.rps, sizing.units())
@@ -119,10 +164,16 @@ def plan(
         bill(load, sizing, calls, prices, units),
         units,
     )
+    if sizing.invocation_cpu_s and edge is not EdgeKind.SERVER and others:
+        out.bill.notes += memories(load, edge, prices, data, memory)
     if edge is not EdgeKind.ATOMIC:
         settings = Settings.of()
         out.hops = budget(edge, settings, 1000 / commits, shards=sizing.shards)
         out.fan_out_hops = budget(edge, settings, 1000 / commits, fan_out=True)
+        if sizing.invocation_cpu_s and edge is EdgeKind.LAMBDA:
+            hop = cpu_hop(sizing)
+            out.hops.append(hop)
+            out.fan_out_hops.append(hop)
         faster = (p50(out.hops) - p50(out.fan_out_hops)) / 1000
         out.fan_out = fan_out(load, sizing, prices, faster)
     return out

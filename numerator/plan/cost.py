@@ -43,7 +43,6 @@ INSTANCES = ("db.t4g.micro", "db.t4g.small", "db.m7g.large")  # smallest first
 NEEDED += tuple(f"rds_{name}_hour" for name in INSTANCES)
 
 # Assumptions (not measured here), each named where it is used:
-LAMBDA_MEMORY_GB = 0.5  # template.yaml EdgeMemory's default, 512 MB
 ALB_BYTES_PER_REQUEST = 600  # a /next request and its answer, headers included
 EDGE_TASK_VCPU, EDGE_TASK_GB = 1.0, 2.0  # template.yaml's Fargate edge task
 BATCHER_VCPU, BATCHER_GB = 0.5, 1.0  # template.yaml BatcherCpu 512, BatcherMemory 1024
@@ -202,7 +201,7 @@ def lambda_lines(out: Bill, requests: float, sizing: Sizing, prices: Prices) -> 
         usd["api_gateway_http_per_million_over_300m"],
     )
     out.lines["Lambda requests"] = millions * usd["lambda_per_million"]
-    seconds = requests * sizing.reply_wait_s * LAMBDA_MEMORY_GB
+    seconds = requests * sizing.duration_s * sizing.memory_mb / 1024
     out.lines["Lambda duration"] = tiered(
         seconds,
         7.5e9,
@@ -251,6 +250,6 @@ def fan_out(load: Load, sizing: Sizing, prices: Prices, faster_s: float) -> dict
     )
     saves = 0.0
     if sizing.edge is EdgeKind.LAMBDA:
-        seconds = load.rps * MONTH_S * faster_s * LAMBDA_MEMORY_GB
+        seconds = load.rps * MONTH_S * faster_s * sizing.memory_mb / 1024
         saves = seconds * usd["lambda_arm64_gb_second"]
     return {"usd_per_month": cost, "saves_lambda_duration_usd_per_month": saves}

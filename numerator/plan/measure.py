@@ -45,8 +45,41 @@ at 635 rps), and the fits would take it for what that rate costs."""
 COMMAND = "numerator plan --measure"
 
 
+CPU_EDGES = (EdgeKind.LAMBDA, EdgeKind.ATOMIC)  # the Lambdas: a warm invocation's CPU
+
+
 def bench(edge: EdgeKind, rate: float, seconds: int = SECONDS) -> dict[str, Any]:
     """One bench run on moto, as the plan keeps it."""
+    runs = bench_runs(edge, rate, seconds)
+    if edge is EdgeKind.ATOMIC:  # --compare ran it last, beside numerator
+        return kept(edge, rate, runs[-1])
+    return kept(edge, rate, runs[0])
+
+
+def invocation_cpu(say: Any) -> dict[str, float]:
+    """A Lambda's CPU a warm invocation, ms on a whole core, for the Lambda edge and the atomic
+    counter: one container each, alone in a process (numerator/plan/probe.py)."""
+    say("a Lambda's CPU a warm invocation, one container alone (numerator.plan.probe) ...")
+    argv = [sys.executable, "-m", "numerator.plan.probe"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise PlanError(f"numerator.plan.probe failed: {done.stderr[-2000:]}")
+    return {str(k): float(v) for k, v in orjson.loads(lines[-1])["invocation_cpu_ms"].items()}
+
+
+def measure_cpu(path: Path = MEASURED, say: Any = print) -> dict[str, Any]:
+    """Measure again only the Lambdas' CPU a warm invocation (half a minute), keeping the rest
+    of `path`."""
+    data: dict[str, Any] = orjson.loads(path.read_bytes())
+    data["invocation_cpu_ms"] = invocation_cpu(say)
+    data["invocation_cpu_measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+    return data
+
+
+def bench_runs(edge: EdgeKind, rate: float, seconds: int) -> list[dict[str, Any]]:
+    """`numerator bench` on moto at `rate` for `seconds`, in a child process: its runs' JSON."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "run.json"
         how = (
@@ -62,10 +95,7 @@ def bench(edge: EdgeKind, rate: float, seconds: int = SECONDS) -> dict[str, Any]
         )
         if done.returncode != 0 or not out.exists():
             raise PlanError(f"{' '.join(argv[2:])} failed: {done.stderr[-2000:]}")
-        runs = read_json(out)
-    if edge is EdgeKind.ATOMIC:  # --compare ran it last, beside numerator
-        return kept(edge, rate, runs[-1])
-    return kept(edge, rate, runs[0])
+        return read_json(out)
 
 
 def kept(edge: EdgeKind, rate: float, run: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +127,11 @@ def kept(edge: EdgeKind, rate: float, run: dict[str, Any]) -> dict[str, Any]:
             "read": totals.get("reply_items_read", 0.0),
             "written": totals.get("reply_items_written", 0.0),
         },
+        "invocation_cpu_ms": (  # a Lambda's CPU a warm invocation, where it runs one
+            round(totals["invocation_cpu_s"] / totals["invocations_timed"] * 1000, 3)
+            if totals.get("invocations_timed")
+            else None
+        ),
         "latency_mean_ms": summary["latency_mean_ms"],
         "latency_p50_ms": summary["latency_p50_ms"],
         "edge_cpu_pct": edge_cpu,
@@ -152,6 +187,7 @@ def measure(
     edges: dict[str, list[dict[str, Any]]] = {}
     discarded: list[dict[str, Any]] = []
     when: dict[str, str] = {}
+    old: dict[str, Any] = {}
     if only is not None:
         old = orjson.loads(path.read_bytes())
         edges = dict(old["edges"])
@@ -175,6 +211,10 @@ def measure(
             edges[str(edge)].append(run)
     if only is None or EdgeKind.SERVER in only:
         say(cpu_fit(edges[str(EdgeKind.SERVER)]))
+    cpu = dict(old.get("invocation_cpu_ms") or {})
+    cpu_at = old.get("invocation_cpu_measured_at", now)
+    if only is None or only.intersection(CPU_EDGES):
+        cpu, cpu_at = invocation_cpu(say), now
     say("Postgres commits a second ...")
     out = {
         "command": COMMAND,
@@ -185,6 +225,8 @@ def measure(
         "commits_per_s": round(commits_per_second()),
         "edges": edges,
         "discarded": discarded,
+        "invocation_cpu_ms": cpu,
+        "invocation_cpu_measured_at": cpu_at,
     }
     path.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
     return out

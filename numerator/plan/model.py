@@ -31,6 +31,13 @@ HEADROOM = 0.7  # size to this share of a limit; a limit is "approached" beyond 
 TASK_CPU_TARGET = 0.6  # the edge tasks' CPU target tracking aims here
 SHARDS_PER_BATCHER = 4  # shards one batcher reads (each its own frame, one transaction each)
 MONTH_S = 730 * 3600
+LAMBDA_MEMORY_MB = 512  # template.yaml EdgeMemory's default
+MEMORIES_MB = (256, 512, 1024)
+"""The sizes the plan prices a Lambda at, beside its own: 128 MB would leave the edge's container
+(85 MB at its peak here, one container in a process) too little room."""
+VCPU_MB = 1769
+"""A Lambda has CPU in proportion to its memory, one vCPU at 1,769 MB (AWS Lambda Developer Guide,
+"Configuring Lambda function memory")."""
 MEASURED = Path(__file__).with_name("measured.json")  # numerator plan --measure writes it
 
 
@@ -275,6 +282,15 @@ class Sizing:
     instance_class: str = ""
     rps_per_task: float = 0.0
     reply_writes_per_s: float = 0.0  # the reply table's write units at the peak, when measured
+    invocation_cpu_s: float = 0.0  # a Lambda's CPU a warm invocation, on a whole core (measured)
+    memory_mb: int = LAMBDA_MEMORY_MB
+
+    @property
+    def duration_s(self) -> float:
+        """A Lambda's billed time an invocation: its wait, and its CPU at the share of a vCPU
+        its memory buys (the bench runs it on a whole core, so the wait holds one core's worth
+        of it already)."""
+        return self.reply_wait_s + self.invocation_cpu_s * max(0.0, VCPU_MB / self.memory_mb - 1)
 
     def units(self) -> dict[Unit, float]:
         return units(self.edge_tasks, self.shards, self.batchers)  # no edge tasks off the server
@@ -286,15 +302,19 @@ def size(
     record_bytes: float,
     front_frame_ms: float,
     interval: float = 0.2,
+    invocation_cpu_ms: float = 0.0,
+    memory_mb: int = LAMBDA_MEMORY_MB,
 ) -> Sizing:
-    """The deployment for the load's peak; `interval`: READ_INTERVAL_MS, in seconds."""
+    """The deployment for the load's peak; `interval`: READ_INTERVAL_MS, in seconds; a Lambda's
+    CPU a warm invocation on a whole core (measured), and its memory."""
     peak = load.peak
     out = Sizing(measured.edge, peak, record_bytes=record_bytes)
     quickest = min(measured.runs, key=lambda run: float(run["latency_mean_ms"]))
     out.reply_wait_s = out.measured_wait_s = quickest["latency_mean_ms"] / 1000
+    out.invocation_cpu_s, out.memory_mb = invocation_cpu_ms / 1000, memory_mb
     out.in_flight = peak * out.reply_wait_s
     if measured.edge is EdgeKind.ATOMIC:  # one item per counter, no stream, no Postgres
-        out.concurrency = out.in_flight
+        out.concurrency = peak * out.duration_s
         out.shards = out.batchers = 0
         out.hot_records_per_s = peak * load.hot_share  # the hot counter's item's writes
         return out
@@ -325,7 +345,8 @@ def size(
         out.reply_wait_s += read_wait(interval, out.shards, phased=True) - read_wait(
             interval, int(quickest["shards"]), quickest.get("read_beats") == "phased"
         )
-        out.in_flight = out.concurrency = peak * out.reply_wait_s
+        out.in_flight = peak * out.reply_wait_s
+        out.concurrency = peak * out.duration_s
     return out
 
 

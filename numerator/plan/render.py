@@ -11,6 +11,7 @@ import orjson
 from numerator.plan import EdgeKind, Load, Plan, PlanError, plan, read_measured
 from numerator.plan.cost import Prices
 from numerator.plan.latency import p50
+from numerator.plan.model import VCPU_MB, Sizing
 
 HEADS = {
     EdgeKind.LAMBDA: "lambda edge",
@@ -20,13 +21,16 @@ HEADS = {
 
 
 def run_plan(args: argparse.Namespace) -> None:
-    if args.measure:
-        from numerator.plan.measure import measure
+    if args.measure or args.measure_cpu:
+        from numerator.plan.measure import measure, measure_cpu
         from numerator.plan.model import MEASURED
 
-        # --edge names one edge to measure again, the others' runs kept; both (the default): all
-        only = None if args.edge == "both" else {EdgeKind(args.edge)}
-        measure(say=lambda line: print(line, file=sys.stderr), only=only)
+        say = lambda line: print(line, file=sys.stderr)  # noqa: E731
+        if args.measure_cpu:
+            measure_cpu(say=say)
+        else:
+            # --edge names one edge to measure again, the others' kept; both (the default): all
+            measure(say=say, only=None if args.edge == "both" else {EdgeKind(args.edge)})
         print(f"written: {MEASURED}")
         if args.rps is None:
             return
@@ -37,7 +41,7 @@ def run_plan(args: argparse.Namespace) -> None:
     prices = Prices.read(args.prices, args.region)
     measured = read_measured()
     edges = list(EdgeKind) if args.edge == "both" else [EdgeKind(args.edge)]
-    plans = [plan(load, edge, prices, measured) for edge in edges]
+    plans = [plan(load, edge, prices, measured, args.memory) for edge in edges]
     if args.json:
         out = {
             "load": vars(load) | {"peak_rps": load.peak},
@@ -47,6 +51,7 @@ def run_plan(args: argparse.Namespace) -> None:
                 "at": measured["measured_at"],
                 "edges_at": measured.get("edges_measured_at", {}),
                 "command": measured["command"],
+                "invocation_cpu_at": measured.get("invocation_cpu_measured_at"),
             },
             "plans": [p.to_json() for p in plans],
         }
@@ -78,7 +83,7 @@ def sizing_rows(plans: list[Plan]) -> list[tuple[str, list[str]]]:
         ), atomic=True),
         row("  per task or Lambda", lambda p: (
             f"{p.sizing.rps_per_task:,.0f} rps at 60 % CPU" if p.edge is EdgeKind.SERVER
-            else f"{p.sizing.reply_wait_s * 1000:.0f} ms each"
+            else lambda_time(p.sizing)
         ), atomic=True),
         row("requests in flight", lambda p: f"{p.sizing.in_flight:,.0f}", atomic=True),
         row("records put a second", lambda p: f"{p.sizing.records_per_s:,.0f}"),
@@ -186,6 +191,16 @@ def latency_lines(plans: list[Plan], heads: list[str]) -> list[str]:
         "not a read mode yet: docs/aws.md)",
         *columns(rows, heads),
     ]
+
+
+def lambda_time(sizing: Sizing) -> str:
+    """A Lambda's billed time an invocation, and what it is made of once its CPU is known."""
+    if not sizing.invocation_cpu_s:
+        return f"{sizing.duration_s * 1000:.0f} ms each"
+    return (
+        f"{sizing.duration_s * 1000:.0f} ms each ({sizing.invocation_cpu_s * 1000:.0f} ms CPU "
+        f"on {sizing.memory_mb / VCPU_MB:.2f} vCPU)"
+    )
 
 
 def made(each: Plan, call: str) -> str:

@@ -412,3 +412,33 @@ def test_a_lambda_container_reads_its_reply_about_once_a_request(
         for _ in range(30):
             assert lam(event("http-api-next.json", name))["statusCode"] == 200
         assert read["read"] - before <= 1.1 * 30, read["read"] - before
+
+
+def test_the_local_lambda_edge_times_each_warm_invocations_cpu(
+    batcher: Settings, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`numerator up --edge lambda` counts the CPU of each invocation after a container's
+    first (its thread's, and its AWS calls' in their threads), which `numerator plan` bills at
+    a Lambda's share of a vCPU. The first builds what the container keeps, as a cold start."""
+    from numerator.lambdaedge import LambdaEdge
+
+    for key, value in environment(batcher).items():
+        monkeypatch.setenv(key, value)
+    edge = LambdaEdge(1)
+    thread = ThreadPoolExecutor(1)  # the container's thread: its handler and loop live there
+    try:
+        invoke = edge._invoke
+        created = thread.submit(invoke, event("http-api-create.json", name)).result()
+        assert created["statusCode"] == 201, created
+        for _ in range(3):
+            one = thread.submit(invoke, event("http-api-next.json", name)).result()
+            assert one["statusCode"] == 200, one
+        [metrics] = edge.containers
+        timed = metrics.invocation_cpu_seconds
+        assert timed.count == 3, timed.count  # the three /next, not the cold start
+        assert 0 < timed.sum < 3 * 0.5, timed.sum  # CPU, not the waits (each about 0.2 s)
+        assert metrics.aws_cpu_seconds.value > 0
+        assert metrics.aws_calls.values["put_record"] == 3
+    finally:
+        thread.submit(lambda: retire(edge._local.handler)).result()
+        thread.shutdown()

@@ -313,8 +313,10 @@ def test_the_measure_runs_a_rate_again_that_moto_did_not_serve(
         return {"rps": rate * share, "edge_cpu_pct": 20 + rate / 50}
 
     monkeypatch.setattr(measure, "bench", bench)
+    monkeypatch.setattr(measure, "invocation_cpu", lambda say: {"lambda": 20.0, "atomic": 4.0})
     monkeypatch.setattr(measure, "commits_per_second", lambda: 1000.0)
     out = measure.measure(tmp_path / "measured.json", say=lambda line: None)
+    assert out["invocation_cpu_ms"] == {"lambda": 20.0, "atomic": 4.0}
     assert asked.count((EdgeKind.SERVER, 300.0)) == 2
     assert out["edges"]["server"][0]["rps"] == pytest.approx(297.0)
     assert [d["rps"] for d in out["discarded"]] == [240.0]
@@ -335,11 +337,15 @@ def test_the_measure_of_one_edge_keeps_the_others_runs_and_their_dates(
         return {"rps": rate, "edge_cpu_pct": 20 + rate / 50, "new": True}
 
     path = tmp_path / "measured.json"
-    path.write_text(json.dumps(MEASURED | {"discarded": [{"edge": "server", "rps": 1}]}))
+    old = {"discarded": [{"edge": "server", "rps": 1}], "invocation_cpu_ms": {"atomic": 3.0}}
+    path.write_text(json.dumps(MEASURED | old))
     monkeypatch.setattr(measure, "bench", bench)
+    cpu = {"lambda": 20.0, "atomic": 4.0}  # the probe times both Lambdas
+    monkeypatch.setattr(measure, "invocation_cpu", lambda say: cpu)
     monkeypatch.setattr(measure, "commits_per_second", lambda: 1000.0)
     out = measure.measure(path, say=lambda line: None, only={EdgeKind.LAMBDA})
     assert set(asked) == {EdgeKind.LAMBDA}
+    assert out["invocation_cpu_ms"] == cpu
     assert all(run.get("new") for run in out["edges"]["lambda"])
     assert out["edges"]["server"] == MEASURED["edges"]["server"]
     assert out["edges"]["atomic"] == MEASURED["edges"]["atomic"]
@@ -370,3 +376,30 @@ def test_frames_and_the_lambda_edges_reply_writes_and_listings_are_worked_out_no
     listed = out.sizing.batchers / BATCHERS_LIST_EVERY_S + containers / SHARDS_EVERY_S
     assert out.calls["list_shards"] == pytest.approx(listed)
     assert out.sizing.transactions_per_s == pytest.approx(frames, rel=1e-3)  # a read, a frame
+
+
+def test_a_lambdas_cpu_is_billed_at_its_memorys_share_of_a_vcpu() -> None:
+    """The bench runs a container on a whole core, so its wait holds its CPU once: at 512 MB
+    (0.29 vCPU) the same CPU takes 1769/512 times as long, and the rest is billed beside the
+    wait; the concurrency follows. Other memory sizes are priced in the notes, and the
+    latency budget has the CPU's hop."""
+    from numerator.plan.model import VCPU_MB
+
+    load = Load(10_000, 10, 0.5, 1, 2.0)
+    without = plan(load, EdgeKind.LAMBDA, prices(), MEASURED)
+    cpu = MEASURED | {"invocation_cpu_ms": {"lambda": 20.0, "atomic": 5.0}}
+    at512 = plan(load, EdgeKind.LAMBDA, prices(), cpu)
+    assert without.sizing.duration_s == without.sizing.reply_wait_s  # no CPU measured: as before
+    more = 0.020 * (VCPU_MB / 512 - 1)
+    assert at512.sizing.duration_s == pytest.approx(at512.sizing.reply_wait_s + more)
+    assert at512.sizing.concurrency == pytest.approx(load.peak * at512.sizing.duration_s)
+    ratio = at512.bill.lines["Lambda duration"] / without.bill.lines["Lambda duration"]
+    assert ratio == pytest.approx(at512.sizing.duration_s / without.sizing.reply_wait_s, rel=0.01)
+    at256 = plan(load, EdgeKind.LAMBDA, prices(), cpu, memory=256)
+    assert at256.sizing.duration_s > at512.sizing.duration_s  # half the CPU share: slower
+    assert f"at 256 MB a Lambda would cost ${at256.bill.total:,.0f}" in " ".join(at512.bill.notes)
+    assert any(h.name.startswith("the function's CPU at 0.29 vCPU") for h in at512.hops)
+    atomic = plan(load, EdgeKind.ATOMIC, prices(), cpu)
+    assert atomic.sizing.duration_s == pytest.approx(
+        atomic.sizing.reply_wait_s + 0.005 * (VCPU_MB / 512 - 1)
+    )

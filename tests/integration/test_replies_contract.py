@@ -358,7 +358,10 @@ async def test_dynamodb_a_reply_is_read_once_at_its_beat_and_an_edge_reads_once_
         assert calls["query"] <= spanned, (calls, spanned)
 
 
-@pytest.mark.parametrize("kind", ["own", "frame"])
+@pytest.mark.parametrize(
+    "kind",
+    ["own", pytest.param("frame", marks=pytest.mark.slow)],  # frame: 100 keys, 5 s
+)
 async def test_dynamodb_an_edge_learns_when_replies_are_written(
     aws: tuple[Settings, Any], kind: str
 ) -> None:

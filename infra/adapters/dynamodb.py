@@ -145,8 +145,7 @@ class DynamoReplies:
         written, as this process has seen (the mean and twice the mean deviation), but never
         later than the first guess, REPLY_LAG_MS and BACK_FRAME_MS. Read sooner, a reply is
         found sooner; read later, every request waits to spare the few that come late a beat
-        more (on moto, whose calls are slow, the writes took about the first guess, and a
-        learned 69 ms made the server edge's p50 worse)."""
+        more (docs/architecture.md, "Read beats", has the A/B)."""
         return min(self.lags.likely(), self.most)
 
     def _due(self, wait: _Wait, lag: float, offset: float) -> float:

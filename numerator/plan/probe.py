@@ -7,9 +7,8 @@ moto` has them, and here one container of the Lambda edge (`functions.handler.bu
 local runner's timing) and one of the atomic counter (`bench.atomic`), each invoked one request
 at a time with API Gateway events, a little apart. Lambda runs one container a process;
 `numerator up --edge lambda` runs eight in one granian worker, where they and the server's own
-threads share a GIL, and switching between them cost CPU of its own (25 ms a warm invocation
-there, 14 ms alone, 2026-12-03). It prints JSON: each edge's CPU a warm invocation,
-in ms.
+threads share a GIL, and switching between them costs CPU of its own (docs/plan.md has the
+figures). It prints JSON: each edge's CPU a warm invocation, in ms.
 """
 
 from __future__ import annotations

@@ -36,7 +36,11 @@ def request(method: str, path: str, body: bytes = b"") -> dict[str, Any]:
     return event(scope, body)
 
 
-def timed(invoke: Callable[[dict[str, Any]], dict[str, Any]], spent: Callable[[], float]) -> float:
+def timed(
+    invoke: Callable[[dict[str, Any]], dict[str, Any]],
+    spent: Callable[[], float],
+    invocations: int,
+) -> float:
     """CPU ms a warm invocation: `invoke` (which makes the counter, then takes values), and
     `spent`, the CPU seconds its timed invocations took so far."""
     made = invoke(request("POST", "/counters", orjson.dumps({"name": NAME})))
@@ -45,15 +49,15 @@ def timed(invoke: Callable[[dict[str, Any]], dict[str, Any]], spent: Callable[[]
     for _ in range(3):  # a container's first calls load what it keeps
         invoke(request("POST", f"/counters/{NAME}/next"))
     before = spent()
-    for _ in range(INVOCATIONS):
+    for _ in range(invocations):
         time.sleep(GAP_S)
         answer = invoke(request("POST", f"/counters/{NAME}/next"))
         if answer["statusCode"] != 200:
             raise RuntimeError(f"a timed invocation failed: {answer}")
-    return round((spent() - before) / INVOCATIONS * 1000, 2)
+    return round((spent() - before) / invocations * 1000, 2)
 
 
-def edge_cpu() -> float:
+def edge_cpu(invocations: int) -> float:
     """The Lambda edge's container, timed as `numerator up --edge lambda` times it."""
     from numerator.lambdaedge import LambdaEdge
 
@@ -66,10 +70,10 @@ def edge_cpu() -> float:
     def spent() -> float:
         return edge.containers[0].invocation_cpu_seconds.sum if edge.containers else 0.0
 
-    return timed(invoke, spent)
+    return timed(invoke, spent, invocations)
 
 
-def atomic_cpu() -> float:
+def atomic_cpu(invocations: int) -> float:
     """The atomic counter's container: its handler makes its one call in its own thread."""
     from bench import atomic
 
@@ -84,10 +88,10 @@ def atomic_cpu() -> float:
         finally:
             used[0] += time.thread_time() - began
 
-    return timed(lambda event: thread.submit(run, event).result(), lambda: used[0])
+    return timed(lambda event: thread.submit(run, event).result(), lambda: used[0], invocations)
 
 
-def main() -> None:
+def main(invocations: int = INVOCATIONS) -> None:
     from bench.local import database
     from infra.adapters.aws import clients, create
     from infra.adapters.postgres import migrate
@@ -111,11 +115,11 @@ def main() -> None:
         running.enter_context(local.batchers(1, env))
         os.environ.update(env)
         os.environ["ATOMIC_ENDPOINT"] = moto.url
-        out = {"lambda": edge_cpu(), "atomic": atomic_cpu()}
+        out = {"lambda": edge_cpu(invocations), "atomic": atomic_cpu(invocations)}
         sys.stdout.write(orjson.dumps({"invocation_cpu_ms": out}).decode())
         sys.stdout.write("\n")
         sys.stdout.flush()
 
 
 if __name__ == "__main__":
-    main()
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else INVOCATIONS)

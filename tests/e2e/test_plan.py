@@ -51,3 +51,27 @@ def test_the_predicted_calls_per_request_are_within_a_quarter_of_the_measured(
             )
         )
         assert abs(predicted - measured) <= 0.25 * measured, (edge, rate, predicted, measured)
+
+
+def test_the_probe_times_a_lambdas_warm_invocations_alone() -> None:
+    """`numerator plan --measure-cpu`'s probe, on fewer invocations: moto, a batcher and a
+    Postgres started, one container of each Lambda alone, and each one's CPU a warm invocation
+    printed as JSON: some milliseconds, the edge's (a put and a read, through the app) above the
+    atomic counter's (one UpdateItem), both far below the waits (about 100 ms and 10 ms)."""
+    import subprocess
+    import sys
+
+    import orjson
+
+    done = subprocess.run(
+        [sys.executable, "-m", "numerator.plan.probe", "10"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert done.returncode == 0 and lines, done.stderr[-2000:]
+    cpu = orjson.loads(lines[-1])["invocation_cpu_ms"]
+    assert 0.5 < cpu["atomic"] < cpu["lambda"] < 80, cpu
+    print("\nCPU a warm invocation, ms:", cpu)

@@ -455,3 +455,12 @@ def test_the_lambda_edge_and_its_batchers_read_on_phased_beats_a_server_edge_on_
     assert "READ_BEATS" not in {item["Name"] for item in fargate["Environment"]}
     assert Settings.of().aws.read_beats is ReadBeats.SHARED == beats_for("server", {})
     assert beats_for("lambda", {"READ_BEATS": "shared"}) is ReadBeats.SHARED  # set: as set
+
+
+def test_the_plan_prices_the_lambda_at_the_templates_memory() -> None:
+    """`numerator plan` bills a Lambda's CPU at its memory's share of a vCPU, by default at
+    EdgeMemory's default."""
+    from numerator.plan.model import LAMBDA_MEMORY_MB, MEMORIES_MB
+
+    default = template()["Parameters"]["EdgeMemory"]["Default"]
+    assert default == LAMBDA_MEMORY_MB in MEMORIES_MB

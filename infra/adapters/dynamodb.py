@@ -109,10 +109,9 @@ class DynamoReplies:
         the stream's `phase`)."""
         self.client, self.calls, self.table, self.metrics = client, calls, table, metrics
         self.ttl, self.interval, self.phase = ttl, interval, phase
-        self.lags, self.most = beats.Times(lag, 0.0), lag
+        self.lags = beats.Times(lag, 0.0)
         """From a beat to when the replies of the records read on it can be read, as this process
-        has seen them written (each item says when: `w`); `lag` is the first guess, and the
-        latest it reads at (`lag()`)."""
+        has seen them written (each item says when: `w`); `lag` is the first guess."""
         self.writes = beats.Times(0.005, 0.0025)  # this process's writes; AWS's (latency.json)
         self._wall = beats.Wall()
         self._poller = _Poller()
@@ -142,11 +141,12 @@ class DynamoReplies:
 
     def lag(self) -> float:
         """Seconds from a beat to the first read of its replies: when most of them have been
-        written, as this process has seen (the mean and twice the mean deviation), but never
-        later than the first guess, REPLY_LAG_MS and BACK_FRAME_MS. Read sooner, a reply is
-        found sooner; read later, every request waits to spare the few that come late a beat
-        more (docs/architecture.md, "Read beats", has the A/B)."""
-        return min(self.lags.likely(), self.most)
+        written, as this process has seen (the mean and twice the mean deviation; REPLY_LAG_MS
+        and BACK_FRAME_MS until then), within half the interval. A reply written after the
+        read waits a whole interval for the next, so reading where most are written costs a
+        request less on average than reading sooner, and a first guess too short for the
+        endpoint is corrected, not paid for by every request (docs/architecture.md)."""
+        return min(self.lags.likely(), self.interval / 2)
 
     def _due(self, wait: _Wait, lag: float, offset: float) -> float:
         return wait.due if wait.due is not None else wait.beat + lag - offset

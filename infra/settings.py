@@ -218,7 +218,7 @@ class AwsSettings(Group):
     read_interval_ms: float = 200.0
     # REPLY_LAG_MS: from a beat to when the replies of the records read on it are written,
     # besides BACK_FRAME_MS: an edge first reads a reply that long after its record's beat at
-    # first, then as soon as it has seen them written (never later: DynamoReplies.lag)
+    # first, then when it has seen most of them written (DynamoReplies.lag)
     reply_lag_ms: float = 40.0
     # REPLY_GATHER_MS: the longest a batcher's frame waits to publish its replies with those of
     # the frames its other shards are applying (one item per edge for all): batcher/gather.py

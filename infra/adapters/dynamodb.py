@@ -23,7 +23,7 @@ keeps it. ONE poller per process (per event loop) reads every outstanding key, n
 request, and reads a key when its reply is expected: the batchers read the stream on the beats of
 the read interval (infra/adapters/beats.py), so a record whose put returned is read at the next
 beat, and its reply is in the table `lag()` after it (a read, a frame, a commit and a reply write:
-learned from the `w` of the items found, never later than the first guess). A key not found is
+learned from the `w` of the items found, within half the interval). A key not found is
 read again a beat later, at the same lag, until the request's deadline, then
 ReplyTimeout (504); a key this process did not put (looked up by key alone) is read at once, then
 on the beats. Keys expected at one beat are read together: one BatchGetItem (100 keys a call) or

@@ -48,14 +48,6 @@ COMMAND = "numerator plan --measure"
 CPU_EDGES = (EdgeKind.LAMBDA, EdgeKind.ATOMIC)  # the Lambdas: a warm invocation's CPU
 
 
-def bench(edge: EdgeKind, rate: float, seconds: int = SECONDS) -> dict[str, Any]:
-    """One bench run on moto, as the plan keeps it."""
-    runs = bench_runs(edge, rate, seconds)
-    if edge is EdgeKind.ATOMIC:  # --compare ran it last, beside numerator
-        return kept(edge, rate, runs[-1])
-    return kept(edge, rate, runs[0])
-
-
 def invocation_cpu(say: Any) -> dict[str, float]:
     """A Lambda's CPU a warm invocation, ms on a whole core, for the Lambda edge and the atomic
     counter: one container each, alone in a process (numerator/plan/probe.py)."""
@@ -78,8 +70,8 @@ def measure_cpu(path: Path = MEASURED, say: Any = print) -> dict[str, Any]:
     return data
 
 
-def bench_runs(edge: EdgeKind, rate: float, seconds: int) -> list[dict[str, Any]]:
-    """`numerator bench` on moto at `rate` for `seconds`, in a child process: its runs' JSON."""
+def bench(edge: EdgeKind, rate: float, seconds: int = SECONDS) -> dict[str, Any]:
+    """One bench run on moto, as the plan keeps it."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "run.json"
         how = (
@@ -95,7 +87,10 @@ def bench_runs(edge: EdgeKind, rate: float, seconds: int) -> list[dict[str, Any]
         )
         if done.returncode != 0 or not out.exists():
             raise PlanError(f"{' '.join(argv[2:])} failed: {done.stderr[-2000:]}")
-        return read_json(out)
+        runs = read_json(out)
+    if edge is EdgeKind.ATOMIC:  # --compare ran it last, beside numerator
+        return kept(edge, rate, runs[-1])
+    return kept(edge, rate, runs[0])
 
 
 def kept(edge: EdgeKind, rate: float, run: dict[str, Any]) -> dict[str, Any]:
@@ -127,11 +122,6 @@ def kept(edge: EdgeKind, rate: float, run: dict[str, Any]) -> dict[str, Any]:
             "read": totals.get("reply_items_read", 0.0),
             "written": totals.get("reply_items_written", 0.0),
         },
-        "invocation_cpu_ms": (  # a Lambda's CPU a warm invocation, where it runs one
-            round(totals["invocation_cpu_s"] / totals["invocations_timed"] * 1000, 3)
-            if totals.get("invocations_timed")
-            else None
-        ),
         "latency_mean_ms": summary["latency_mean_ms"],
         "latency_p50_ms": summary["latency_p50_ms"],
         "edge_cpu_pct": edge_cpu,

@@ -37,6 +37,10 @@ def _bench(url: str, out: Path) -> dict[str, float]:
     return run
 
 
+def _bar(free: list[float]) -> float:
+    return max(50, 2 * min(free))
+
+
 def test_3000_connections_that_never_finish_their_headers_leave_others_served(
     tmp_path: Path,
 ) -> None:
@@ -47,13 +51,18 @@ def test_3000_connections_that_never_finish_their_headers_leave_others_served(
     within 50 ms or twice the better free round's. What it guards against is not subtle: with
     granian's old cap on a worker's connections, p50 was 1.4 s (docs/keys.md, Slow clients).
     When they all time out at once, the worker spends ~70-110 ms closing them: not part of this
-    bar, so they may stay 60 s, longer than a round (the next test holds the timeout itself)."""
+    bar, so they may stay 60 s, longer than a round (the next test holds the timeout itself).
+    A p99 is the 20th-worst of 2,000 requests, so one stolen slice moves it: CI once measured
+    free rounds of 22 and 60 ms against held ones of 65 and 75. So it runs up to three pairs of
+    rounds and stops at the first held round within the bar; the old cap fails every one."""
     service = Service("--ephemeral", env={"HEADER_TIMEOUT_S": "60"})
     free: list[float] = []
     held: list[float] = []
     try:
         assert httpx.post(service.url + "/counters", json={"name": "hot"}).status_code == 201
-        for round_ in range(2):
+        for round_ in range(3):
+            if held and min(held) <= _bar(free):
+                break
             free.append(_bench(service.url, tmp_path / f"free{round_}.json")["latency_p99_ms"])
             holder = subprocess.Popen(
                 [sys.executable, "-m", "tests.slowloris", str(service.port), "3000", "30"],
@@ -72,7 +81,7 @@ def test_3000_connections_that_never_finish_their_headers_leave_others_served(
                 holder.communicate()
             time.sleep(1)  # the service closes the 3,000 the holder dropped
         print(f"p99 ms, free rounds {free}, held rounds {held}")
-        assert min(held) <= max(50, 2 * min(free)), (free, held)
+        assert min(held) <= _bar(free), (free, held)
     finally:
         service.stop()
 

@@ -12,7 +12,7 @@ import orjson
 from batcher.worker import SHARDS_EVERY_S as LISTS_EVERY_S
 from infra.adapters.kinesis import SHARDS_EVERY_S
 from infra.settings import Settings
-from numerator.plan.cost import INSTANCES, Bill, Prices, bill, fan_out
+from numerator.plan.cost import INSTANCES, Bill, Prices, bill, fan_out, per_record
 from numerator.plan.latency import Hop, budget, p50
 from numerator.plan.model import (
     HEADROOM,
@@ -26,6 +26,7 @@ from numerator.plan.model import (
     Measured,
     PlanError,
     Sizing,
+    capacity,
     limits,
     size,
 )
@@ -67,6 +68,11 @@ class Plan:
                 "batchers": sizing.batchers,
                 "postgres_transactions_per_s": round(sizing.transactions_per_s, 1),
                 "postgres_instance": sizing.instance_class,
+                "reply_table": (
+                    {"mode": "PROVISIONED", "units": sizing.reply_capacity}
+                    if self.bill.provisioned_replies
+                    else {"mode": "PAY_PER_REQUEST"}
+                ),
             },
             "aws_calls_per_s": {call: round(n, 1) for call, n in sorted(self.calls.items())},
             "aws_calls_per_request": round(sum(self.calls.values()) / self.load.rps, 4),
@@ -154,15 +160,14 @@ def plan(
         batchers = sizing.batchers / min(LISTS_EVERY_S, defaults.frames.lease_ttl_s / 3)
         calls["list_shards"] = batchers + containers / SHARDS_EVERY_S
     units = runs.reply_units(load.rps, sizing.units())
-    sizing.reply_writes_per_s = runs.reply_units(load.peak, sizing.units()).get("write", 0.0)
+    peak_units = runs.reply_units(load.peak, sizing.units())
+    sizing.reply_writes_per_s = peak_units.get("write", 0.0)
+    scale = load.rps / sizing.peak_rps
+    estimated = per_record(sizing, calls, scale)  # for a measured.json without reply units
+    sizing.reply_capacity = capacity(peak_units or {op: n / scale for op, n in estimated.items()})
+    month = bill(load, sizing, calls, prices, units)
     out = Plan(
-        edge,
-        load,
-        sizing,
-        calls,
-        limits(sizing, commits),
-        bill(load, sizing, calls, prices, units),
-        units,
+        edge, load, sizing, calls, limits(sizing, commits, month.provisioned_replies), month, units
     )
     if sizing.invocation_cpu_s and edge is not EdgeKind.SERVER and others:
         out.bill.notes += memories(load, edge, prices, data, memory)

@@ -35,6 +35,8 @@ NEEDED: tuple[str, ...] = (
     "kinesis_on_demand_gb_read",
     "dynamodb_write_per_million",
     "dynamodb_read_per_million",
+    "dynamodb_wcu_hour",
+    "dynamodb_rcu_hour",
     "rds_gp3_gb_month",
     "cloudwatch_metric_month",
     "cloudwatch_alarm_month",
@@ -103,6 +105,7 @@ class Bill:
     lines: dict[str, float]
     notes: list[str]
     requests_per_month: float
+    provisioned_replies: bool = False  # the reply table provisioned (cheaper), not on demand
 
     @property
     def total(self) -> float:
@@ -154,7 +157,7 @@ def bill(
             usd["alb_hour"] + max(1.0, gb_per_hour) * usd["alb_lcu_hour"]
         )
     kinesis(out, sizing, records, prices)
-    reply_table(out, prices, reply_units or per_record(sizing, calls, scale))
+    reply_table(out, sizing, prices, reply_units or per_record(sizing, calls, scale))
     instance = prices.instance(sizing.instance_class)
     out.lines[f"RDS Postgres {sizing.instance_class}, Multi-AZ"] = 2 * (
         instance * hours + RDS_STORAGE_GB * usd["rds_gp3_gb_month"]
@@ -183,12 +186,34 @@ def per_record(sizing: Sizing, calls: dict[str, float], scale: float) -> dict[st
     return {"write": sizing.records_per_s * scale, "read": reads}
 
 
-def reply_table(out: Bill, prices: Prices, units: dict[str, float]) -> None:
-    """The reply table's line: `units` its write and read units a second at the mean rate."""
-    usd = prices.usd
+def reply_table(
+    out: Bill,
+    sizing: Sizing,
+    prices: Prices,
+    units: dict[str, float],
+) -> None:
+    """The reply table's line, the cheaper of on demand (`units`, its write and read units a
+    second at the mean rate) and provisioned (`sizing.reply_capacity`, the peak's units at the
+    auto scaling target, all month: target tracking only adds to it); the other in a note."""
+    usd, hours = prices.usd, prices.hours
     per_s = units["write"] * usd["dynamodb_write_per_million"]
     per_s += units["read"] * usd["dynamodb_read_per_million"]
-    out.lines["DynamoDB reply table"] = MONTH_S / 1e6 * per_s
+    on_demand = MONTH_S / 1e6 * per_s
+    held = sizing.reply_capacity or {"write": 1, "read": 1}
+    provisioned = hours * (
+        held.get("write", 1) * usd["dynamodb_wcu_hour"]
+        + held.get("read", 1) * usd["dynamodb_rcu_hour"]
+    )
+    if provisioned < on_demand:
+        out.lines["DynamoDB reply table, provisioned"] = provisioned
+        out.provisioned_replies = True
+        out.notes.append(f"the reply table on demand would cost ${on_demand:,.0f} a month")
+    else:
+        out.lines["DynamoDB reply table, on demand"] = on_demand
+        out.notes.append(
+            f"the reply table provisioned ({held.get('write', 1):,} write, "
+            f"{held.get('read', 1):,} read units) would cost ${provisioned:,.0f} a month"
+        )
 
 
 def lambda_lines(out: Bill, requests: float, sizing: Sizing, prices: Prices) -> None:

@@ -27,6 +27,8 @@ LAMBDA_CONCURRENCY = 1_000  # an account's default concurrent executions, per re
 HTTP_API_RPS = 10_000  # API Gateway's default account throttle, per region (burst 5,000)
 DYNAMODB_ON_DEMAND_START = 4_000  # write units a second a new on-demand table takes at first
 DYNAMODB_PARTITION_WRITES = 1_000  # write units a second one partition (so one item) takes
+DYNAMODB_TABLE_UNITS = 40_000  # provisioned read (and write) units one table may have (default)
+REPLY_TARGET = 0.7  # template.yaml's ReplyTable auto scaling target (ReplyTableMode PROVISIONED)
 HEADROOM = 0.7  # size to this share of a limit; a limit is "approached" beyond it
 TASK_CPU_TARGET = 0.6  # the edge tasks' CPU target tracking aims here
 SHARDS_PER_BATCHER = 4  # shards one batcher reads (each its own frame, one transaction each)
@@ -282,6 +284,8 @@ class Sizing:
     instance_class: str = ""
     rps_per_task: float = 0.0
     reply_writes_per_s: float = 0.0  # the reply table's write units at the peak, when measured
+    reply_capacity: dict[str, int] = field(default_factory=dict)
+    """A provisioned reply table's read and write units: the peak's at REPLY_TARGET."""
     invocation_cpu_s: float = 0.0  # a Lambda's CPU a warm invocation, on a whole core (measured)
     memory_mb: int = LAMBDA_MEMORY_MB
 
@@ -294,6 +298,12 @@ class Sizing:
 
     def units(self) -> dict[Unit, float]:
         return units(self.edge_tasks, self.shards, self.batchers)  # no edge tasks off the server
+
+
+def capacity(peak_units: dict[str, float]) -> dict[str, int]:
+    """A provisioned reply table's units for `peak_units` a second: the peak at the auto
+    scaling target, so that the peak is what the target tracking aims at, not over it."""
+    return {op: max(1, math.ceil(n / REPLY_TARGET)) for op, n in sorted(peak_units.items())}
 
 
 def size(
@@ -373,11 +383,13 @@ class Limit:
         }
 
 
-def limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
-    """Every limit this deployment meets, with what to change when it is crossed."""
+def limits(sizing: Sizing, commits_per_s: float, provisioned: bool = False) -> list[Limit]:
+    """Every limit this deployment meets, with what to change when it is crossed;
+    `provisioned`: with a provisioned reply table (else on demand)."""
     if sizing.edge is EdgeKind.ATOMIC:
         return atomic_limits(sizing)
     out = stream_limits(sizing, commits_per_s)
+    out.append(reply_limit(sizing, provisioned))
     if sizing.edge is EdgeKind.LAMBDA:
         out += lambda_limits(sizing)
     return out
@@ -436,18 +448,28 @@ def stream_limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
             "StreamMode PROVISIONED with ShardCount, or let on-demand grow to it in steps",
         ),
         Limit(
-            "DynamoDB on-demand reply table at first (write units/s)",
-            sizing.reply_writes_per_s or sizing.records_per_s,
-            DYNAMODB_ON_DEMAND_START,
-            "warm throughput on the reply table, or let it grow to it",
-        ),
-        Limit(
             "Postgres commits/s (measured by the bench on this machine)",
             sizing.transactions_per_s,
             commits_per_s,
             "fewer shards per batcher frame (BACK_FRAME_MS up), or a larger instance",
         ),
     ]
+
+
+def reply_limit(sizing: Sizing, provisioned: bool) -> Limit:
+    if provisioned:
+        return Limit(
+            "DynamoDB provisioned reply table (units of either kind, a table's default quota)",
+            max(sizing.reply_capacity.values(), default=0),
+            DYNAMODB_TABLE_UNITS,
+            "ask for more in Service Quotas, and raise ReplyMaxUnits to it",
+        )
+    return Limit(
+        "DynamoDB on-demand reply table at first (write units/s)",
+        sizing.reply_writes_per_s or sizing.records_per_s,
+        DYNAMODB_ON_DEMAND_START,
+        "warm throughput on the reply table, or let it grow to it",
+    )
 
 
 def lambda_limits(sizing: Sizing) -> list[Limit]:

@@ -88,6 +88,10 @@ def sizing_rows(plans: list[Plan]) -> list[tuple[str, list[str]]]:
         row("requests in flight", lambda p: f"{p.sizing.in_flight:,.0f}", atomic=True),
         row("records put a second", lambda p: f"{p.sizing.records_per_s:,.0f}"),
         row("Kinesis shards", lambda p: str(p.sizing.shards)),
+        row("reply table (ReplyTableMode)", lambda p: (
+            "PROVISIONED: {write:,} write, {read:,} read units".format(**p.sizing.reply_capacity)
+            if p.bill.provisioned_replies else "PAY_PER_REQUEST"
+        )),
         row("PARTITION_SPREAD", lambda p: str(p.sizing.partition_spread)),
         row("batchers", lambda p: str(p.sizing.batchers)),
         row("Postgres transactions/s", lambda p: f"{p.sizing.transactions_per_s:,.0f}"),

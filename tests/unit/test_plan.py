@@ -139,11 +139,48 @@ def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_edges_and_bat
     write = 5 * edges * batchers + 0.001 * 10_000
     read = 20 * edges + 0.002 * 10_000
     assert out.reply_units == {"write": pytest.approx(write), "read": pytest.approx(read)}
-    assert out.bill.lines["DynamoDB reply table"] == pytest.approx(
-        MONTH_S / 1e6 * (write * 0.625 + read * 0.125)
-    )
+    expected = MONTH_S / 1e6 * (write * 0.625 + read * 0.125)
+    assert on_demand(out) == pytest.approx(expected, abs=0.5)  # a note is in whole dollars
     old = plan(load, EdgeKind.SERVER, prices(), MEASURED)  # no units measured: estimated from calls
-    assert old.bill.lines["DynamoDB reply table"] != out.bill.lines["DynamoDB reply table"]
+    assert on_demand(old) != on_demand(out)
+
+
+def on_demand(out: Any) -> float:
+    """The reply table on demand, as its line or, where provisioned is cheaper, its note."""
+    line = out.bill.lines.get("DynamoDB reply table, on demand")
+    if line is not None:
+        return float(line)
+    (note,) = [n for n in out.bill.notes if n.startswith("the reply table on demand")]
+    return float(note.split("$")[1].split()[0].replace(",", ""))
+
+
+def test_the_reply_table_is_provisioned_at_its_peak_over_the_target_where_that_is_cheaper() -> None:
+    """Provisioned units cost the same all month, so a steady load (the peak at the mean) takes
+    them, sized at the peak's units over the auto scaling target; a spiky one stays on demand
+    (prices.json: $0.625 a million writes on demand against $0.00065 a unit-hour: a unit is
+    cheaper kept than bought once it is used about 29 % of the time, before the target)."""
+    measured = json.loads(json.dumps(MEASURED))
+    for one in measured["edges"]["lambda"]:  # an item per request, read 1.02 times
+        one["reply_units"] = {"write": one["rps"] * one["duration_s"]}
+        one["reply_units"]["read"] = 1.02 * one["reply_units"]["write"]
+    steady = plan(Load(10_000, 10, 0.5, peak_to_mean=1), EdgeKind.LAMBDA, prices(), measured)
+    assert steady.reply_units == {"write": pytest.approx(10_000), "read": pytest.approx(10_200)}
+    assert steady.sizing.reply_capacity == {"write": 14_286, "read": 14_572}  # over REPLY_TARGET
+    held = steady.sizing.reply_capacity
+    assert steady.bill.provisioned_replies
+    assert steady.bill.lines["DynamoDB reply table, provisioned"] == pytest.approx(
+        730 * (held["write"] * 0.00065 + held["read"] * 0.00013)
+    )
+    assert on_demand(steady) > steady.bill.lines["DynamoDB reply table, provisioned"]
+    assert any("DynamoDB provisioned reply table" in limit.name for limit in steady.limits)
+    spiky = plan(Load(10_000, 10, 0.5, peak_to_mean=20), EdgeKind.LAMBDA, prices(), measured)
+    assert not spiky.bill.provisioned_replies
+    assert "DynamoDB reply table, provisioned" not in spiky.bill.lines
+    (note,) = [n for n in spiky.bill.notes if n.startswith("the reply table provisioned")]
+    assert f"{spiky.sizing.reply_capacity['write']:,} write" in note
+    assert any("on-demand reply table" in limit.name for limit in spiky.limits)
+    assert steady.to_json()["sizing"]["reply_table"] == {"mode": "PROVISIONED", "units": held}
+    assert spiky.to_json()["sizing"]["reply_table"] == {"mode": "PAY_PER_REQUEST"}
 
 
 def test_the_latency_budget_adds_its_hops_and_fan_out_changes_the_batchers_read() -> None:

@@ -235,7 +235,9 @@ def test_localstack_makes_the_table_and_stream_the_template_defines() -> None:
     keys = made[made.index("--key-schema") + 1 : made.index("--billing-mode")]
     schema = table["KeySchema"]
     assert keys == [f"AttributeName={k['AttributeName']},KeyType={k['KeyType']}" for k in schema]
-    assert made[made.index("--billing-mode") + 1] == table["BillingMode"]
+    assert table["BillingMode"] == {"Ref": "ReplyTableMode"}
+    mode = template()["Parameters"]["ReplyTableMode"]["Default"]
+    assert made[made.index("--billing-mode") + 1] == mode == "PAY_PER_REQUEST"
     ttl = calls["dynamodb update-time-to-live"]
     spec = ttl[ttl.index("--time-to-live-specification") + 1]
     assert spec == "Enabled=true,AttributeName={}".format(
@@ -464,3 +466,38 @@ def test_the_plan_prices_the_lambda_at_the_templates_memory() -> None:
 
     default = template()["Parameters"]["EdgeMemory"]["Default"]
     assert default == LAMBDA_MEMORY_MB in MEMORIES_MB
+
+
+def test_a_provisioned_reply_table_keeps_its_units_and_scales_above_them_at_the_plans_target() -> (
+    None
+):
+    """ReplyTableMode=PROVISIONED (what `numerator plan` prints when it is cheaper): the units
+    given, as the least auto scaling keeps, target tracking at the plan's REPLY_TARGET; on
+    demand (the default), neither units nor scaling."""
+    from numerator.plan.model import REPLY_TARGET
+
+    given = {"ReplyTableMode": "PROVISIONED", "ReplyWriteUnits": "28567", "ReplyReadUnits": "9"}
+    made = variant(template(), given)["Resources"]
+    table = made["ReplyTable"]["Properties"]
+    assert table["ProvisionedThroughput"] == {
+        "ReadCapacityUnits": {"Ref": "ReplyReadUnits"},
+        "WriteCapacityUnits": {"Ref": "ReplyWriteUnits"},
+    }
+    for kind, units in (("Write", "ReplyWriteUnits"), ("Read", "ReplyReadUnits")):
+        target = made[f"Reply{kind}Scaling"]["Properties"]
+        assert target["ScalableDimension"] == f"dynamodb:table:{kind}CapacityUnits"
+        assert target["ResourceId"] == {"Fn::Sub": "table/${ReplyTable}"}
+        assert (target["MinCapacity"], target["MaxCapacity"]) == (
+            {"Ref": units},
+            {"Ref": "ReplyMaxUnits"},
+        )
+        policy = made[f"Reply{kind}Tracking"]["Properties"]
+        tracking = policy["TargetTrackingScalingPolicyConfiguration"]
+        assert tracking["TargetValue"] == REPLY_TARGET * 100
+        assert tracking["PredefinedMetricSpecification"] == {
+            "PredefinedMetricType": f"DynamoDB{kind}CapacityUtilization"
+        }
+    assert dangling(template(), variant(template(), given)) == set()
+    on_demand = variant(template(), {})["Resources"]
+    assert "ProvisionedThroughput" not in on_demand["ReplyTable"]["Properties"]
+    assert not {"ReplyWriteScaling", "ReplyReadScaling"} & set(on_demand)

@@ -280,8 +280,13 @@ def test_the_fargate_edge_deploys_to_moto_cloudformation(aws: tuple[Settings, An
     certificate = session.client("acm").request_certificate(DomainName="numbers.example.com")
     stack = f"numerator-{uuid.uuid4().hex[:8]}"
     given = {**FARGATE, "CertificateArn": certificate["CertificateArn"]}
+    given |= {"ReplyTableMode": "PROVISIONED", "ReplyWriteUnits": "7", "ReplyReadUnits": "5"}
     made = deploy(session, stack, packaged("s3://numerator/edge.zip"), given)
     assert "EdgeFunction" not in made and "Api" not in made
+    table = session.client("dynamodb").describe_table(TableName=made["ReplyTable"])["Table"]
+    assert table["BillingModeSummary"]["BillingMode"] == "PROVISIONED"
+    throughput = table["ProvisionedThroughput"]
+    assert (throughput["WriteCapacityUnits"], throughput["ReadCapacityUnits"]) == (7, 5)
     elb = session.client("elbv2")
     balancer = elb.describe_load_balancers(LoadBalancerArns=[made["Balancer"]])
     assert balancer["LoadBalancers"][0]["Scheme"] == "internet-facing"
@@ -327,6 +332,32 @@ def test_the_fargate_edge_deploys_to_moto_cloudformation(aws: tuple[Settings, An
     )
     policies = scaling.describe_scaling_policies(ServiceNamespace="ecs")["ScalingPolicies"]
     assert any(p["ResourceId"] == resource_id for p in policies)
+    for kind in ("Write", "Read"):  # the provisioned reply table's, likewise
+        target = resources[f"Reply{kind}Scaling"]["Properties"]
+        resource_id = f"table/{made['ReplyTable']}"
+        scaling.register_scalable_target(
+            ServiceNamespace=target["ServiceNamespace"],
+            ResourceId=resource_id,
+            ScalableDimension=target["ScalableDimension"],
+            MinCapacity=int(given[target["MinCapacity"]["Ref"]]),
+            MaxCapacity=40_000,
+        )
+        policy = resources[f"Reply{kind}Tracking"]["Properties"]
+        scaling.put_scaling_policy(
+            PolicyName=f"{stack}-reply-{kind}",
+            ServiceNamespace=target["ServiceNamespace"],
+            ResourceId=resource_id,
+            ScalableDimension=target["ScalableDimension"],
+            PolicyType=policy["PolicyType"],
+            TargetTrackingScalingPolicyConfiguration=policy[
+                "TargetTrackingScalingPolicyConfiguration"
+            ],
+        )
+    found = scaling.describe_scalable_targets(ServiceNamespace="dynamodb")["ScalableTargets"]
+    assert {t["ScalableDimension"] for t in found if t["ResourceId"] == resource_id} == {
+        "dynamodb:table:WriteCapacityUnits",
+        "dynamodb:table:ReadCapacityUnits",
+    }
     body = session.client("cloudwatch").get_dashboard(DashboardName=stack)["DashboardBody"]
     assert "AWS/ApplicationELB" in body and '"role", "server"' in body
     assert "AWS/Lambda" not in body

@@ -151,6 +151,8 @@ def test_every_event_file_through_the_handler(
     assert rest["statusCode"] == 200 and body(rest)["value"] == 5
     rest_count = lam(event("rest-api-next-count.json", name))
     assert [v["value"] for v in body(rest_count)["values"]] == [6, 7]
+    url = lam(event("function-url-next.json", name))  # FunctionUrl=true, AWS_IAM: no API Gateway
+    assert url["statusCode"] == 200 and body(url)["value"] == 8, url
     encoded = lam(event("http-api-create-base64.json", name))
     assert encoded["statusCode"] == 201 and body(encoded)["name"] == f"{name}-b64"
     missing = lam(event("http-api-next.json", name + "-missing"))

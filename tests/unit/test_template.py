@@ -501,3 +501,54 @@ def test_a_provisioned_reply_table_keeps_its_units_and_scales_above_them_at_the_
     on_demand = variant(template(), {})["Resources"]
     assert "ProvisionedThroughput" not in on_demand["ReplyTable"]["Properties"]
     assert not {"ReplyWriteScaling", "ReplyReadScaling"} & set(on_demand)
+
+
+@pytest.mark.parametrize(
+    ("authorizer", "auth_type", "open_to_all"),
+    [("IAM", "AWS_IAM", False), ("NONE", "NONE", True)],
+)
+def test_a_function_url_beside_the_api_signs_with_iam_or_leaves_the_check_to_numerators_keys(
+    authorizer: str, auth_type: str, open_to_all: bool
+) -> None:
+    """FunctionUrl=true: a URL on the edge function (the same payload 2.0 as the HTTP API, no
+    API Gateway charge), AWS_IAM with the IAM authorizer; with NONE, open, and the function
+    checks numerator's keys (AUTH=keys), its resource policy granting both actions AWS asks
+    of an open URL. Never with JWT: the rule refuses what would let requests in unchecked."""
+    given = {"FunctionUrl": "true", "Authorizer": authorizer}
+    for source in (transformed(), template()):
+        made = variant(source, given)
+        assert dangling(source, made) == set()
+        resources = made["Resources"]
+        url = resources["EdgeFunctionUrl"]["Properties"]
+        assert url["AuthType"] == auth_type
+        assert url["TargetFunctionArn"] == {"Fn::GetAtt": ["EdgeFunction", "Arn"]}
+        assert "Api" in resources, "the HTTP API stays: sam local start-api serves it"
+        granted = {
+            r["Properties"]["Action"]
+            for r in resources.values()
+            if r["Type"] == "AWS::Lambda::Permission" and r["Properties"].get("Principal") == "*"
+        }
+        assert granted == (
+            {"lambda:InvokeFunctionUrl", "lambda:InvokeFunction"} if open_to_all else set()
+        )
+        assert "EdgeUrl" in made["Outputs"]
+    environment = variant(template(), given)["Resources"]["EdgeFunction"]["Properties"]
+    auth = resolve_env(environment, given)
+    assert auth == ("keys" if open_to_all else "none")
+    plain = variant(template(), {})
+    assert "EdgeFunctionUrl" not in plain["Resources"] and "EdgeUrl" not in plain["Outputs"]
+    rule = template()["Rules"]["AFunctionUrl"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "FunctionUrl"}, "true"]}
+    asserted = [a["Assert"] for a in rule["Assertions"]]
+    assert {"Fn::Not": [{"Fn::Equals": [{"Ref": "Authorizer"}, "JWT"]}]} in asserted
+    assert {"Fn::Equals": [{"Ref": "Edge"}, "lambda"]} in asserted
+
+
+def resolve_env(function: dict[str, Any], given: dict[str, str]) -> str:
+    """AUTH as the function gets it under `given` (KeysAtEdge: Authorizer=NONE)."""
+    auth = function["Environment"]["Variables"]["AUTH"]
+    if isinstance(auth, str):
+        return auth
+    condition, yes, no = auth["Fn::If"]
+    assert condition == "KeysAtEdge"
+    return str(yes if given.get("Authorizer", "IAM") == "NONE" else no)

@@ -437,4 +437,10 @@ def add_plan(commands: Any) -> None:
         help="a Lambda's memory in MB (template.yaml's EdgeMemory, default 512): its share of a "
         "vCPU, so how long its CPU takes, and its price a second",
     )
+    plan.add_argument(
+        "--url",
+        action="store_true",
+        help="the Lambdas reached by their function URL (template.yaml's FunctionUrl=true), not "
+        "API Gateway: no API Gateway line and no throttle of its own",
+    )
     plan.set_defaults(run=later("numerator.plan.render:run_plan"))

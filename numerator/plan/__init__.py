@@ -59,6 +59,7 @@ class Plan:
                 "in_flight": round(sizing.in_flight),
                 "reply_wait_ms": round(sizing.reply_wait_s * 1000),
                 "lambda_memory_mb": sizing.memory_mb,
+                "front": "function URL" if sizing.url else "API Gateway HTTP API",
                 "invocation_cpu_ms": round(sizing.invocation_cpu_s * 1000, 2),
                 "lambda_duration_ms": round(sizing.duration_s * 1000),
                 "records_per_s": round(sizing.records_per_s),
@@ -115,20 +116,31 @@ def cpu_hop(sizing: Sizing) -> Hop:
 
 
 def memories(
-    load: Load, edge: EdgeKind, prices: Prices, data: dict[str, Any], memory: int
+    load: Load, edge: EdgeKind, prices: Prices, data: dict[str, Any], memory: int, url: bool
 ) -> list[str]:
     """What the Lambdas would cost and take at the other memory sizes: more memory, more CPU."""
     notes = []
     for mb in MEMORIES_MB:
         if mb == memory:
             continue
-        other = plan(load, edge, prices, data, mb, others=False)
+        other = plan(load, edge, prices, data, mb, others=False, url=url)
         notes.append(
             f"at {mb:,} MB a Lambda would cost ${other.bill.total:,.0f} a month "
             f"(${other.bill.per_million:.2f} a million), {other.sizing.duration_s * 1000:.0f} ms "
             f"an invocation"
         )
     return notes
+
+
+def through_url(
+    load: Load, edge: EdgeKind, prices: Prices, data: dict[str, Any], memory: int
+) -> str:
+    """What the Lambdas would cost reached by a function URL, not API Gateway."""
+    other = plan(load, edge, prices, data, memory, others=False, url=True)
+    return (
+        f"through a function URL (FunctionUrl=true, --url) instead of API Gateway: "
+        f"${other.bill.total:,.0f} a month (${other.bill.per_million:.2f} a million)"
+    )
 
 
 def plan(
@@ -138,9 +150,11 @@ def plan(
     measured: dict[str, Any] | None = None,
     memory: int = LAMBDA_MEMORY_MB,
     others: bool = True,
+    url: bool = False,
 ) -> Plan:
     """`memory`: a Lambda's (template.yaml's EdgeMemory), in MB; `others`: with what the
-    Lambdas would cost at the other sizes (MEMORIES_MB), in the bill's notes."""
+    Lambdas would cost at the other sizes (MEMORIES_MB) and through a function URL, in the
+    bill's notes; `url`: the Lambdas reached by their function URL, not API Gateway."""
     data = measured if measured is not None else read_measured()
     runs = Measured.of(edge, data["edges"][str(edge)])
     defaults = Settings.of()  # the settings the template keeps
@@ -149,6 +163,7 @@ def plan(
     sizing = size(
         load, runs, float(data["record_bytes"]), defaults.edge.front_frame_ms, interval, cpu, memory
     )
+    sizing.url = url and edge is not EdgeKind.SERVER
     commits = float(data["commits_per_s"])
     sizing.instance_class = INSTANCES[1 if sizing.transactions_per_s <= commits * HEADROOM else 2]
     calls = runs.calls(load.rps, sizing.units(), interval)
@@ -170,7 +185,9 @@ def plan(
         edge, load, sizing, calls, limits(sizing, commits, month.provisioned_replies), month, units
     )
     if sizing.invocation_cpu_s and edge is not EdgeKind.SERVER and others:
-        out.bill.notes += memories(load, edge, prices, data, memory)
+        out.bill.notes += memories(load, edge, prices, data, memory, url)
+    if edge is not EdgeKind.SERVER and others and not url:
+        out.bill.notes.append(through_url(load, edge, prices, data, memory))
     if edge is not EdgeKind.ATOMIC:
         settings = Settings.of()
         out.hops = budget(edge, settings, 1000 / commits, shards=sizing.shards)

@@ -219,12 +219,13 @@ def reply_table(
 def lambda_lines(out: Bill, requests: float, sizing: Sizing, prices: Prices) -> None:
     usd = prices.usd
     millions = requests / 1e6
-    out.lines["API Gateway HTTP API"] = tiered(
-        millions,
-        300,
-        usd["api_gateway_http_per_million"],
-        usd["api_gateway_http_per_million_over_300m"],
-    )
+    if not sizing.url:  # a function URL costs nothing of its own
+        out.lines["API Gateway HTTP API"] = tiered(
+            millions,
+            300,
+            usd["api_gateway_http_per_million"],
+            usd["api_gateway_http_per_million_over_300m"],
+        )
     out.lines["Lambda requests"] = millions * usd["lambda_per_million"]
     seconds = requests * sizing.duration_s * sizing.memory_mb / 1024
     out.lines["Lambda duration"] = tiered(

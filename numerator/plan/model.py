@@ -288,6 +288,7 @@ class Sizing:
     """A provisioned reply table's read and write units: the peak's at REPLY_TARGET."""
     invocation_cpu_s: float = 0.0  # a Lambda's CPU a warm invocation, on a whole core (measured)
     memory_mb: int = LAMBDA_MEMORY_MB
+    url: bool = False  # a Lambda reached by its function URL (FunctionUrl=true), not API Gateway
 
     @property
     def duration_s(self) -> float:
@@ -473,17 +474,21 @@ def reply_limit(sizing: Sizing, provisioned: bool) -> Limit:
 
 
 def lambda_limits(sizing: Sizing) -> list[Limit]:
-    return [
+    out = [
         Limit(
             "Lambda concurrent executions (account default)",
             sizing.concurrency,
             LAMBDA_CONCURRENCY,
             "ask for more in Service Quotas, or the server edge",
         ),
-        Limit(
-            "API Gateway HTTP API requests/s (account default throttle)",
-            sizing.peak_rps,
-            HTTP_API_RPS,
-            "ask for more in Service Quotas, or the server edge",
-        ),
     ]
+    if not sizing.url:  # a function URL has no throttle of its own: the concurrency is its limit
+        out.append(
+            Limit(
+                "API Gateway HTTP API requests/s (account default throttle)",
+                sizing.peak_rps,
+                HTTP_API_RPS,
+                "ask for more in Service Quotas, or the server edge",
+            )
+        )
+    return out

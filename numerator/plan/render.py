@@ -41,7 +41,7 @@ def run_plan(args: argparse.Namespace) -> None:
     prices = Prices.read(args.prices, args.region)
     measured = read_measured()
     edges = list(EdgeKind) if args.edge == "both" else [EdgeKind(args.edge)]
-    plans = [plan(load, edge, prices, measured, args.memory) for edge in edges]
+    plans = [plan(load, edge, prices, measured, args.memory, url=args.url) for edge in edges]
     if args.json:
         out = {
             "load": vars(load) | {"peak_rps": load.peak},

@@ -440,3 +440,24 @@ def test_a_lambdas_cpu_is_billed_at_its_memorys_share_of_a_vcpu() -> None:
     assert atomic.sizing.duration_s == pytest.approx(
         atomic.sizing.reply_wait_s + 0.005 * (VCPU_MB / 512 - 1)
     )
+
+
+def test_a_function_url_takes_api_gateways_line_and_throttle_out_and_is_noted_beside() -> None:
+    load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
+    for edge in (EdgeKind.LAMBDA, EdgeKind.ATOMIC):
+        gateway = plan(load, edge, prices(), MEASURED)
+        url = plan(load, edge, prices(), MEASURED, url=True)
+        assert url.sizing.url and not gateway.sizing.url
+        assert "API Gateway HTTP API" not in url.bill.lines
+        line = gateway.bill.lines["API Gateway HTTP API"]
+        assert url.bill.total == pytest.approx(gateway.bill.total - line)
+        assert url.sizing.duration_s == gateway.sizing.duration_s  # the same Lambda
+        names = {limit.name for limit in url.limits}
+        assert not any("API Gateway" in name for name in names)
+        assert any("API Gateway" in limit.name for limit in gateway.limits)
+        (note,) = [n for n in gateway.bill.notes if n.startswith("through a function URL")]
+        assert f"${url.bill.total:,.0f} a month (${url.bill.per_million:.2f} a million)" in note
+        assert not any(n.startswith("through a function URL") for n in url.bill.notes)
+        assert url.to_json()["sizing"]["front"] == "function URL"
+    server = plan(load, EdgeKind.SERVER, prices(), MEASURED, url=True)
+    assert not server.sizing.url, "the server edge has no function"

@@ -44,11 +44,12 @@ REACHED, TRIES = 0.95, 3
 ran in one of moto's slow phases (2026-12-03: 837 of 1,000 rps, at 22 % of a core against 40 %
 at 635 rps), and the fits would take it for what that rate costs."""
 COMMAND = "numerator plan --measure"
-REPEATS = {EdgeKind.LAMBDA: 3}
+REPEATS = {EdgeKind.LAMBDA: 5}
 """Runs of each rate, the one of median reply wait kept (the others in `discarded`): the plan
-bills the Lambda edge's wait, and moto's phases make one run a coin toss. Five runs at 6 rps on a
-quiet machine, 2026-12-03: a mean wait of 95, 96, 134, 140 and 154 ms. The probe likewise (its
-CPU a warm invocation: 10.6 to 15.0 ms in eight runs)."""
+bills the Lambda edge's wait, and moto's phases make one run a coin toss: eight runs at 6 rps on
+a quiet machine, 2026-12-03, had a mean wait of 95, 96, 134, 140, 144, 154, 178 and 325 ms
+(moto's PutRecord took 12 to 28 ms a call from one run to the next). The probe likewise (its CPU
+a warm invocation: 10.1 to 15.0 ms in eleven runs)."""
 
 
 CPU_EDGES = (EdgeKind.LAMBDA, EdgeKind.ATOMIC)  # the Lambdas: a warm invocation's CPU

@@ -417,18 +417,25 @@ def add_plan(commands: Any) -> None:
         "--prices", type=Path, help="a prices file of the same shape as the one shipped"
     )
     plan.add_argument("--json", action="store_true", help="the plan as JSON")
+    add_plan_measures(plan)
+    plan.set_defaults(run=later("numerator.plan.render:run_plan"))
+
+
+def add_plan_measures(plan: Any) -> None:
+    """`numerator plan`'s options of what is measured again, and of the Lambdas."""
     plan.add_argument(
         "--measure",
         action="store_true",
         help="measure again what the plan reads: the bench on moto at two or three rates per "
-        "edge (about three minutes), written to numerator/plan/measured.json; with --edge, that "
-        "edge only, the others' runs kept",
+        "edge, the Lambda edge's five times each (about seven minutes), written to "
+        "numerator/plan/measured.json; with --edge, that edge only, the others' runs kept",
     )
     plan.add_argument(
         "--measure-cpu",
         action="store_true",
         help="measure again only a Lambda's CPU a warm invocation (the edge's and the atomic "
-        "counter's, one simulated container each; about a minute), kept in measured.json",
+        "counter's, one simulated container each, five probes; about two minutes), kept in "
+        "measured.json",
     )
     plan.add_argument(
         "--memory",
@@ -443,4 +450,3 @@ def add_plan(commands: Any) -> None:
         help="the Lambdas reached by their function URL (template.yaml's FunctionUrl=true), not "
         "API Gateway: no API Gateway line and no throttle of its own",
     )
-    plan.set_defaults(run=later("numerator.plan.render:run_plan"))

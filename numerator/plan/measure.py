@@ -1,6 +1,6 @@
 """The bench's measurements the plan reads (measured.json), made again by one command:
 
-    numerator plan --measure            # about three minutes: two or three rates per edge on moto
+    numerator plan --measure            # about seven minutes: two or three rates per edge on moto
 
 Each run is `numerator bench --aws moto --edge EDGE --schedule 'const(RATE,8s)'` in a child
 process, exactly as a user would type it; what the plan needs of its JSON is kept (AWS calls by
@@ -74,7 +74,7 @@ def invocation_cpu(say: Any, runs: int = REPEATS[EdgeKind.LAMBDA]) -> dict[str, 
 
 
 def measure_cpu(path: Path = MEASURED, say: Any = print) -> dict[str, Any]:
-    """Measure again only the Lambdas' CPU a warm invocation (half a minute), keeping the rest
+    """Measure again only the Lambdas' CPU a warm invocation (about two minutes), keeping the rest
     of `path`."""
     data: dict[str, Any] = orjson.loads(path.read_bytes())
     data["invocation_cpu_ms"] = invocation_cpu(say)

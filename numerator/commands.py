@@ -166,12 +166,15 @@ def add_invoke(commands: Any) -> None:
     invoke = commands.add_parser(
         "invoke",
         help="API Gateway events through the Lambda handler, without Docker",
-        description="Send each EVENT (an API Gateway event file, e.g. events/http-api-next.json) "
+        description="Send each EVENT (an API Gateway or function URL event file, e.g. "
+        "events/http-api-next.json) "
         "in order to functions.handler.handler in one container, in a child Python, and print "
         "each answer as a line of JSON. The function's environment is this one's (MODE=aws, "
         "DATABASE_URL, STREAM_NAME, REPLY_TABLE, AWS_ENDPOINT_URL, …).",
     )
-    invoke.add_argument("events", nargs="+", metavar="EVENT", help="an API Gateway event file")
+    invoke.add_argument(
+        "events", nargs="+", metavar="EVENT", help="an API Gateway or function URL event file"
+    )
     invoke.add_argument(
         "--build",
         type=Path,

@@ -59,7 +59,7 @@ class Plan:
                 "in_flight": round(sizing.in_flight),
                 "reply_wait_ms": round(sizing.reply_wait_s * 1000),
                 "lambda_memory_mb": sizing.memory_mb,
-                "front": "function URL" if sizing.url else "API Gateway HTTP API",
+                "front": front(self.edge, sizing.url),
                 "invocation_cpu_ms": round(sizing.invocation_cpu_s * 1000, 2),
                 "lambda_duration_ms": round(sizing.duration_s * 1000),
                 "records_per_s": round(sizing.records_per_s),
@@ -70,7 +70,9 @@ class Plan:
                 "postgres_transactions_per_s": round(sizing.transactions_per_s, 1),
                 "postgres_instance": sizing.instance_class,
                 "reply_table": (
-                    {"mode": "PROVISIONED", "units": sizing.reply_capacity}
+                    None
+                    if self.edge is EdgeKind.ATOMIC
+                    else {"mode": "PROVISIONED", "units": sizing.reply_capacity}
                     if self.bill.provisioned_replies
                     else {"mode": "PAY_PER_REQUEST"}
                 ),
@@ -132,13 +134,21 @@ def memories(
     return notes
 
 
+def front(edge: EdgeKind, url: bool) -> str:
+    """What a request comes in through."""
+    if edge is EdgeKind.SERVER:
+        return "Application Load Balancer"
+    return "function URL" if url else "API Gateway HTTP API"
+
+
 def through_url(
     load: Load, edge: EdgeKind, prices: Prices, data: dict[str, Any], memory: int
 ) -> str:
     """What the Lambdas would cost reached by a function URL, not API Gateway."""
     other = plan(load, edge, prices, data, memory, others=False, url=True)
+    how = "FunctionUrl=true, --url" if edge is EdgeKind.LAMBDA else "--url"
     return (
-        f"through a function URL (FunctionUrl=true, --url) instead of API Gateway: "
+        f"through a function URL ({how}) instead of API Gateway: "
         f"${other.bill.total:,.0f} a month (${other.bill.per_million:.2f} a million)"
     )
 

@@ -35,6 +35,7 @@ SHARDS_PER_BATCHER = 4  # shards one batcher reads (each its own frame, one tran
 MONTH_S = 730 * 3600
 LAMBDA_MEMORY_MB = 512  # template.yaml EdgeMemory's default
 MEMORIES_MB = (256, 512, 1024)
+MEMORY_MB = (128, 10_240)  # the least and most memory a Lambda takes (template.yaml's EdgeMemory)
 """The sizes the plan prices a Lambda at, beside its own: 128 MB would leave the edge's container
 (85 MB at its peak here, one container in a process) too little room."""
 VCPU_MB = 1769
@@ -390,7 +391,7 @@ def limits(sizing: Sizing, commits_per_s: float, provisioned: bool = False) -> l
     if sizing.edge is EdgeKind.ATOMIC:
         return atomic_limits(sizing)
     out = stream_limits(sizing, commits_per_s)
-    out.append(reply_limit(sizing, provisioned))
+    out += reply_limits(sizing, provisioned)
     if sizing.edge is EdgeKind.LAMBDA:
         out += lambda_limits(sizing)
     return out
@@ -457,20 +458,31 @@ def stream_limits(sizing: Sizing, commits_per_s: float) -> list[Limit]:
     ]
 
 
-def reply_limit(sizing: Sizing, provisioned: bool) -> Limit:
+def reply_limits(sizing: Sizing, provisioned: bool) -> list[Limit]:
     if provisioned:
-        return Limit(
-            "DynamoDB provisioned reply table (units of either kind, a table's default quota)",
-            max(sizing.reply_capacity.values(), default=0),
+        return [
+            Limit(
+                "DynamoDB provisioned reply table (units of either kind, a table's default quota)",
+                max(sizing.reply_capacity.values(), default=0),
+                DYNAMODB_TABLE_UNITS,
+                "ask for more in Service Quotas, and give ReplyMaxUnits at least the units",
+            )
+        ]
+    writes = sizing.reply_writes_per_s or sizing.records_per_s
+    return [
+        Limit(
+            "DynamoDB on-demand reply table at first (write units/s)",
+            writes,
+            DYNAMODB_ON_DEMAND_START,
+            "warm throughput on the reply table, or let it grow to it",
+        ),
+        Limit(
+            "DynamoDB on-demand reply table (write units/s, a table's default quota)",
+            writes,
             DYNAMODB_TABLE_UNITS,
-            "ask for more in Service Quotas, and raise ReplyMaxUnits to it",
-        )
-    return Limit(
-        "DynamoDB on-demand reply table at first (write units/s)",
-        sizing.reply_writes_per_s or sizing.records_per_s,
-        DYNAMODB_ON_DEMAND_START,
-        "warm throughput on the reply table, or let it grow to it",
-    )
+            "ask for more in Service Quotas",
+        ),
+    ]
 
 
 def lambda_limits(sizing: Sizing) -> list[Limit]:

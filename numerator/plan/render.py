@@ -11,7 +11,7 @@ import orjson
 from numerator.plan import EdgeKind, Load, Plan, PlanError, plan, read_measured
 from numerator.plan.cost import Prices
 from numerator.plan.latency import p50
-from numerator.plan.model import VCPU_MB, Sizing
+from numerator.plan.model import MEMORY_MB, VCPU_MB, Sizing
 
 HEADS = {
     EdgeKind.LAMBDA: "lambda edge",
@@ -36,6 +36,13 @@ def run_plan(args: argparse.Namespace) -> None:
             return
     if args.rps is None:
         raise PlanError("--rps is needed: the mean rate to plan for, requests a second")
+    if args.url and args.edge == "server":
+        raise PlanError("--url is the Lambdas' (a function URL): the server edge has none")
+    if not MEMORY_MB[0] <= args.memory <= MEMORY_MB[1]:
+        raise PlanError(
+            f"--memory must be from {MEMORY_MB[0]} to {MEMORY_MB[1]:,} MB (a Lambda's), "
+            f"not {args.memory}"
+        )
     hot = args.hot_share if args.hot_share is not None else 1.0 if args.counters == 1 else 0.5
     load = Load(args.rps, args.counters, hot, args.count, args.peak_to_mean)
     prices = Prices.read(args.prices, args.region)
@@ -99,12 +106,17 @@ def sizing_rows(plans: list[Plan]) -> list[tuple[str, list[str]]]:
     ]  # fmt: skip
 
 
+def url(plans: list[Plan]) -> bool:
+    return any(p.sizing.url for p in plans)
+
+
 def text(load: Load, plans: list[Plan], prices: Prices, measured: dict[str, Any]) -> str:
     heads = [HEADS[p.edge] for p in plans]
     lines = [
         f"numerator plan: {load.rps:,.0f} rps mean, {load.peak:,.0f} at the peak; "
         f"{load.counters} counters, {load.hot_share:.0%} on the busiest; {load.count} "
-        f"value(s) a request",
+        f"value(s) a request"
+        + ("; the Lambdas through a function URL, not API Gateway" if url(plans) else ""),
         "",
         "Sizing (for the peak)",
         *columns(sizing_rows(plans), heads),

@@ -179,7 +179,9 @@ def test_the_reply_table_is_provisioned_at_its_peak_over_the_target_where_that_i
     assert "DynamoDB reply table, provisioned" not in spiky.bill.lines
     (note,) = [n for n in spiky.bill.notes if n.startswith("the reply table provisioned")]
     assert f"{spiky.sizing.reply_capacity['write']:,} write" in note
-    assert any("on-demand reply table" in limit.name for limit in spiky.limits)
+    quotas = [limit for limit in spiky.limits if "on-demand reply table" in limit.name]
+    assert [q.limit for q in quotas] == [4_000, 40_000]  # at first, and a table's quota
+    assert all(q.state == "crossed" for q in quotas)  # a peak 20 times 10,000 rps
     assert steady.to_json()["sizing"]["reply_table"] == {"mode": "PROVISIONED", "units": held}
     assert spiky.to_json()["sizing"]["reply_table"] == {"mode": "PAY_PER_REQUEST"}
 
@@ -318,6 +320,9 @@ def test_the_command_plans_both_edges_side_by_side_from_the_shipped_files() -> N
         (["--rps", "10", "--region", "mars-1"], 1, "no prices for mars-1"),
         ([], 1, "--rps is needed"),
         (["--rps", "10", "--counters", "1", "--hot-share", "0.5"], 1, "must be 1 with one"),
+        (["--rps", "10", "--edge", "server", "--url"], 1, "the server edge has none"),
+        (["--rps", "10", "--memory", "64"], 1, "--memory must be from 128 to 10,240 MB"),
+        (["--rps", "10", "--memory", "20000"], 1, "--memory must be from 128 to 10,240 MB"),
     ],
 )
 def test_the_command_says_what_is_wrong(argv: list[str], code: int, says: str) -> None:
@@ -467,8 +472,14 @@ def test_a_function_url_takes_api_gateways_line_and_throttle_out_and_is_noted_be
         assert f"${url.bill.total:,.0f} a month (${url.bill.per_million:.2f} a million)" in note
         assert not any(n.startswith("through a function URL") for n in url.bill.notes)
         assert url.to_json()["sizing"]["front"] == "function URL"
+        assert gateway.to_json()["sizing"]["front"] == "API Gateway HTTP API"
+        how = "FunctionUrl=true, --url" if edge is EdgeKind.LAMBDA else "--url"
+        assert f"through a function URL ({how})" in note  # the template deploys the edge's only
     server = plan(load, EdgeKind.SERVER, prices(), MEASURED, url=True)
     assert not server.sizing.url, "the server edge has no function"
+    assert server.to_json()["sizing"]["front"] == "Application Load Balancer"
+    atomic = plan(load, EdgeKind.ATOMIC, prices(), MEASURED)
+    assert atomic.to_json()["sizing"]["reply_table"] is None, "it has no reply table"
 
 
 def test_the_probe_is_run_again_and_each_lambdas_median_kept(

@@ -199,10 +199,9 @@ def reply_table(
     per_s = units["write"] * usd["dynamodb_write_per_million"]
     per_s += units["read"] * usd["dynamodb_read_per_million"]
     on_demand = MONTH_S / 1e6 * per_s
-    held = sizing.reply_capacity or {"write": 1, "read": 1}
+    held = sizing.reply_capacity or {"write": 1, "read": 1}  # plan() sizes it
     provisioned = hours * (
-        held.get("write", 1) * usd["dynamodb_wcu_hour"]
-        + held.get("read", 1) * usd["dynamodb_rcu_hour"]
+        held["write"] * usd["dynamodb_wcu_hour"] + held["read"] * usd["dynamodb_rcu_hour"]
     )
     if provisioned < on_demand:
         out.lines["DynamoDB reply table, provisioned"] = provisioned
@@ -211,8 +210,8 @@ def reply_table(
     else:
         out.lines["DynamoDB reply table, on demand"] = on_demand
         out.notes.append(
-            f"the reply table provisioned ({held.get('write', 1):,} write, "
-            f"{held.get('read', 1):,} read units) would cost ${provisioned:,.0f} a month"
+            f"the reply table provisioned ({held['write']:,} write, {held['read']:,} read "
+            f"units) would cost ${provisioned:,.0f} a month"
         )
 
 

@@ -35,9 +35,9 @@ SHARDS_PER_BATCHER = 4  # shards one batcher reads (each its own frame, one tran
 MONTH_S = 730 * 3600
 LAMBDA_MEMORY_MB = 512  # template.yaml EdgeMemory's default
 MEMORIES_MB = (256, 512, 1024)
-MEMORY_MB = (128, 10_240)  # the least and most memory a Lambda takes (template.yaml's EdgeMemory)
 """The sizes the plan prices a Lambda at, beside its own: 128 MB would leave the edge's container
 (85 MB at its peak here, one container in a process) too little room."""
+MEMORY_MB = (128, 10_240)  # the least and most memory a Lambda takes (template.yaml's EdgeMemory)
 VCPU_MB = 1769
 """A Lambda has CPU in proportion to its memory, one vCPU at 1,769 MB (AWS Lambda Developer Guide,
 "Configuring Lambda function memory")."""

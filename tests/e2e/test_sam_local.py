@@ -142,6 +142,7 @@ def test_sam_local_invoke_answers_every_event_file(
                     "http-api-next-bad-count.json",
                     "http-api-create-base64.json",
                     "http-api-get.json",
+                    "function-url-next.json",  # FunctionUrl=true's event, AWS_IAM
                 )
             }
             answers = {file: future.result() for file, future in later.items()}
@@ -151,16 +152,17 @@ def test_sam_local_invoke_answers_every_event_file(
         one = body(answers["http-api-next.json"])
         assert one["formatted"] == f"INV-{year}-{one['value']:06d}" and one["counter"] == name
         taken = [[one["value"]], [body(answers["rest-api-next.json"])["value"]]]
+        taken.append([body(answers["function-url-next.json"])["value"]])
         for many in (body(first), body(answers["rest-api-next-count.json"])):
             taken.append([v["value"] for v in many["values"]])
-        assert [len(values) for values in taken] == [1, 1, 3, 2]
+        assert [len(values) for values in taken] == [1, 1, 1, 3, 2]
         assert all(vs == list(range(vs[0], vs[0] + len(vs))) for vs in taken), taken
-        assert sorted(v for values in taken for v in values) == list(range(1, 8)), taken
+        assert sorted(v for values in taken for v in values) == list(range(1, 9)), taken
         bad = answers["http-api-next-bad-count.json"]
         assert bad["statusCode"] == 422 and body(bad)["field"] == "count"
         assert bad["headers"]["content-type"] == "application/problem+json"
         got = answers["http-api-get.json"]
-        assert got["statusCode"] == 200 and 0 <= body(got)["value"] <= 7
+        assert got["statusCode"] == 200 and 0 <= body(got)["value"] <= 8
         encoded = answers["http-api-create-base64.json"]
         assert encoded["statusCode"] == 201 and body(encoded)["name"] == f"{name}-b64"
         assert files == {
@@ -172,6 +174,7 @@ def test_sam_local_invoke_answers_every_event_file(
             "rest-api-next.json",
             "rest-api-next-count.json",
             "http-api-create-base64.json",
+            "function-url-next.json",
         }, "a new file in events/: answer it here too"
 
 

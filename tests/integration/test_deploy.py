@@ -270,6 +270,35 @@ def test_the_template_deploys_to_moto_cloudformation(
     session.client("cloudformation").delete_stack(StackName=stack)
 
 
+def track(
+    scaling: Any,
+    resources: dict[str, Any],
+    names: tuple[str, str],
+    resource_id: str,
+    capacity: tuple[int, int],
+    aim: float | None = None,
+) -> None:
+    """A scaling target and its target-tracking policy (`names`: the template's resources)
+    registered by direct calls with the template's properties, `aim` in place of a parameter's."""
+    target = resources[names[0]]["Properties"]
+    where = {
+        "ServiceNamespace": target["ServiceNamespace"],
+        "ResourceId": resource_id,
+        "ScalableDimension": target["ScalableDimension"],
+    }
+    scaling.register_scalable_target(**where, MinCapacity=capacity[0], MaxCapacity=capacity[1])
+    policy = resources[names[1]]["Properties"]
+    tracking = policy["TargetTrackingScalingPolicyConfiguration"]
+    if aim is not None:
+        tracking = {**tracking, "TargetValue": aim}
+    scaling.put_scaling_policy(
+        PolicyName=f"{resource_id.replace('/', '-')}-{names[1]}",
+        **where,
+        PolicyType=policy["PolicyType"],
+        TargetTrackingScalingPolicyConfiguration=tracking,
+    )
+
+
 # moto's CloudFormation skips the scaling target and policy, the alarms and API Gateway v2
 @pytest.mark.filterwarnings("ignore:Tried to parse:UserWarning")
 def test_the_fargate_edge_deploys_to_moto_cloudformation(aws: tuple[Settings, Any]) -> None:
@@ -311,48 +340,15 @@ def test_the_fargate_edge_deploys_to_moto_cloudformation(aws: tuple[Settings, An
     assert {"name": "AUTH", "value": "keys"} in container["environment"]
     resources = variant(template(), given)["Resources"]
     scaling = session.client("application-autoscaling")
-    target = resources["EdgeScaling"]["Properties"]
     resource_id = f"service/{made['Cluster']}/{services[0]['serviceName']}"
-    scaling.register_scalable_target(
-        ServiceNamespace=target["ServiceNamespace"],
-        ResourceId=resource_id,
-        ScalableDimension=target["ScalableDimension"],
-        MinCapacity=2,
-        MaxCapacity=20,
-    )
-    policy = resources["EdgeCpuTracking"]["Properties"]
-    tracking = policy["TargetTrackingScalingPolicyConfiguration"]
-    scaling.put_scaling_policy(
-        PolicyName=f"{stack}-edge-cpu",
-        ServiceNamespace=target["ServiceNamespace"],
-        ResourceId=resource_id,
-        ScalableDimension=target["ScalableDimension"],
-        PolicyType=policy["PolicyType"],
-        TargetTrackingScalingPolicyConfiguration={**tracking, "TargetValue": 60.0},
-    )
+    track(scaling, resources, ("EdgeScaling", "EdgeCpuTracking"), resource_id, (2, 20), 60.0)
     policies = scaling.describe_scaling_policies(ServiceNamespace="ecs")["ScalingPolicies"]
     assert any(p["ResourceId"] == resource_id for p in policies)
+    resource_id = f"table/{made['ReplyTable']}"
     for kind in ("Write", "Read"):  # the provisioned reply table's, likewise
-        target = resources[f"Reply{kind}Scaling"]["Properties"]
-        resource_id = f"table/{made['ReplyTable']}"
-        scaling.register_scalable_target(
-            ServiceNamespace=target["ServiceNamespace"],
-            ResourceId=resource_id,
-            ScalableDimension=target["ScalableDimension"],
-            MinCapacity=int(given[target["MinCapacity"]["Ref"]]),
-            MaxCapacity=40_000,
-        )
-        policy = resources[f"Reply{kind}Tracking"]["Properties"]
-        scaling.put_scaling_policy(
-            PolicyName=f"{stack}-reply-{kind}",
-            ServiceNamespace=target["ServiceNamespace"],
-            ResourceId=resource_id,
-            ScalableDimension=target["ScalableDimension"],
-            PolicyType=policy["PolicyType"],
-            TargetTrackingScalingPolicyConfiguration=policy[
-                "TargetTrackingScalingPolicyConfiguration"
-            ],
-        )
+        least = int(given[resources[f"Reply{kind}Scaling"]["Properties"]["MinCapacity"]["Ref"]])
+        names = (f"Reply{kind}Scaling", f"Reply{kind}Tracking")
+        track(scaling, resources, names, resource_id, (least, 40_000))
     found = scaling.describe_scalable_targets(ServiceNamespace="dynamodb")["ScalableTargets"]
     assert {t["ScalableDimension"] for t in found if t["ResourceId"] == resource_id} == {
         "dynamodb:table:WriteCapacityUnits",

@@ -395,6 +395,7 @@ def test_numerator_invoke_says_what_is_wrong_with_its_input(tmp_path: Path) -> N
         assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # 30 requests one after another, a beat (200 ms) each: 7 s
 def test_a_lambda_container_reads_its_reply_about_once_a_request(
     aws: tuple[Settings, Any], name: str, containers: list[Container]
 ) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from batcher.worker import Batcher
 from infra.adapters.postgres import PostgresStore
 from infra.adapters.serverless import AwsPorts, aws_ports
@@ -67,6 +69,7 @@ async def test_a_new_batcher_gets_its_share_and_a_leaving_one_gives_its_shards_b
     assert sorted(values) == list(range(1, 121))
 
 
+@pytest.mark.slow  # waits out a batcher's joining: 6 s
 async def test_a_joining_batcher_knows_its_share_before_it_claims(
     aws_endpoint: str, settings: Settings, store: PostgresStore, name: str
 ) -> None:

@@ -43,6 +43,7 @@ def tool(name: str) -> str:
     return str(Path(sys.executable).parent / name)
 
 
+@pytest.mark.slow  # cfn-lint loads its whole spec: 3-4 s
 def test_cfn_lint_finds_nothing() -> None:
     done = subprocess.run(
         [tool("cfn-lint"), str(TEMPLATE)], capture_output=True, text=True, timeout=300
@@ -50,6 +51,7 @@ def test_cfn_lint_finds_nothing() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow  # sam validate --lint: 6 s
 def test_sam_validate_lint_passes() -> None:
     env = {**os.environ, "SAM_CLI_TELEMETRY": "0", "AWS_DEFAULT_REGION": "us-east-1"}
     done = subprocess.run(

@@ -19,7 +19,7 @@ def steps(
     schedule: Schedule, result: Result, service: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """One row per constant-rate segment of at least two seconds: offered and achieved rps,
-    latency percentiles (ms), non-2xx and errors, and Postgres transactions per second (the
+    latency (ms: the mean and percentiles), non-2xx and errors, and Postgres transactions per second (the
     mean of the service's samples that fall in the step). Empty unless there are two or more."""
     rows = []
     began = 0.0
@@ -40,6 +40,7 @@ def steps(
             {
                 "offered_rps": segment.start,
                 "achieved_rps": round(sum(s.ok for s in seconds) / span, 1),
+                "latency_mean_ms": latency["mean"],
                 "latency_p50_ms": latency["p50"],
                 "latency_p99_ms": latency["p99"],
                 "latency_max_ms": latency["max"],

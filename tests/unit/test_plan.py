@@ -502,3 +502,26 @@ def test_the_probe_is_run_again_and_each_lambdas_median_kept(
     said: list[str] = []
     assert measure.invocation_cpu(said.append, runs=3) == {"lambda": 12.8, "atomic": 4.6}
     assert "lambda: 15, 10.6, 12.8 ms" in said[-1]
+
+
+def test_the_measure_bills_the_wait_of_a_warm_run_not_of_its_first_seconds() -> None:
+    """A run warms up for WARM_S at its rate before the step whose latency the plan keeps: a
+    run's first seconds (cold containers, lags and shards still being learned) took 294 to 109 ms
+    where the warm seconds took 72 to 86 (2026-12-03)."""
+    from numerator.plan.measure import SECONDS, WARM_S, kept
+
+    schedule = f"const(6,{WARM_S}s) const(6,{SECONDS}s)"
+    run = {
+        "scenario": {"schedule": schedule},
+        "summary": {"rps_mean": 6.0, "duration_s": 18.0, "latency_mean_ms": 108.4},
+        "settings": {"workers": 1, "shards": 4, "read_beats": "phased", "batchers": 1},
+        "service": {"totals": {"aws:put_record": 108.0, "aws_s:put_record": 0.9}},
+        "steps": [
+            {"offered_rps": 6, "latency_mean_ms": 124.0, "latency_p50_ms": 111.0},
+            {"offered_rps": 6, "latency_mean_ms": 76.5, "latency_p50_ms": 74.0},
+        ],
+    }
+    out = kept(EdgeKind.LAMBDA, 6.0, run)
+    assert (out["latency_mean_ms"], out["latency_p50_ms"]) == (76.5, 74.0)
+    assert out["schedule"] == schedule and out["rps"] == 6.0
+    assert out["calls"] == {"put_record": 108.0} and out["call_ms"] == {"put_record": 8.33}

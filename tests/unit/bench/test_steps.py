@@ -28,6 +28,7 @@ def test_each_constant_step_is_summarised_without_its_first_second() -> None:
     assert [r["offered_rps"] for r in rows] == [100, 1000]
     assert rows[0]["achieved_rps"] == 100 and rows[1]["achieved_rps"] == 900
     assert 1.9 < rows[0]["latency_p99_ms"] < 2.1 and 4.9 < rows[1]["latency_p99_ms"] < 5.1
+    assert 1.9 < rows[0]["latency_mean_ms"] < 2.1 and 4.9 < rows[1]["latency_mean_ms"] < 5.1
     assert rows[0]["transactions_per_s"] == 90.0 and rows[1]["transactions_per_s"] == 50.0
 
 

@@ -430,8 +430,9 @@ def add_plan_measures(plan: Any) -> None:
         "--measure",
         action="store_true",
         help="measure again what the plan reads: the bench on moto at two or three rates per "
-        "edge, the Lambda edge's five times each (about seven minutes), written to "
-        "numerator/plan/measured.json; with --edge, that edge only, the others' runs kept",
+        "edge, the Lambda edge's five times each, each run warm first (about ten minutes), "
+        "written to numerator/plan/measured.json; with --edge, that edge only, the others' runs "
+        "kept",
     )
     plan.add_argument(
         "--measure-cpu",

@@ -1,6 +1,6 @@
 """The bench's measurements the plan reads (measured.json), made again by one command:
 
-    numerator plan --measure            # about seven minutes: two or three rates per edge on moto
+    numerator plan --measure            # about ten minutes: two or three rates per edge on moto
 
 Each run is `numerator bench --aws moto --edge EDGE --schedule 'const(RATE,10s) const(RATE,8s)'`
 in a child process, exactly as a user would type it; what the plan needs of its JSON is kept (AWS

@@ -19,8 +19,9 @@ def steps(
     schedule: Schedule, result: Result, service: list[dict[str, Any]]
 ) -> list[dict[str, Any]]:
     """One row per constant-rate segment of at least two seconds: offered and achieved rps,
-    latency (ms: the mean and percentiles), non-2xx and errors, and Postgres transactions per second (the
-    mean of the service's samples that fall in the step). Empty unless there are two or more."""
+    latency (ms: the mean and percentiles), non-2xx and errors, and Postgres transactions per
+    second (the mean of the service's samples that fall in the step). Empty unless there are two
+    or more."""
     rows = []
     began = 0.0
     for segment in schedule.segments:

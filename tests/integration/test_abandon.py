@@ -106,6 +106,7 @@ async def test_a_record_applied_before_its_cancel_is_void_abandoned(
     assert stack.metrics.values_abandoned.value == 3
 
 
+@pytest.mark.slow  # 3-5 s: the fast lane's budget (docs/testing.md)
 async def test_a_front_frame_with_some_requests_gone_voids_only_theirs(
     aws: tuple[Settings, Any], name: str
 ) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 import psycopg
+import pytest
 
 from batcher.worker import Batcher
 from infra.adapters.postgres import PostgresStore
@@ -223,6 +224,7 @@ GATHER_MS = 60.0
 the tests' moto in a thread answers them one after the other, slower on a busy machine."""
 
 
+@pytest.mark.slow  # 3-5 s: the fast lane's budget (docs/testing.md)
 async def test_the_frames_of_a_batchers_shards_read_at_one_beat_write_one_item_per_edge(
     aws_endpoint: str, settings: Settings, store: PostgresStore, name: str
 ) -> None:

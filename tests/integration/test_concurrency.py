@@ -7,6 +7,7 @@ import random
 import time
 
 import httpx
+import pytest
 
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
@@ -47,6 +48,7 @@ async def test_one_hot_counter(client: httpx.AsyncClient, name: str) -> None:
     assert_ordered(answers)
 
 
+@pytest.mark.slow  # 3-5 s: the fast lane's budget (docs/testing.md)
 async def test_many_counters(client: httpx.AsyncClient, name: str) -> None:
     names = [f"{name}-{i}" for i in range(25)]
     for n in names:

@@ -147,6 +147,7 @@ async def test_throttled_reads_of_the_stream_and_the_table_are_retried(
     assert edge_throttles == {call: 3}
 
 
+@pytest.mark.slow  # 3-5 s: the fast lane's budget (docs/testing.md)
 async def test_auto_front_frames_go_out_once_the_stream_is_free(
     aws: tuple[Settings, Any], name: str
 ) -> None:
@@ -173,6 +174,7 @@ async def test_auto_front_frames_go_out_once_the_stream_is_free(
     assert put < 41, "the burst shared records while puts were out"
 
 
+@pytest.mark.slow  # 3-5 s: the fast lane's budget (docs/testing.md)
 async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
     aws: tuple[Settings, Any], name: str
 ) -> None:

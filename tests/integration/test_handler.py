@@ -160,6 +160,7 @@ def test_every_event_file_through_the_handler(
     assert body(missing)["type"] == "urn:numerator:problem:counter-not-found"
 
 
+@pytest.mark.slow  # 3-5 s: the fast lane's budget (docs/testing.md)
 def test_numerators_own_keys_in_lambda(
     aws: tuple[Settings, Any], fresh_database: str, name: str, containers: list[Container]
 ) -> None:

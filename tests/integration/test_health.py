@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from infra.observe.health import BATCHER_ALIVE_S, FRESH_S
 from infra.settings import Settings
@@ -18,6 +19,7 @@ async def health(client: httpx.AsyncClient) -> tuple[int, dict[str, str]]:
     return answer.status_code, answer.json()
 
 
+@pytest.mark.slow  # 3-5 s: the fast lane's budget (docs/testing.md)
 async def test_the_edge_is_healthy_only_while_a_batcher_is_alive(
     aws: tuple[Settings, Any],
 ) -> None:

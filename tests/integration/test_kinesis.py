@@ -159,6 +159,7 @@ class Timed:
         return getattr(self.client, name)
 
 
+@pytest.mark.slow  # 3-5 s: the fast lane's budget (docs/testing.md)
 async def test_a_batcher_reads_its_shard_on_the_beats_and_never_more_than_once_a_beat(
     aws: tuple[Settings, Any],
 ) -> None:

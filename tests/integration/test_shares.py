@@ -41,6 +41,7 @@ async def take(ports: AwsPorts, name: str, tag: str, n: int) -> list[int]:
     return [reply.first for reply in got]
 
 
+@pytest.mark.slow  # 3-5 s: the fast lane's budget (docs/testing.md)
 async def test_a_new_batcher_gets_its_share_and_a_leaving_one_gives_its_shards_back(
     aws_endpoint: str, settings: Settings, store: PostgresStore, name: str
 ) -> None:

@@ -19,12 +19,17 @@ from datetime import date
 from typing import Any
 
 from functions.watch import ClientLeft
+from infra.adapters import beats
 from infra.errors import AwsRefused, NumeratorError, ReplyTimeout
 from infra.observe.metrics import Metrics
 from infra.ports import Replies, Stream
 from infra.wire import MAX_RECORD_COUNT, BadReply, Record, Reply, reply_key
 
 log = logging.getLogger("numerator.front")
+
+CLOSING_S = 0.02
+"""FRONT_FRAME_POLICY=beats: the first guess of how long from a frame's close to its put's return
+(then learned, `Front.closing`), with half as much again of deviation."""
 
 
 @dataclass(slots=True)
@@ -54,12 +59,22 @@ class Front:
         gap: float = 0.0005,
         give_up: Callable[[Record], Coroutine[Any, Any, None]] | None = None,
         abandon: Callable[[str, int, int, date, str], Coroutine[Any, Any, None]] | None = None,
+        before_beat: Callable[[float], float | None] | None = None,
     ) -> None:
         """`give_up` and `abandon`: the edge's, for a record whose requests all went, and the
-        values of those that went while the others waited."""
+        values of those that went while the others waited. `before_beat` (FRONT_FRAME_POLICY
+        beats): given how long a put takes, seconds until the last moment it may begin and return
+        before the batchers' next read, or None where there is no such moment (phased beats):
+        then `seconds`."""
         self.stream, self.replies, self.metrics = stream, replies, metrics
         self.give_up = give_up or _nothing
         self.abandon = abandon or _nothing
+        self.before_beat = before_beat
+        self.closing = beats.Times(CLOSING_S, CLOSING_S / 2)
+        """How long from when a frame is due to close to when its put has returned: the event
+        loop's lateness, the put's own time and its retries (a beat's put that returns late
+        makes all its requests wait a beat more)."""
+        self._due = 0.0  # monotonic time the open frame is due to close
         self.seconds, self.budget, self.auto, self.gap = seconds, budget, auto, gap
         self._open: dict[str, list[Waiter]] = {}
         self._timer: asyncio.TimerHandle | None = None  # the longest wait
@@ -85,7 +100,9 @@ class Front:
         waiter = Waiter(count, now + timeout, deadline, loop.create_future(), who)
         self._open.setdefault(counter, []).append(waiter)
         if self._timer is None:
-            self._timer = loop.call_later(self.seconds, self._close)
+            longest = self._longest()
+            self._due = time.monotonic() + longest
+            self._timer = loop.call_later(longest, self._close)
         self._when_free()
         try:
             # On a timeout (or the client gone) the answer is cancelled: a request whose frame
@@ -106,6 +123,15 @@ class Front:
             self._given_up(waiter, who)
             raise ClientLeft
         return part
+
+    def _longest(self) -> float:
+        """How long a frame opened now gathers at most: `seconds`, or with `before_beat` until
+        the last moment its put returns before the next read (a record put sooner waits for the
+        same read)."""
+        if self.before_beat is None:
+            return self.seconds
+        left = self.before_beat(self.closing.likely())
+        return self.seconds if left is None else max(0.0, left)
 
     def _given_up(self, waiter: Waiter, who: str) -> None:
         """Void a waiter's values if they came just as its client went: no one will read them."""
@@ -137,13 +163,15 @@ class Front:
             if timer is not None:
                 timer.cancel()
         groups, self._open, self._timer, self._soon = self._open, {}, None, None
+        due, self._due = self._due, 0.0
         if not groups:
             return
-        task = asyncio.create_task(self._send(groups), name="front-frame")
+        task = asyncio.create_task(self._send(groups, due), name="front-frame")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _send(self, groups: dict[str, list[Waiter]]) -> None:
+    async def _send(self, groups: dict[str, list[Waiter]], due: float) -> None:
+        """Put the frame `groups` (due to close at monotonic `due`), and deliver its replies."""
         sent = time.time()
         batches: list[tuple[Record, list[Waiter]]] = []
         for counter, waiters in groups.items():
@@ -171,6 +199,9 @@ class Front:
         finally:
             self._putting -= 1
             self._when_free()
+        took = time.monotonic() - due
+        if self.before_beat is not None and due and took >= 0:  # not closed early (stopping)
+            self.closing.add(took)
         self.metrics.records_put.inc(len(batches))
         await asyncio.gather(*(self._deliver(record, chunk) for record, chunk in batches))
 

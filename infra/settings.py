@@ -41,6 +41,20 @@ class Policy(StrEnum):
     themselves at high load; the frame's time setting is the longest a record waits."""
 
 
+class FrontPolicy(StrEnum):
+    """When the server edge's front frame closes (FRONT_FRAME_POLICY)."""
+
+    FIXED = "fixed"
+    """FRONT_FRAME_MS after its first request."""
+    AUTO = "auto"
+    """As the batcher's auto frames: once the previous put has returned and FRAME_MIN_MS has
+    passed, FRONT_FRAME_MS being the longest wait."""
+    BEATS = "beats"
+    """At the last moment its put returns before the batchers' next read (READ_BEATS=shared: they
+    read every shard on the beats of READ_INTERVAL_MS): one put a beat, where a record put sooner
+    waited for the same read. As `fixed` where shards are read on phased beats."""
+
+
 class ReplyItems(StrEnum):
     """How a long-running edge on the AWS path has its replies kept in the reply table."""
 
@@ -174,7 +188,7 @@ class EdgeSettings(Group):
     max_body_bytes: int = 16_384  # MAX_BODY_BYTES: larger request bodies get 413
     retry_after_s: int = 1  # RETRY_AFTER_S: the Retry-After of a 503
     front_frame_ms: float = 20.0  # FRONT_FRAME_MS: aws server edge gathers /next this long; 0: off
-    front_frame_policy: Policy = Policy.FIXED  # FRONT_FRAME_POLICY: fixed or auto
+    front_frame_policy: FrontPolicy = FrontPolicy.FIXED  # FRONT_FRAME_POLICY: fixed, auto, beats
     reply_items: ReplyItems = ReplyItems.FRAME  # REPLY_ITEMS: frame or record (server edge)
     auth: Auth = Auth.KEYS  # AUTH: keys (Bearer API keys) or none (loopback only, or AUTHORIZER)
     authorizer: str = ""  # AUTHORIZER: what checks callers in front of the edge (AUTH=none)

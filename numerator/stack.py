@@ -36,7 +36,7 @@ from infra.observe.metrics import Metrics
 from infra.observe.workers import sharing, workers_dir
 from infra.ports import Replies, Stream
 from infra.run.server import tune_gc, worker_signals
-from infra.settings import Mode, Policy, ReplyItems, Settings
+from infra.settings import FrontPolicy, Mode, ReplyItems, Settings
 from infra.wire import read_grouped
 
 
@@ -189,6 +189,7 @@ class EdgeStack:
             clock=clock,
             health=Health(self.aws.edge_checks(self.store)),
         )
+        policy = settings.edge.front_frame_policy
         if settings.edge.front_frame_ms > 0:
             self.edge.front = Front(
                 self.aws.stream,
@@ -196,10 +197,11 @@ class EdgeStack:
                 self.metrics,
                 settings.edge.front_frame_ms / 1000,
                 self.edge.budget,
-                auto=settings.edge.front_frame_policy is Policy.AUTO,
+                auto=policy is FrontPolicy.AUTO,
                 gap=settings.frames.frame_min_ms / 1000,
                 give_up=self.edge.give_up,
                 abandon=self.edge.abandon,
+                before_beat=self.aws.stream.before_beat if policy is FrontPolicy.BEATS else None,
             )
 
     async def __aenter__(self) -> EdgeStack:

@@ -123,6 +123,16 @@ class KinesisStream:
             self._flushing = loop.create_task(self._flush())
         await done
 
+    def before_beat(self, takes: float) -> float | None:
+        """Seconds from now to the last moment a put that `takes` seconds (and PUT_GUARD_S) may
+        begin and still return before the next beat, when batchers read every shard on the same
+        beats; None on phased beats, where each shard has beats of its own."""
+        if self.phased or self.read_interval <= 0:
+            return None
+        margin = takes + PUT_GUARD_S
+        now = time.time()
+        return beats.beat(now + margin, self.read_interval) - margin - now
+
     def phase(self, key: str) -> float:
         """The phase of the shard the record of reply key `key` landed on (0 when not phased, or
         not known)."""

@@ -236,3 +236,38 @@ async def test_a_burst_is_answered_from_the_reply_items_the_setting_names(
         await until(lambda: back.metrics.reply_items.values.get("written", 0) >= 1, within=5)
     assert sorted(values(got)) == list(range(1, 21))
     assert calls.get(read_with, 0) >= 1 and not_with not in calls, calls
+
+
+@pytest.mark.slow  # two stacks, 0.6 s of requests each: 5 s
+async def test_beats_front_frames_put_once_a_beat_just_before_the_batchers_read(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    """FRONT_FRAME_POLICY=beats: a frame closes at the last moment its put returns before the
+    batchers' next read, so requests that arrive over a beat share one put, where 20 ms fixed
+    frames put ten times; every one is answered, values unique; the edge learns how long a
+    close takes to return."""
+    settings, _ = aws
+    interval = 0.2  # AWS's five reads a second per shard
+
+    async def spread(client: httpx.AsyncClient, counter: str) -> list[httpx.Response]:
+        async def one(at: float) -> httpx.Response:
+            await asyncio.sleep(at)
+            return await client.post(f"/counters/{counter}/next")
+
+        return list(await asyncio.gather(*(one(i * 0.01) for i in range(60))))  # over 0.6 s
+
+    puts = {}
+    for policy in ("beats", "fixed"):
+        counter = f"{name}-{policy}"
+        async with running(
+            settings, counter, read_interval_ms=interval * 1000, front_frame_policy=policy
+        ) as (edge, client, _):
+            got = await spread(client, counter)
+            puts[policy] = edge.metrics.records_put.value
+            assert [r.status_code for r in got] == [200] * 60, policy
+            assert sorted(values(got)) == list(range(1, 61)), policy
+            if policy == "beats":
+                front = edge.edge.front
+                assert front is not None and front.closing.mean > 0
+    # 0.6 s spans three or four beats: a put each; fixed 20 ms frames put about thirty times
+    assert puts["beats"] <= 5 < 15 <= puts["fixed"], puts

@@ -29,7 +29,7 @@ log = logging.getLogger("numerator.front")
 
 CLOSING_S = 0.02
 """FRONT_FRAME_POLICY=beats: the first guess of how long from a frame's close to its put's return
-(then learned, `Front.closing`), with half as much again of deviation."""
+(then learned, `Front.closing`), and half of it its first guess of deviation."""
 
 
 @dataclass(slots=True)

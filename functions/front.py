@@ -44,9 +44,10 @@ class Waiter:
 
 
 class Front:
-    """Gathers requests and puts one record per counter for them: for `seconds` (FRAME_POLICY
-    fixed), or — as the batcher's frames do with commits (auto) — until the previous put has
-    returned and `gap` has passed, `seconds` being the longest wait."""
+    """Gathers requests and puts one record per counter for them (FRONT_FRAME_POLICY): for
+    `seconds` (fixed); as the batcher's frames do with commits, until the previous put has
+    returned and `gap` has passed, `seconds` being the longest wait (auto); or until the last
+    moment the put returns before the batchers' next read (beats, `before_beat`)."""
 
     def __init__(
         self,

@@ -244,8 +244,8 @@ async def test_beats_front_frames_put_once_a_beat_just_before_the_batchers_read(
 ) -> None:
     """FRONT_FRAME_POLICY=beats: a frame closes at the last moment its put returns before the
     batchers' next read, so requests that arrive over a beat share one put, where 20 ms fixed
-    frames put ten times; every one is answered, values unique; the edge learns how long a
-    close takes to return."""
+    frames put several times a beat; every one is answered, values unique; the edge learns how
+    long a close takes to return."""
     settings, _ = aws
     interval = 0.2  # AWS's five reads a second per shard
 

@@ -60,13 +60,13 @@ class Front:
         gap: float = 0.0005,
         give_up: Callable[[Record], Coroutine[Any, Any, None]] | None = None,
         abandon: Callable[[str, int, int, date, str], Coroutine[Any, Any, None]] | None = None,
-        before_beat: Callable[[float], float | None] | None = None,
+        before_beat: Callable[[float, float], float | None] | None = None,
     ) -> None:
         """`give_up` and `abandon`: the edge's, for a record whose requests all went, and the
         values of those that went while the others waited. `before_beat` (FRONT_FRAME_POLICY
-        beats): given how long a put takes, seconds until the last moment it may begin and return
-        before the batchers' next read, or None where there is no such moment (phased beats):
-        then `seconds`."""
+        beats): given how long a put takes and how long from now a frame may not close, seconds
+        until the last moment it may begin and return before a batcher's read, or None where
+        there is no such moment (no beats, or shards not listed yet): then `seconds`."""
         self.stream, self.replies, self.metrics = stream, replies, metrics
         self.give_up = give_up or _nothing
         self.abandon = abandon or _nothing
@@ -76,6 +76,7 @@ class Front:
         loop's lateness, the put's own time and its retries (a beat's put that returns late
         makes all its requests wait a beat more)."""
         self._due = 0.0  # monotonic time the open frame is due to close
+        self._closed = -seconds  # monotonic time the last frame closed
         self.seconds, self.budget, self.auto, self.gap = seconds, budget, auto, gap
         self._open: dict[str, list[Waiter]] = {}
         self._timer: asyncio.TimerHandle | None = None  # the longest wait
@@ -128,10 +129,13 @@ class Front:
     def _longest(self) -> float:
         """How long a frame opened now gathers at most: `seconds`, or with `before_beat` until
         the last moment its put returns before the next read (a record put sooner waits for the
-        same read)."""
+        same read) that comes `seconds` or more after the last frame closed: on phased beats a
+        shard is read every interval / shards, and frames are kept at most one a `seconds`, as
+        fixed ones are, whatever the shards (each is a put, a reply item and a read of it)."""
         if self.before_beat is None:
             return self.seconds
-        left = self.before_beat(self.closing.likely())
+        after = self._closed + self.seconds - time.monotonic()
+        left = self.before_beat(self.closing.likely(), after)
         return self.seconds if left is None else max(0.0, left)
 
     def _given_up(self, waiter: Waiter, who: str) -> None:
@@ -167,6 +171,7 @@ class Front:
         due, self._due = self._due, 0.0
         if not groups:
             return
+        self._closed = time.monotonic()
         task = asyncio.create_task(self._send(groups, due), name="front-frame")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

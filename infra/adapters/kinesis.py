@@ -112,26 +112,29 @@ class KinesisStream:
     async def put(self, records: Sequence[Demand]) -> None:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        aim = None
+        chosen = None
         if self.phased:
             await self._list_open()
-            if len(records) == 1:
-                aim = self._aim(records[0])
-        rows = [(encode(r), self.partition(r), aim, r.key) for r in records]
+            chosen = self._chosen()
+        rows = [(encode(r), self.partition(r), self._aim(r, chosen), r.key) for r in records]
         self._pending.append((rows, done))
         if self._flushing is None or self._flushing.done():
             self._flushing = loop.create_task(self._flush())
         await done
 
-    def before_beat(self, takes: float) -> float | None:
-        """Seconds from now to the last moment a put that `takes` seconds (and PUT_GUARD_S) may
-        begin and still return before the next beat, when batchers read every shard on the same
-        beats; None on phased beats, where each shard has beats of its own."""
-        if self.phased or self.read_interval <= 0:
+    def before_beat(self, takes: float, after: float = 0.0) -> float | None:
+        """Seconds from now to the last moment, `after` seconds from now or later, that a put
+        that `takes` seconds (and PUT_GUARD_S) may begin and still return before a read: the
+        next beat, when batchers read every shard on the same beats; on phased beats, the next
+        beat of the shard read first after such a put returns, where `put` aims it. None where
+        there are no beats, or on phased beats before the shards are listed."""
+        if self.read_interval <= 0 or (self.phased and not self._phases):
             return None
         margin = takes + PUT_GUARD_S
         now = time.time()
-        return beats.beat(now + margin, self.read_interval) - margin - now
+        returns = now + max(0.0, after) + margin
+        phase = self._phases.choose(returns)[1] if self.phased else 0.0
+        return beats.beat(returns, self.read_interval, phase) - margin - now
 
     def phase(self, key: str) -> float:
         """The phase of the shard the record of reply key `key` landed on (0 when not phased, or
@@ -139,17 +142,27 @@ class KinesisStream:
         placed = self._placed.get(key)
         return placed[1] if placed else 0.0
 
-    def _aim(self, record: Demand) -> str | None:
-        """The hash key to put a lone record under: the shard read first after its put returns
-        for a Record without an Idempotency-Key (a keyed one keeps its partition, where its
-        retries meet), its record's for a Cancel; None to go by the partition key."""
-        if isinstance(record, Cancel):
-            placed = self._placed.get(record.key)
-            return placed[0] if placed else None  # by the partition key: its record's shard
-        if not isinstance(record, Record) or record.idempotency_key or not self._phases:
+    def _chosen(self) -> str | None:
+        """Phased: the hash key of the shard read first after a put begun now returns (None
+        before the shards are listed)."""
+        if not self._phases:
             return None
         returns = time.time() + self.put_times.likely() + PUT_GUARD_S
         return self._phases.choose(returns)[0]
+
+    def _aim(self, record: Demand, chosen: str | None) -> str | None:
+        """The hash key to put a record under: `chosen` for a Record without an Idempotency-Key
+        (a keyed one keeps its partition, where its retries meet), its record's for a Cancel;
+        None to go by the partition key. A front frame's records (one a counter) all go to the
+        one shard, as a Lambda container's lone record does."""
+        if not self.phased:
+            return None
+        if isinstance(record, Cancel):
+            placed = self._placed.get(record.key)
+            return placed[0] if placed else None  # by the partition key: its record's shard
+        if not isinstance(record, Record) or record.idempotency_key:
+            return None
+        return chosen
 
     async def _list_open(self) -> None:
         """Phased: list the open shards, if not listed for SHARDS_EVERY_S. A listing that fails

@@ -18,7 +18,7 @@ import pytest
 from infra.adapters.postgres import PostgresStore
 from infra.settings import ReplyItems, Settings
 from numerator.stack import BatcherStack, EdgeStack
-from tests.aws import Throttle
+from tests.aws import Throttle, resources
 from tests.checks import until
 
 TIMEOUT = 10.0
@@ -271,3 +271,39 @@ async def test_beats_front_frames_put_once_a_beat_just_before_the_batchers_read(
                 assert front is not None and front.closing.mean > 0
     # 0.6 s spans three or four beats: a put each; fixed 20 ms frames put about thirty times
     assert puts["beats"] <= 5 < 15 <= puts["fixed"], puts
+
+
+@pytest.mark.slow  # a stream of two shards, 0.6 s of requests: 4 s
+async def test_beats_front_frames_on_phased_beats_go_to_the_shard_read_next(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    """FRONT_FRAME_POLICY=beats with READ_BEATS=phased on two shards (read 100 ms apart): a frame
+    closes at the last moment its put returns before the next read of either shard, and its
+    records (one a counter) all go to that shard, so requests wait a quarter of the interval on
+    average for the read, not half, at two puts a beat; every one is answered, values unique."""
+    settings, _ = aws
+    other = f"{name}-b"
+    with resources(settings, shards=2) as (own, _):
+        async with running(
+            own, name, read_interval_ms=200.0, front_frame_policy="beats", read_beats="phased"
+        ) as (edge, client, _):
+            await client.post("/counters", json={"name": other})
+            await client.post(f"/counters/{name}/next")  # the first put lists the shards
+
+            async def one(at: float, counter: str) -> httpx.Response:
+                await asyncio.sleep(at)
+                return await client.post(f"/counters/{counter}/next")
+
+            began = edge.metrics.records_put.value
+            got = await asyncio.gather(
+                *(one(i * 0.01, name if i % 2 else other) for i in range(60))  # over 0.6 s
+            )
+            records = edge.metrics.records_put.value - began
+            stream = edge.aws.stream
+            phases = {stream.phase(key) for key in list(stream._placed)[1:]}
+    assert [r.status_code for r in got] == [200] * 60
+    assert sorted(values(got[1::2])) == list(range(2, 32))
+    assert sorted(values(got[0::2])) == list(range(1, 31))
+    assert len(phases) == 2, phases  # both shards, each at its own phase
+    # 0.6 s spans six or seven reads: a frame each, of two records (one a counter)
+    assert records <= 2 * 8, records

@@ -232,6 +232,38 @@ async def test_phased_a_lone_record_lands_on_the_shard_read_next_and_its_cancel_
         )
 
 
+async def test_phased_a_front_frames_records_go_together_to_the_shard_read_next(
+    aws: tuple[Settings, Any],
+) -> None:
+    """READ_BEATS=phased: a put of several records (a server edge's front frame, one a counter)
+    sends every one without an Idempotency-Key to the one shard read first after the put returns,
+    a keyed one by its partition key; `before_beat` is the time left to the last moment such a
+    put may begin and return before that shard's read (at most a gap between phases away, or
+    past the time it is told to wait)."""
+    settings, _ = aws
+    with resources(settings, shards=4) as (own, found):
+        metrics = Metrics()
+        kinesis = KinesisStream(
+            found.kinesis, AwsCaller(4, metrics), own.aws.stream_name, metrics, 1, 0.2, phased=True
+        )
+        assert kinesis.before_beat(0.01) is None  # not listed yet: a fixed frame
+        await kinesis.put([Record("first", "inv")])  # its put lists the shards
+        for n in range(12):
+            left = kinesis.before_beat(0.01)
+            assert left is not None and 0 <= left <= 0.05 + 1e-6, left
+            later = kinesis.before_beat(0.01, 0.12)  # not closing for 120 ms: a read after that
+            assert later is not None and 0.12 - 1e-6 <= later <= 0.12 + 0.05 + 1e-6, later
+            frame = [Record(f"a{n}", "inv"), Record(f"b{n}", "po"), Record(f"c{n}", "rx")]
+            expected = time.time() + kinesis.put_times.likely() + PUT_GUARD_S
+            await kinesis.put([*frame, Record(f"k{n}", "inv", idempotency_key="same")])
+            landed = {kinesis._placed[r.key] for r in frame}
+            assert len(landed) == 1, landed  # one shard for the frame
+            aim, phase = landed.pop()
+            assert aim is not None and beats.beat(expected, 0.2, phase) - expected <= 0.05 + 1e-3
+            assert kinesis._placed[f"k{n}"][0] is None  # by its partition key
+            await asyncio.sleep(0.017 * (n % 5))
+
+
 async def test_phased_a_batcher_reads_each_shard_on_beats_of_its_own_phase(
     aws: tuple[Settings, Any],
 ) -> None:

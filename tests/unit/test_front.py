@@ -4,6 +4,8 @@ leaves has them voided, abandoned — never handed to a client that is gone."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import math
 import time
 from datetime import date
 from types import SimpleNamespace
@@ -81,3 +83,50 @@ async def test_a_record_whose_client_is_known_gone_as_its_reply_comes_is_cancell
     [cancel] = await stream.read(stream.shard, entry.sequence, 10, 5.0)
     assert isinstance(cancel.record, Cancel)
     assert (cancel.record.key, cancel.record.idempotency_key) == (record.key, "key-1")
+
+
+async def test_beats_front_frames_close_on_reads_at_most_one_frame_a_front_frame_ms() -> None:
+    """FRONT_FRAME_POLICY=beats on phased beats of many shards (a read every 5 ms here): a frame
+    closes at the last moment before a read, but never sooner than FRONT_FRAME_MS (20 ms) after
+    the last frame closed, so a busy edge puts at most one frame a 20 ms whatever the shards
+    (each frame is a put, a reply item and a read of it), and an idle one's lone request goes
+    at the next read, not 20 ms on."""
+    stream, replies, metrics = MemoryStream(), MemoryReplies(), Metrics()
+    gap = 0.005
+
+    def before_beat(takes: float, after: float) -> float:
+        returns = time.time() + max(0.0, after) + takes
+        return math.ceil(returns / gap) * gap - takes - time.time()
+
+    front = Front(stream, replies, metrics, 0.02, lambda t: t, before_beat=before_beat)
+    closes: list[float] = []
+    frames = 0
+
+    async def answer() -> None:
+        nonlocal frames
+        after = None
+        while True:
+            for entry in await stream.read(stream.shard, after, 100, 0.5):
+                after = entry.sequence
+                assert isinstance(entry.record, Record)
+                closes.append(time.monotonic())
+                frames += 1
+                await replies.publish(
+                    [Reply(entry.record.key, "inv", 1, entry.record.count, "{value}", date.today())]
+                )
+
+    answering = asyncio.create_task(answer())
+    began = time.monotonic()
+    takes = []
+    while time.monotonic() < began + 0.3:  # a request every millisecond for 0.3 s
+        takes.append(asyncio.create_task(front.take("inv", 1, 5.0)))
+        await asyncio.sleep(0.001)
+    await asyncio.gather(*takes)
+    busy = frames
+    await asyncio.sleep(0.05)
+    lone = time.monotonic()
+    await front.take("inv", 1, 5.0)
+    answering.cancel()
+    assert busy <= 0.3 / 0.02 + 2, busy  # one a 20 ms at most, not one a 5 ms read (60)
+    assert min(b - a for a, b in itertools.pairwise(closes[:busy])) >= 0.02 - 0.002, closes
+    assert closes[-1] - lone < 0.02, closes[-1] - lone  # idle: at the next read

@@ -45,14 +45,16 @@ class FrontPolicy(StrEnum):
     """When the server edge's front frame closes (FRONT_FRAME_POLICY)."""
 
     FIXED = "fixed"
-    """FRONT_FRAME_MS after its first request."""
+    """FRONT_FRAME_MS after its first request: about 50 puts a second at load, where the
+    batchers read each shard five times a second."""
     AUTO = "auto"
     """As the batcher's auto frames: once the previous put has returned and FRAME_MIN_MS has
     passed, FRONT_FRAME_MS being the longest wait."""
     BEATS = "beats"
-    """At the last moment its put returns before the batchers' next read (READ_BEATS=shared: they
-    read every shard on the beats of READ_INTERVAL_MS): one put a beat, where a record put sooner
-    waited for the same read. As `fixed` where shards are read on phased beats."""
+    """At the last moment its put returns before a batcher's next read, and at most one frame a
+    FRONT_FRAME_MS: a put a read, where a record put sooner waited for the same read. On phased
+    beats (the default) that is the next read of any shard, and the frame goes to that shard; on
+    shared beats the next beat of READ_INTERVAL_MS. The default."""
 
 
 class ReplyItems(StrEnum):
@@ -71,22 +73,14 @@ class ReadBeats(StrEnum):
 
     SHARED = "shared"
     """Every shard on the same beats, the multiples of READ_INTERVAL_MS: a batcher's frames
-    commit together and publish their replies together (batcher/gather.py). The default, and the
-    server edge's: its reply items are per edge per beat."""
+    commit together and publish their replies together (batcher/gather.py), a reply item per
+    edge per batcher's beat, and a record waits half the interval for its read on average."""
     PHASED = "phased"
-    """Each shard on beats of its own phase, spread over the interval, and a lone record (the
-    Lambda edge's) put on the shard read next after its put returns: it waits a fraction of the
-    interval for its read, not half of it. For the Lambda edge, whose invocations are billed
-    while they wait."""
-
-
-def beats_for(edge: str, environ: Mapping[str, str]) -> ReadBeats:
-    """READ_BEATS as `environ` sets it, else the edge's own, as template.yaml deploys them:
-    phased for the Lambda edge, shared for a long-running one."""
-    given = environ.get("READ_BEATS")
-    if given:
-        return ReadBeats(given)
-    return ReadBeats.PHASED if edge == "lambda" else ReadBeats.SHARED
+    """Each shard on beats of its own phase, spread over the interval, and a record without an
+    Idempotency-Key (a Lambda container's, a server edge's front frame) put on the shard read
+    next after its put returns: it waits a fraction of the interval for its read, not half of
+    it. The default: a Lambda invocation is billed while it waits, and a server edge's p50 is
+    that wait."""
 
 
 class Auth(StrEnum):
@@ -188,7 +182,7 @@ class EdgeSettings(Group):
     max_body_bytes: int = 16_384  # MAX_BODY_BYTES: larger request bodies get 413
     retry_after_s: int = 1  # RETRY_AFTER_S: the Retry-After of a 503
     front_frame_ms: float = 20.0  # FRONT_FRAME_MS: aws server edge gathers /next this long; 0: off
-    front_frame_policy: FrontPolicy = FrontPolicy.FIXED  # FRONT_FRAME_POLICY: fixed, auto, beats
+    front_frame_policy: FrontPolicy = FrontPolicy.BEATS  # FRONT_FRAME_POLICY: fixed, auto, beats
     reply_items: ReplyItems = ReplyItems.FRAME  # REPLY_ITEMS: frame or record (server edge)
     auth: Auth = Auth.KEYS  # AUTH: keys (Bearer API keys) or none (loopback only, or AUTHORIZER)
     authorizer: str = ""  # AUTHORIZER: what checks callers in front of the edge (AUTH=none)
@@ -239,7 +233,7 @@ class AwsSettings(Group):
     reply_gather_ms: float = 20.0
     # READ_BEATS: shared (every shard on the same beats) or phased (each on its own, and a lone
     # record put on the shard read next): set it alike for edges and batchers
-    read_beats: ReadBeats = ReadBeats.SHARED
+    read_beats: ReadBeats = ReadBeats.PHASED
     aws_threads: int = 16  # AWS_THREADS: threads (and connections) for boto3 calls per process
 
     POSITIVE = ("shards", "partition_spread", "read_interval_ms", "aws_threads")

@@ -93,7 +93,7 @@ class Stack:
             running.callback(self.faults.stop)
             args += ["--aws", self.faults.url, "--batchers", "2", "--edge", shape.path]
         env = {"LEASE_TTL_S": str(LEASE_TTL_S)}
-        if shape.path == "lambda":  # phased beats (READ_BEATS): each record on the shard read next
+        if shape.aws:  # phased beats (READ_BEATS): each record on the shard read next
             env["SHARDS"] = "2"
         self.service = Service(*args, env=env)
         running.callback(self.service.stop)

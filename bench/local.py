@@ -108,6 +108,8 @@ def serve_aws(
             "batchers": batchers,
             "edge": edge,
             "front_frame_ms": service.edge.front_frame_ms if edge == "server" else 0.0,
+            "front_frame_policy": str(service.edge.front_frame_policy) if edge == "server" else "",
+            "read_interval_ms": service.aws.read_interval_ms,
             "environment": dict(env),
         }
         yield Target(f"numerator-aws-{edge}", url, [process.pid], settings, others)

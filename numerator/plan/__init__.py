@@ -11,7 +11,7 @@ import orjson
 
 from batcher.worker import SHARDS_EVERY_S as LISTS_EVERY_S
 from infra.adapters.kinesis import SHARDS_EVERY_S
-from infra.settings import Settings
+from infra.settings import ReadBeats, Settings
 from numerator.plan.cost import INSTANCES, Bill, Prices, bill, fan_out, per_record
 from numerator.plan.latency import Hop, budget, p50
 from numerator.plan.model import (
@@ -171,7 +171,15 @@ def plan(
     interval = defaults.aws.read_interval_ms / 1000
     cpu = float((data.get("invocation_cpu_ms") or {}).get(str(edge)) or 0.0)
     sizing = size(
-        load, runs, float(data["record_bytes"]), defaults.edge.front_frame_ms, interval, cpu, memory
+        load,
+        runs,
+        float(data["record_bytes"]),
+        defaults.edge.front_frame_ms,
+        interval,
+        cpu,
+        memory,
+        str(defaults.edge.front_frame_policy),
+        defaults.aws.read_beats is ReadBeats.PHASED,
     )
     sizing.url = url and edge is not EdgeKind.SERVER
     commits = float(data["commits_per_s"])

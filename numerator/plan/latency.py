@@ -6,9 +6,11 @@ own setting where the setting decides the hop (how often a shard is read, the fr
 edge reads a reply), or what `numerator plan --measure` measured here (a commit). The batcher's
 wait for its read is half the read interval (it reads each shard on the beats of READ_INTERVAL_MS,
 AWS allowing five reads a second), or with enhanced fan-out the propagation AWS documents; the
-edge reads the reply a lag after that beat (infra/adapters/beats.py), then a beat apart. The
-Lambda edge's shards are read on phased beats (READ_BEATS=phased, as template.yaml deploys it): a
-record waits a put's margin and half the gap between two shards' phases, fewer ms the more shards.
+edge reads the reply a lag after that beat (infra/adapters/beats.py), then a beat apart. Shards
+are read on phased beats (READ_BEATS=phased, as template.yaml deploys it): a Lambda's record waits
+a put's margin and half the gap between two shards' phases, fewer ms the more shards; a server
+edge's requests wait in its front frame, which closes a put's margin before the next read of any
+shard (FRONT_FRAME_POLICY=beats), half the gap between two frames on average.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import orjson
 
 from infra.adapters.beats import reply_lag
 from infra.adapters.kinesis import PUT_GUARD_S
-from infra.settings import Settings
-from numerator.plan.model import EdgeKind, PlanError, read_wait
+from infra.settings import FrontPolicy, ReadBeats, Settings
+from numerator.plan.model import EdgeKind, PlanError, front_frames_per_s, read_wait
 
 LATENCY = Path(__file__).with_name("latency.json")
 
@@ -68,11 +70,7 @@ def budget(
     if edge is EdgeKind.SERVER:
         hops += [
             Hop("the load balancer", got["alb_ms"]["ms"], got["alb_ms"]["source"]),
-            Hop(
-                "the front frame (auto: until the last put returns)",
-                kinesis / 2 + frames.frame_min_ms,
-                "half a put, and FRAME_MIN_MS",
-            ),
+            front_hop(settings, fan_out, shards),
             Hop("the put", kinesis, got["kinesis_call_ms"]["source"] + " (PutRecords)"),
         ]
     else:
@@ -83,8 +81,6 @@ def budget(
         ]
     read = read_hop(edge, settings, got, fan_out, shards)
     write = got["dynamodb_call_ms"]["source"]
-    if edge is EdgeKind.SERVER:
-        write += " (with the frames of the batcher's other shards: batcher/gather.py)"
     after = [
         Hop("the frame (auto)", frames.frame_min_ms, "FRAME_MIN_MS: the least gap after a commit"),
         Hop("the commit", commit_ms, "one commit, measured here by numerator plan --measure"),
@@ -102,18 +98,44 @@ def budget(
     return [*hops, read, *after, reading]
 
 
+def front_hop(settings: Settings, fan_out: bool, shards: int) -> Hop:
+    """A server edge's front frame: on the beats, half the gap between two frames (one at each
+    read of any shard, at most one a FRONT_FRAME_MS); with fixed frames (and with fan-out, which
+    has no reads to close on) half FRONT_FRAME_MS."""
+    edge, aws = settings.edge, settings.aws
+    if fan_out or edge.front_frame_policy is not FrontPolicy.BEATS:
+        return Hop("the front frame", edge.front_frame_ms / 2, "half of FRONT_FRAME_MS")
+    phased = aws.read_beats is ReadBeats.PHASED
+    fronts = front_frames_per_s(
+        shards, aws.read_interval_ms / 1000, edge.front_frame_ms / 1000, "beats", phased
+    )
+    return Hop(
+        "the front frame (beats: until the next read)",
+        1000 / fronts / 2,
+        f"half the gap between two front frames: {fronts:.0f} a second, at the reads of "
+        f"{shards} shard(s), at most one a FRONT_FRAME_MS ({edge.front_frame_ms:g})",
+    )
+
+
 def read_hop(
     edge: EdgeKind, settings: Settings, got: dict[str, dict[str, Any]], fan_out: bool, shards: int
 ) -> Hop:
-    """The batcher's read: fan-out's push; phased beats' (the Lambda edge's) margin and half
-    the gap between the shards' phases; shared beats' half interval; and a GetRecords."""
+    """The batcher's read: fan-out's push; a server edge's beats front frame's margin (its wait
+    for the read was in the frame); phased beats' margin and half the gap between the shards'
+    phases; shared beats' half interval; and a GetRecords."""
     kinesis, aws = got["kinesis_call_ms"]["ms"], settings.aws
     if fan_out:
         efo = got["kinesis_efo_propagation_ms"]
         return Hop("the batcher's read (enhanced fan-out)", efo["ms"], efo["source"])
-    if edge is EdgeKind.LAMBDA:
-        # the put's margin: twice its deviation (`put_times`' first guess: half a call) and a guard
-        margin = kinesis + PUT_GUARD_S * 1000
+    # the put's margin: twice its deviation (`put_times`' first guess: half a call) and a guard
+    margin = kinesis + PUT_GUARD_S * 1000
+    if edge is EdgeKind.SERVER and settings.edge.front_frame_policy is FrontPolicy.BEATS:
+        return Hop(
+            "the batcher's read (GetRecords)",
+            margin + kinesis,
+            "a put's margin (the front frame closes that long before the read), and a GetRecords",
+        )
+    if aws.read_beats is ReadBeats.PHASED:
         return Hop(
             "the batcher's read (GetRecords)",
             margin + read_wait(aws.read_interval_ms, shards, phased=True) + kinesis,

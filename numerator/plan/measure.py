@@ -34,10 +34,11 @@ RATES = {
     EdgeKind.LAMBDA: (6.0, 16.0),
     EdgeKind.ATOMIC: (30.0, 90.0),
 }
-SHARDS = {EdgeKind.LAMBDA: 4}
-"""The Lambda edge's stream has shards read on phased beats (READ_BEATS): its records wait for a
-read half a gap between phases, so it is measured on more than one, and the plan works its wait
-out at the plan's own shards from there (model.read_wait)."""
+SHARDS = {EdgeKind.LAMBDA: 4, EdgeKind.SERVER: 2}
+"""Shards are read on phased beats (READ_BEATS), so each edge is measured on more than one: a
+Lambda's records wait for a read half a gap between phases, and the plan works its wait out at
+the plan's own shards from there (model.read_wait); a server edge puts a front frame at each
+read, and the plan counts its frames at the plan's own shards (model.front_frames_per_s)."""
 SECONDS, WARM_S = 8, 10
 """Each run serves its rate for WARM_S, then SECONDS more, and the plan keeps the latency of
 those last seconds (the bench's last step, its first second left out): a month is served by warm
@@ -128,6 +129,9 @@ def kept(edge: EdgeKind, rate: float, run: dict[str, Any]) -> dict[str, Any]:
         "edge_processes": settings["workers"] if edge is EdgeKind.SERVER else 0,
         "shards": settings.get("shards") or 0,
         "read_beats": settings.get("read_beats") or "shared",
+        "read_interval_ms": settings.get("read_interval_ms") or 200,
+        "front_frame_ms": settings.get("front_frame_ms") or 0,
+        "front_frame_policy": settings.get("front_frame_policy") or "fixed",
         "batchers": settings.get("batchers") or 0,
         "calls": {k[4:]: v for k, v in totals.items() if k.startswith("aws:") and v},
         "call_ms": {  # each call's mean latency (numerator_aws_call_seconds_total)

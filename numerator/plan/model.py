@@ -4,9 +4,10 @@ transactions, and the AWS calls each second, by call.
 The calls come from the bench, not from a guess: `numerator plan --measure` runs `numerator bench
 --aws moto` at two or three rates per edge and keeps, per call, what it made each second
 (measured.json). A call is made either per request (the slope) or per unit of the deployment
-whatever the rate (the intercept): per edge process (the front frame's PutRecords, the reply
-polls), per shard (the batcher's reads), per batcher (its reply writes, a beat's frames
-together), or per process (health checks). Fitting both by least squares through the rates, and
+whatever the rate (the intercept): per front frame (its PutRecords, its reply item and the Query
+that reads it; an edge process puts one at each shard's read, at most one a FRONT_FRAME_MS:
+`front_frames_per_s`), per shard (the batcher's reads and its reply writes), or per process
+(health checks). Fitting both by least squares through the rates, and
 scaling the intercept by the units a deployment has, is the whole model; the test in
 tests/e2e/test_plan.py holds it against bench runs at other rates.
 """
@@ -59,31 +60,29 @@ class EdgeKind(StrEnum):
 class Unit(StrEnum):
     """What a call's fixed part is made per, whatever the rate."""
 
-    EDGE = "edge process"
+    FRONT = "front frame"  # a server edge's: all its edge processes' front frames a second
     SHARD = "shard"
-    BATCHER = "batcher"
     PROCESS = "process"
-    EDGE_BATCHER = "edge process and batcher"  # a frame item per edge per batcher's beat
 
 
-REPLY_UNITS = {"read": Unit.EDGE, "write": Unit.EDGE_BATCHER}
-"""The reply table's capacity units: read by each edge's polls (a Query of its partition), written
-one frame item per edge that has replies in the frames a batcher's shards commit at one beat
-(batcher/gather.py). The Lambda edge has no edge process: its units are per request (one item
-each, read by key)."""
+REPLY_UNITS = {"read": Unit.FRONT, "write": Unit.FRONT}
+"""The reply table's capacity units: one item per front frame (REPLY_ITEMS=frame: an item per edge
+per back frame, and on phased beats each front frame goes to a read of its own), read by one
+Query of its edge's partition at its shard's beat. The Lambda edge has no front frames: its
+units are per request (one item each, read by key)."""
 
 
 WRITE_BATCH = 25  # replies a BatchWriteItem (infra/adapters/dynamodb.py)
 UNITS = {
-    "put_record": Unit.EDGE,
-    "put_records": Unit.EDGE,
-    "batch_get_item": Unit.EDGE,
-    "get_item": Unit.EDGE,
-    "query": Unit.EDGE,
+    "put_record": Unit.FRONT,
+    "put_records": Unit.FRONT,
+    "batch_get_item": Unit.FRONT,
+    "get_item": Unit.FRONT,
+    "query": Unit.FRONT,
     "get_records": Unit.SHARD,
     "get_shard_iterator": Unit.SHARD,
-    "list_shards": Unit.PROCESS,  # each batcher's, now and then (and each Lambda container's)
-    "batch_write_item": Unit.BATCHER,  # the frames of a beat publish together
+    "list_shards": Unit.PROCESS,  # each process's, now and then (and each Lambda container's)
+    "batch_write_item": Unit.SHARD,  # a back frame's replies (phased: no two share a beat)
 }  # any other call (describe_*: health checks): Unit.PROCESS
 
 
@@ -91,15 +90,23 @@ def unit_of(call: str) -> Unit:
     return UNITS.get(call, Unit.PROCESS)
 
 
-def units(edges: float, shards: float, batchers: float) -> dict[Unit, float]:
-    """A deployment's units: its edge processes, its shards, and all its processes."""
-    return {
-        Unit.EDGE: edges,
-        Unit.SHARD: shards,
-        Unit.BATCHER: batchers,
-        Unit.PROCESS: edges + batchers,
-        Unit.EDGE_BATCHER: edges * batchers,
-    }
+def units(edges: float, shards: float, batchers: float, fronts: float) -> dict[Unit, float]:
+    """A deployment's units: its edges' front frames a second (`fronts` each), its shards, and
+    all its processes."""
+    return {Unit.FRONT: edges * fronts, Unit.SHARD: shards, Unit.PROCESS: edges + batchers}
+
+
+def front_frames_per_s(
+    shards: float, interval: float, front_frame_s: float, policy: str, phased: bool
+) -> float:
+    """One busy edge process's front frames a second (FRONT_FRAME_POLICY, functions/front.py):
+    one a FRONT_FRAME_MS (fixed, auto); on the beats one a read, each at the first read at least
+    FRONT_FRAME_MS after the last: a read every `interval` (shared beats) or every `interval` /
+    `shards` (phased beats, a shard read after another)."""
+    if policy != "beats" or interval <= 0:
+        return 1 / front_frame_s
+    gap = interval / max(1.0, shards) if phased else interval
+    return 1 / (gap * math.ceil(front_frame_s / gap - 1e-9))
 
 
 @dataclass(frozen=True)
@@ -249,8 +256,17 @@ def edge_cpu(runs: list[dict[str, Any]]) -> Fit:
 
 
 def measured_units(run: dict[str, Any]) -> dict[Unit, float]:
-    """The units of the deployment the bench measured."""
-    return units(float(run["edge_processes"]), float(run["shards"]), float(run["batchers"]))
+    """The units of the deployment the bench measured (a run that does not say its front frames'
+    policy had fixed ones: the default before beats)."""
+    shards = float(run["shards"])
+    fronts = front_frames_per_s(
+        shards,
+        float(run.get("read_interval_ms", 200)) / 1000,
+        float(run.get("front_frame_ms") or 20) / 1000,
+        run.get("front_frame_policy", "fixed"),
+        run.get("read_beats") == "phased",
+    )
+    return units(float(run["edge_processes"]), shards, float(run["batchers"]), fronts)
 
 
 def distinct(requests: float, load: Load) -> tuple[float, float]:
@@ -284,6 +300,7 @@ class Sizing:
     transactions_per_s: float = 0.0
     instance_class: str = ""
     rps_per_task: float = 0.0
+    fronts_per_s: float = 0.0  # server: one edge task's front frames a second
     reply_writes_per_s: float = 0.0  # the reply table's write units at the peak, when measured
     reply_capacity: dict[str, int] = field(default_factory=dict)
     """A provisioned reply table's read and write units: the peak's at REPLY_TARGET."""
@@ -299,7 +316,8 @@ class Sizing:
         return self.reply_wait_s + self.invocation_cpu_s * max(0.0, VCPU_MB / self.memory_mb - 1)
 
     def units(self) -> dict[Unit, float]:
-        return units(self.edge_tasks, self.shards, self.batchers)  # no edge tasks off the server
+        # no edge tasks off the server
+        return units(self.edge_tasks, self.shards, self.batchers, self.fronts_per_s)
 
 
 def capacity(peak_units: dict[str, float]) -> dict[str, int]:
@@ -316,9 +334,12 @@ def size(
     interval: float = 0.2,
     invocation_cpu_ms: float = 0.0,
     memory_mb: int = LAMBDA_MEMORY_MB,
+    policy: str = "beats",
+    phased: bool = True,
 ) -> Sizing:
     """The deployment for the load's peak; `interval`: READ_INTERVAL_MS, in seconds; a Lambda's
-    CPU a warm invocation on a whole core (measured), and its memory."""
+    CPU a warm invocation on a whole core (measured), and its memory; the server edge's
+    FRONT_FRAME_POLICY, and whether shards are read on phased beats (READ_BEATS)."""
     peak = load.peak
     out = Sizing(measured.edge, peak, record_bytes=record_bytes)
     quickest = min(measured.runs, key=lambda run: float(run["latency_mean_ms"]))
@@ -333,11 +354,8 @@ def size(
     if measured.edge is EdgeKind.SERVER:
         out.rps_per_task = measured.rps_per_task(TASK_CPU_TARGET)
         out.edge_tasks = max(2, math.ceil(peak / out.rps_per_task))
-        per_frame = peak / out.edge_tasks * front_frame_ms / 1000
-        counters, hot = distinct(per_frame, load)
-        frames_per_s = out.edge_tasks * 1000 / front_frame_ms
-        out.records_per_s = min(peak, counters * frames_per_s)
-        out.hot_records_per_s = min(peak * load.hot_share, hot * frames_per_s)
+        # the shards for a frame a FRONT_FRAME_MS, the most an edge puts; then its frames on them
+        front_records(out, load, 1000 / front_frame_ms)
     else:
         out.records_per_s = peak
         out.hot_records_per_s = peak * load.hot_share
@@ -350,6 +368,9 @@ def size(
         math.ceil(out.records_per_s * record_bytes / (SHARD_BYTES_PER_S * HEADROOM)),
     )
     out.batchers = max(2, math.ceil(out.shards / SHARDS_PER_BATCHER))
+    if measured.edge is EdgeKind.SERVER:
+        front = front_frames_per_s(out.shards, interval, front_frame_ms / 1000, policy, phased)
+        front_records(out, load, front)
     # a frame per shard per read that finds records (a bench at a few requests a second on
     # several shards finds most reads empty; at the plan's rates every read has records)
     out.transactions_per_s = back_frames_per_s(out.records_per_s, out.shards, interval)
@@ -360,6 +381,16 @@ def size(
         out.in_flight = peak * out.reply_wait_s
         out.concurrency = peak * out.duration_s
     return out
+
+
+def front_records(out: Sizing, load: Load, fronts_per_s: float) -> None:
+    """The server edge's records a second at the peak, the hot counter's among them, when each
+    of its tasks puts `fronts_per_s` front frames a second: a record per counter per frame."""
+    out.fronts_per_s = fronts_per_s
+    counters, hot = distinct(out.peak_rps / out.edge_tasks / fronts_per_s, load)
+    frames_per_s = out.edge_tasks * fronts_per_s
+    out.records_per_s = min(out.peak_rps, counters * frames_per_s)
+    out.hot_records_per_s = min(out.peak_rps * load.hot_share, hot * frames_per_s)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from numerator.plan.model import (
     Measured,
     Unit,
     fit,
+    front_frames_per_s,
 )
 
 
@@ -83,10 +84,11 @@ def test_a_fit_splits_the_fixed_part_per_unit_from_the_part_per_request() -> Non
 
 def test_the_calls_scale_their_fixed_part_with_the_units_a_deployment_has() -> None:
     server = Measured.of(EdgeKind.SERVER, MEASURED["edges"]["server"])
-    calls = server.calls(10_000, {Unit.EDGE: 4, Unit.SHARD: 3, Unit.PROCESS: 6})
-    assert math.isclose(calls["put_record"], 200)  # 50 a second for each of 4 processes
+    # the runs' fixed 20 ms front frames: 50 a second a process, so a put a frame
+    calls = server.calls(10_000, {Unit.FRONT: 4 * 30, Unit.SHARD: 3, Unit.PROCESS: 6})
+    assert math.isclose(calls["put_record"], 120)  # a put for each of 4 processes' 30 frames
     assert math.isclose(calls["get_records"], 15)  # 5 for each of 3 shards
-    assert math.isclose(calls["batch_get_item"], 30 * 4 + 0.01 * 10_000)
+    assert math.isclose(calls["batch_get_item"], 30 / 50 * 120 + 0.01 * 10_000)
 
 
 def test_the_lambda_edge_puts_a_record_per_request_and_sizes_concurrency_by_littles_law() -> None:
@@ -116,29 +118,35 @@ def test_the_server_edge_puts_a_record_per_counter_per_front_frame() -> None:
     # CPU 0.2 + 0.0002 per rps: at 60 % a process serves 2,000 rps; two tasks at least
     assert out.sizing.rps_per_task == pytest.approx(2_000)
     assert out.sizing.edge_tasks == 2
-    assert out.sizing.records_per_s == pytest.approx(2 * 50)  # one counter, 50 frames a second
+    # one counter, on the beats (the default): a frame at each of the one shard's five reads
+    assert out.sizing.fronts_per_s == pytest.approx(5)
+    assert out.sizing.records_per_s == pytest.approx(2 * 5)
     assert (out.sizing.shards, out.sizing.batchers) == (1, 2)
     assert "Lambda requests" not in out.bill.lines and "Fargate edge tasks" in out.bill.lines
 
 
-def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_edges_and_batchers() -> None:
-    """Replies a frame at a time: a frame item per edge per batcher's beat, its shards' frames
-    gathered (write units fixed per edge and batcher, plus their bytes per request), read by
-    each edge's Query (fixed per edge, plus bytes per request). Made up: 5 write units a second
-    per edge and batcher + 0.001 per request; 20 read units per edge + 0.002 per request."""
+def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_front_frames() -> None:
+    """Replies a frame at a time: an item per front frame (write units fixed per frame, plus
+    their bytes per request), read by its edge's Query (fixed per frame, plus bytes per
+    request); an edge puts a frame at each shard's read on phased beats, at most one a
+    FRONT_FRAME_MS. Made up, on two shards' beats (10 frames a second an edge): 5 write units a
+    second an edge + 0.001 per request; 20 read units + 0.002 per request."""
     measured = json.loads(json.dumps(MEASURED))
     for one in measured["edges"]["server"]:
         rps, seconds = one["rps"], one["duration_s"]
+        one.update(shards=2, read_beats="phased", front_frame_policy="beats", front_frame_ms=20)
         one["reply_units"] = {
             "write": (5 + 0.001 * rps) * seconds,
             "read": (20 + 0.002 * rps) * seconds,
         }
     load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
     out = plan(load, EdgeKind.SERVER, prices(), measured)
-    edges, batchers = out.sizing.edge_tasks, out.sizing.batchers
-    assert out.sizing.shards > batchers, "the test means nothing where the two are the same"
-    write = 5 * edges * batchers + 0.001 * 10_000
-    read = 20 * edges + 0.002 * 10_000
+    edges, shards = out.sizing.edge_tasks, out.sizing.shards
+    assert shards > 2, "the test means nothing where the shards are the bench's"
+    fronts = edges * front_frames_per_s(shards, 0.2, 0.02, "beats", phased=True)
+    assert fronts == pytest.approx(edges / (0.2 / shards * math.ceil(0.02 / (0.2 / shards))))
+    write = 5 / 10 * fronts + 0.001 * 10_000
+    read = 20 / 10 * fronts + 0.002 * 10_000
     assert out.reply_units == {"write": pytest.approx(write), "read": pytest.approx(read)}
     expected = MONTH_S / 1e6 * (write * 0.625 + read * 0.125)
     assert on_demand(out) == pytest.approx(expected, abs=0.5)  # a note is in whole dollars
@@ -197,8 +205,14 @@ def test_the_latency_budget_adds_its_hops_and_fan_out_changes_the_batchers_read(
         polled = budget(edge, settings, commit_ms=2.0, shards=10)
         pushed = budget(edge, settings, commit_ms=2.0, fan_out=True)
         read = next(h for h in polled if h.name.startswith("the batcher's read"))
-        if edge is EdgeKind.SERVER:  # shared beats: half the interval, and a GetRecords
-            assert read.ms == settings.aws.read_interval_ms / 2 + call
+        if edge is EdgeKind.SERVER:  # beats front frames: a put's margin, a GetRecords
+            assert read.ms == pytest.approx(call + 2 + call)
+            front = next(h for h in polled if h.name.startswith("the front frame"))
+            # a frame at each of 10 shards' reads, 20 ms apart: half the gap between two frames
+            assert front.ms == pytest.approx(settings.aws.read_interval_ms / 10 / 2)
+            shared = budget(edge, settings.but(read_beats="shared"), commit_ms=2.0, shards=10)
+            front = next(h for h in shared if h.name.startswith("the front frame"))
+            assert front.ms == pytest.approx(settings.aws.read_interval_ms / 2)  # a beat's frame
         else:  # phased: a put's margin, half the gap between 10 shards' phases, a GetRecords
             assert read.ms == pytest.approx(call + 2 + settings.aws.read_interval_ms / 20 + call)
         assert p50(polled) == pytest.approx(sum(h.ms for h in polled))
@@ -298,12 +312,11 @@ def test_the_command_plans_both_edges_side_by_side_from_the_shipped_files() -> N
         budget = each["latency_budget"]
         assert budget["p50_ms"] == pytest.approx(sum(h["ms"] for h in budget["hops"]), abs=0.5)
         assert budget["with_enhanced_fan_out"]["usd_per_month"] > 0
-    # fan-out's push (70 ms) beats the shared beats' half interval, not phased beats' on many
-    # shards: the Lambda edge's would wait longer, and bill more
-    assert (
-        server["latency_budget"]["with_enhanced_fan_out"]["p50_ms"]
-        < server["latency_budget"]["p50_ms"]
-    )
+    # fan-out's push (70 ms) is slower than phased beats' reads on several shards: both edges
+    # would wait longer, and the Lambda edge's bill more
+    for each in (lam, server):
+        budget = each["latency_budget"]
+        assert budget["with_enhanced_fan_out"]["p50_ms"] > budget["p50_ms"]
     fanned = lam["latency_budget"]["with_enhanced_fan_out"]
     assert fanned["p50_ms"] > lam["latency_budget"]["p50_ms"]
     assert fanned["saves_lambda_duration_usd_per_month"] < 0
@@ -525,3 +538,16 @@ def test_the_measure_bills_the_wait_of_a_warm_run_not_of_its_first_seconds() -> 
     assert (out["latency_mean_ms"], out["latency_p50_ms"]) == (76.5, 74.0)
     assert out["schedule"] == schedule and out["rps"] == 6.0
     assert out["calls"] == {"put_record": 108.0} and out["call_ms"] == {"put_record": 8.33}
+
+
+def test_an_edge_puts_a_front_frame_at_each_read_at_most_one_a_front_frame_ms() -> None:
+    """functions/front.py's beats: a frame at each read of the batchers, no two less than
+    FRONT_FRAME_MS apart; fixed frames: one a FRONT_FRAME_MS."""
+    assert front_frames_per_s(1, 0.2, 0.02, "beats", phased=True) == pytest.approx(5)
+    assert front_frames_per_s(6, 0.2, 0.02, "beats", phased=False) == pytest.approx(5)  # shared
+    assert front_frames_per_s(2, 0.2, 0.02, "beats", phased=True) == pytest.approx(10)
+    assert front_frames_per_s(6, 0.2, 0.02, "beats", phased=True) == pytest.approx(30)
+    assert front_frames_per_s(10, 0.2, 0.02, "beats", phased=True) == pytest.approx(50)
+    assert front_frames_per_s(29, 0.2, 0.02, "beats", phased=True) == pytest.approx(29 / 0.6)
+    assert front_frames_per_s(30, 0.2, 0.02, "beats", phased=True) == pytest.approx(50)
+    assert front_frames_per_s(4, 0.2, 0.02, "fixed", phased=True) == pytest.approx(50)

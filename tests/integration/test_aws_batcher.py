@@ -228,16 +228,17 @@ the tests' moto in a thread answers them one after the other, slower on a busy m
 async def test_the_frames_of_a_batchers_shards_read_at_one_beat_write_one_item_per_edge(
     aws_endpoint: str, settings: Settings, store: PostgresStore, name: str
 ) -> None:
-    """batcher/gather.py: one batcher, two shards, records of one long-running edge on both put
-    at once at each of three beats: their replies reach the edge in ONE item a beat, not one a
+    """batcher/gather.py, on shared beats (READ_BEATS=shared; on phased ones no two shards share
+    a beat): one batcher, two shards, records of one long-running edge on both put at once at
+    each of three beats: their replies reach the edge in ONE item a beat, not one a
     shard's frame. With REPLY_GATHER_MS=0 (each frame alone) the same run writes two a beat.
     REPLY_LAG_MS is set above what moto takes to read both shards here: a gather never waits
     past the edges' first read of the beat's replies (the unit tests hold that)."""
     from tests.aws import resources
 
     await store.create(Counter(name))
-    spread = settings.but(partition_spread=16, reply_lag_ms=150.0)  # 2 shards: all 16 keys
-    # in one has odds 2**-15
+    spread = settings.but(partition_spread=16, reply_lag_ms=150.0, read_beats="shared")
+    # 2 shards: all 16 keys in one has odds 2**-15
     edge = "gtest" + uuid.uuid4().hex[:10]
     beats = 3
     batches = [[f"{edge}-{b * 40 + i}" for i in range(40)] for b in range(beats)]

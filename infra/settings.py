@@ -52,9 +52,9 @@ class FrontPolicy(StrEnum):
     passed, FRONT_FRAME_MS being the longest wait."""
     BEATS = "beats"
     """At the last moment its put returns before a batcher's next read, and at most one frame a
-    FRONT_FRAME_MS: a put a read, where a record put sooner waited for the same read. On phased
-    beats (the default) that is the next read of any shard, and the frame goes to that shard; on
-    shared beats the next beat of READ_INTERVAL_MS. The default."""
+    FRONT_FRAME_MS: a put a read, where a record put sooner waited for the same read. On shared
+    beats (the server edge's default) the next beat of READ_INTERVAL_MS; on phased beats the
+    next read of any shard, and the frame goes to that shard. The default."""
 
 
 class ReplyItems(StrEnum):
@@ -73,14 +73,22 @@ class ReadBeats(StrEnum):
 
     SHARED = "shared"
     """Every shard on the same beats, the multiples of READ_INTERVAL_MS: a batcher's frames
-    commit together and publish their replies together (batcher/gather.py), a reply item per
-    edge per batcher's beat, and a record waits half the interval for its read on average."""
+    commit together and publish their replies together (batcher/gather.py). The default, and the
+    server edge's: its reply items are per edge per beat."""
     PHASED = "phased"
     """Each shard on beats of its own phase, spread over the interval, and a record without an
-    Idempotency-Key (a Lambda container's, a server edge's front frame) put on the shard read
-    next after its put returns: it waits a fraction of the interval for its read, not half of
-    it. The default: a Lambda invocation is billed while it waits, and a server edge's p50 is
-    that wait."""
+    Idempotency-Key (the Lambda edge's; a server edge's front frame) put on the shard read next
+    after its put returns: it waits a fraction of the interval for its read, not half of it.
+    For the Lambda edge, whose invocations are billed while they wait."""
+
+
+def beats_for(edge: str, environ: Mapping[str, str]) -> ReadBeats:
+    """READ_BEATS as `environ` sets it, else the edge's own, as template.yaml deploys them:
+    phased for the Lambda edge, shared for a long-running one."""
+    given = environ.get("READ_BEATS")
+    if given:
+        return ReadBeats(given)
+    return ReadBeats.PHASED if edge == "lambda" else ReadBeats.SHARED
 
 
 class Auth(StrEnum):
@@ -233,7 +241,7 @@ class AwsSettings(Group):
     reply_gather_ms: float = 20.0
     # READ_BEATS: shared (every shard on the same beats) or phased (each on its own, and a lone
     # record put on the shard read next): set it alike for edges and batchers
-    read_beats: ReadBeats = ReadBeats.PHASED
+    read_beats: ReadBeats = ReadBeats.SHARED
     aws_threads: int = 16  # AWS_THREADS: threads (and connections) for boto3 calls per process
 
     POSITIVE = ("shards", "partition_spread", "read_interval_ms", "aws_threads")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterator, Mapping
@@ -19,7 +20,7 @@ from infra.adapters.postgres import migrate, migrations
 from infra.errors import Refused, StoreUnavailable
 from infra.faults import Faults
 from infra.run.embedded import Postgres, default_data_dir, embedded, ephemeral
-from infra.settings import LOOPBACK_ONLY, Auth, Mode, Settings, loopback
+from infra.settings import LOOPBACK_ONLY, Auth, Mode, Settings, beats_for, loopback
 
 EMBEDDED_APP = "numerator.stack:app_from_env"
 LAMBDA_APP = "numerator.lambdaedge:app_from_env"
@@ -124,6 +125,7 @@ def serve_aws(args: argparse.Namespace, settings: Settings, where: str) -> None:
             url = endpoint(args.aws, "moto or an endpoint URL")
         aws = local.aws_environment(url)
         settings = settings.but(mode=Mode.AWS)
+        settings = settings.but(read_beats=beats_for(args.edge, os.environ))
         made = create(clients(settings, aws), settings)
         asyncio.run(migrate_when_ready(settings.database.database_url, args.wait_for_db))
         batchers = local.batchers(args.batchers, {**settings.to_env(), **aws})

@@ -170,17 +170,9 @@ def plan(
     defaults = Settings.of()  # the settings the template keeps
     interval = defaults.aws.read_interval_ms / 1000
     cpu = float((data.get("invocation_cpu_ms") or {}).get(str(edge)) or 0.0)
-    sizing = size(
-        load,
-        runs,
-        float(data["record_bytes"]),
-        defaults.edge.front_frame_ms,
-        interval,
-        cpu,
-        memory,
-        str(defaults.edge.front_frame_policy),
-        defaults.aws.read_beats is ReadBeats.PHASED,
-    )
+    front = (str(defaults.edge.front_frame_policy), defaults.aws.read_beats is ReadBeats.PHASED)
+    record = float(data["record_bytes"])
+    sizing = size(load, runs, record, defaults.edge.front_frame_ms, interval, cpu, memory, *front)
     sizing.url = url and edge is not EdgeKind.SERVER
     commits = float(data["commits_per_s"])
     sizing.instance_class = INSTANCES[1 if sizing.transactions_per_s <= commits * HEADROOM else 2]

@@ -6,11 +6,12 @@ own setting where the setting decides the hop (how often a shard is read, the fr
 edge reads a reply), or what `numerator plan --measure` measured here (a commit). The batcher's
 wait for its read is half the read interval (it reads each shard on the beats of READ_INTERVAL_MS,
 AWS allowing five reads a second), or with enhanced fan-out the propagation AWS documents; the
-edge reads the reply a lag after that beat (infra/adapters/beats.py), then a beat apart. Shards
-are read on phased beats (READ_BEATS=phased, as template.yaml deploys it): a Lambda's record waits
-a put's margin and half the gap between two shards' phases, fewer ms the more shards; a server
-edge's requests wait in its front frame, which closes a put's margin before the next read of any
-shard (FRONT_FRAME_POLICY=beats), half the gap between two frames on average.
+edge reads the reply a lag after that beat (infra/adapters/beats.py), then a beat apart. The
+Lambda edge's shards are read on phased beats (READ_BEATS=phased, as template.yaml deploys it): a
+record waits a put's margin and half the gap between two shards' phases, fewer ms the more shards.
+A server edge's requests wait in its front frame instead, which closes a put's margin before the
+batchers' next read (FRONT_FRAME_POLICY=beats): half the gap between two frames on average, a
+beat's on shared beats (its default), a gap between phases' on phased ones.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def read_hop(
             margin + kinesis,
             "a put's margin (the front frame closes that long before the read), and a GetRecords",
         )
-    if aws.read_beats is ReadBeats.PHASED:
+    if edge is EdgeKind.LAMBDA or aws.read_beats is ReadBeats.PHASED:
         return Hop(
             "the batcher's read (GetRecords)",
             margin + read_wait(aws.read_interval_ms, shards, phased=True) + kinesis,

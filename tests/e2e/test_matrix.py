@@ -1,10 +1,10 @@
 """The fault matrix (DESIGN.md, "How the guarantees are proven"): {embedded, AWS server edge, AWS
 Lambda edge} x {1, 2 workers} x {one worker SIGKILLed; clients cutting at random (within 0.3, 0.9
 or 1.5 s, by path: CUT_MS) and retrying keyed requests; a batcher SIGSTOPped past its lease
-(AWS); Postgres stopped 6 s; DynamoDB refusing 6 s (AWS)}. On the AWS path the stream has two
-shards, read on phased beats, as template.yaml deploys it for both edges. Each cell is a bounded
-run of recorded clients on two fresh counters of one stack (`numerator up` started once per path
-and worker count, its faults in turn, the worker's death last), held by the history checker
+(AWS); Postgres stopped 6 s; DynamoDB refusing 6 s (AWS)}. The Lambda edge's stream has two
+shards, read on phased beats, as template.yaml deploys it. Each cell is a bounded run of recorded
+clients on two fresh counters of one stack (`numerator up` started once per path and worker
+count, its faults in turn, the worker's death last), held by the history checker
 (tests/history.py) against the completeness report, the audit export and `audit verify`. Each
 cell prints its counts."""
 
@@ -93,7 +93,7 @@ class Stack:
             running.callback(self.faults.stop)
             args += ["--aws", self.faults.url, "--batchers", "2", "--edge", shape.path]
         env = {"LEASE_TTL_S": str(LEASE_TTL_S)}
-        if shape.aws:  # phased beats (READ_BEATS): each record on the shard read next
+        if shape.path == "lambda":  # phased beats (READ_BEATS): each record on the shard read next
             env["SHARDS"] = "2"
         self.service = Service(*args, env=env)
         running.callback(self.service.stop)

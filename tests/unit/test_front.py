@@ -128,5 +128,6 @@ async def test_beats_front_frames_close_on_reads_at_most_one_frame_a_front_frame
     await front.take("inv", 1, 5.0)
     answering.cancel()
     assert busy <= 0.3 / 0.02 + 2, busy  # one a 20 ms at most, not one a 5 ms read (60)
-    assert min(b - a for a, b in itertools.pairwise(closes[:busy])) >= 0.02 - 0.002, closes
+    # seen by the reader, a few ms late each: no two 5 ms reads apart
+    assert min(b - a for a, b in itertools.pairwise(closes[:busy])) >= 0.012, closes
     assert closes[-1] - lone < 0.02, closes[-1] - lone  # idle: at the next read

@@ -446,19 +446,19 @@ def test_the_anchor_bucket_locks_every_record_in_compliance_mode() -> None:
     assert env["ANCHOR_TO"] == {"Fn::Sub": "s3://${AnchorBucket}/heads/"}
 
 
-def test_both_edges_and_their_batchers_read_on_phased_beats() -> None:
-    """Edges and batchers must agree on READ_BEATS (docs/settings.md): each edge's records go to
-    the shard read next, and the batchers read each shard at its own phase. The template says
-    so for every one of them, and it is the default (`numerator up`, the bench)."""
-    from infra.settings import ReadBeats
+def test_the_lambda_edge_and_its_batchers_read_on_phased_beats_a_server_edge_on_shared() -> None:
+    """Edges and batchers must agree on READ_BEATS (docs/settings.md): the Lambda edge's records
+    go to the shard read next, and its batchers read each shard at its own phase; the Fargate
+    edge keeps the default, shared, as `numerator up` does for each edge (beats_for)."""
+    from infra.settings import ReadBeats, beats_for
 
     given = variables()
-    assert given["edge"]["READ_BEATS"] == "phased"
-    assert given["batcher"]["READ_BEATS"] == "phased"
+    assert given["edge"]["READ_BEATS"] == "phased" == beats_for("lambda", {})
+    assert given["batcher"]["READ_BEATS"] == {"Fn::If": ["LambdaEdge", "phased", "shared"]}
     fargate = template()["Resources"]["EdgeTask"]["Properties"]["ContainerDefinitions"][0]
-    assert {"Name": "READ_BEATS", "Value": "phased"} in fargate["Environment"]
-    assert Settings.of().aws.read_beats is ReadBeats.PHASED
-    assert Settings.from_env({"READ_BEATS": "shared"}).aws.read_beats is ReadBeats.SHARED
+    assert "READ_BEATS" not in {item["Name"] for item in fargate["Environment"]}
+    assert Settings.of().aws.read_beats is ReadBeats.SHARED == beats_for("server", {})
+    assert beats_for("lambda", {"READ_BEATS": "shared"}) is ReadBeats.SHARED  # set: as set
 
 
 def test_the_plan_prices_the_lambda_at_the_templates_memory() -> None:

@@ -354,8 +354,10 @@ def size(
     if measured.edge is EdgeKind.SERVER:
         out.rps_per_task = measured.rps_per_task(TASK_CPU_TARGET)
         out.edge_tasks = max(2, math.ceil(peak / out.rps_per_task))
-        # the shards for a frame a FRONT_FRAME_MS, the most an edge puts; then its frames on them
-        front_records(out, load, 1000 / front_frame_ms)
+        # the shards for the most frames an edge puts: one a beat on shared beats, whatever the
+        # shards; on phased beats one a FRONT_FRAME_MS at most, and then its frames on them
+        most = front_frames_per_s(1, interval, front_frame_ms / 1000, policy, phased=False)
+        front_records(out, load, 1000 / front_frame_ms if phased else most)
     else:
         out.records_per_s = peak
         out.hot_records_per_s = peak * load.hot_share

@@ -164,7 +164,8 @@ async def test_auto_front_frames_go_out_once_the_stream_is_free(
         took = time.monotonic() - began
         got = await burst(client, name, 40)
         put = edge.metrics.records_put.value
-    async with running(settings, name + "-f", front_frame_ms=1500.0) as (_, fixed_client, _):
+    fixed = {"front_frame_ms": 1500.0, "front_frame_policy": "fixed"}
+    async with running(settings, name + "-f", **fixed) as (_, fixed_client, _):
         began = time.monotonic()
         held = await fixed_client.post(f"/counters/{name}-f/next")
         waited = time.monotonic() - began

@@ -61,15 +61,17 @@ class Unit(StrEnum):
     """What a call's fixed part is made per, whatever the rate."""
 
     FRONT = "front frame"  # a server edge's: all its edge processes' front frames a second
+    FRONT_ITEM = "front frame's reply item"  # FRONT times the items a frame's replies make
     SHARD = "shard"
     PROCESS = "process"
 
 
-REPLY_UNITS = {"read": Unit.FRONT, "write": Unit.FRONT}
-"""The reply table's capacity units: one item per front frame (REPLY_ITEMS=frame: an item per edge
-per back frame, and on phased beats each front frame goes to a read of its own), read by one
-Query of its edge's partition at its shard's beat. The Lambda edge has no front frames: its
-units are per request (one item each, read by key)."""
+REPLY_UNITS = {"read": Unit.FRONT, "write": Unit.FRONT_ITEM}
+"""The reply table's capacity units: each front frame's replies written as one item per batcher
+that reads its records (REPLY_ITEMS=frame, a batcher's shards' frames of one beat gathered:
+batcher/gather.py; on phased beats a frame goes to one shard, so one item), and read by one
+Query of its edge's partition at the beat. The Lambda edge has no front frames: its units are
+per request (one item each, read by key)."""
 
 
 WRITE_BATCH = 25  # replies a BatchWriteItem (infra/adapters/dynamodb.py)
@@ -90,10 +92,20 @@ def unit_of(call: str) -> Unit:
     return UNITS.get(call, Unit.PROCESS)
 
 
-def units(edges: float, shards: float, batchers: float, fronts: float) -> dict[Unit, float]:
-    """A deployment's units: its edges' front frames a second (`fronts` each), its shards, and
-    all its processes."""
-    return {Unit.FRONT: edges * fronts, Unit.SHARD: shards, Unit.PROCESS: edges + batchers}
+def units(
+    edges: float, shards: float, batchers: float, fronts: float, phased: bool = False
+) -> dict[Unit, float]:
+    """A deployment's units: its edges' front frames a second (`fronts` each) and the reply items
+    they make (on shared beats a frame's records, one a counter, spread over the shards, and
+    each batcher holding some writes an item: as many as there are batchers, or shards if
+    fewer), its shards, and all its processes."""
+    items = 1.0 if phased else max(1.0, min(batchers, shards))
+    return {
+        Unit.FRONT: edges * fronts,
+        Unit.FRONT_ITEM: edges * fronts * items,
+        Unit.SHARD: shards,
+        Unit.PROCESS: edges + batchers,
+    }
 
 
 def front_frames_per_s(
@@ -258,15 +270,15 @@ def edge_cpu(runs: list[dict[str, Any]]) -> Fit:
 def measured_units(run: dict[str, Any]) -> dict[Unit, float]:
     """The units of the deployment the bench measured (a run that does not say its front frames'
     policy had fixed ones: the default before beats)."""
-    shards = float(run["shards"])
+    shards, phased = float(run["shards"]), run.get("read_beats") == "phased"
     fronts = front_frames_per_s(
         shards,
         float(run.get("read_interval_ms", 200)) / 1000,
         float(run.get("front_frame_ms") or 20) / 1000,
         run.get("front_frame_policy", "fixed"),
-        run.get("read_beats") == "phased",
+        phased,
     )
-    return units(float(run["edge_processes"]), shards, float(run["batchers"]), fronts)
+    return units(float(run["edge_processes"]), shards, float(run["batchers"]), fronts, phased)
 
 
 def distinct(requests: float, load: Load) -> tuple[float, float]:
@@ -301,6 +313,7 @@ class Sizing:
     instance_class: str = ""
     rps_per_task: float = 0.0
     fronts_per_s: float = 0.0  # server: one edge task's front frames a second
+    phased: bool = False  # shards read on phased beats (READ_BEATS)
     reply_writes_per_s: float = 0.0  # the reply table's write units at the peak, when measured
     reply_capacity: dict[str, int] = field(default_factory=dict)
     """A provisioned reply table's read and write units: the peak's at REPLY_TARGET."""
@@ -317,7 +330,7 @@ class Sizing:
 
     def units(self) -> dict[Unit, float]:
         # no edge tasks off the server
-        return units(self.edge_tasks, self.shards, self.batchers, self.fronts_per_s)
+        return units(self.edge_tasks, self.shards, self.batchers, self.fronts_per_s, self.phased)
 
 
 def capacity(peak_units: dict[str, float]) -> dict[str, int]:
@@ -341,7 +354,7 @@ def size(
     CPU a warm invocation on a whole core (measured), and its memory; the server edge's
     FRONT_FRAME_POLICY, and whether shards are read on phased beats (READ_BEATS)."""
     peak = load.peak
-    out = Sizing(measured.edge, peak, record_bytes=record_bytes)
+    out = Sizing(measured.edge, peak, record_bytes=record_bytes, phased=phased)
     quickest = min(measured.runs, key=lambda run: float(run["latency_mean_ms"]))
     out.reply_wait_s = out.measured_wait_s = quickest["latency_mean_ms"] / 1000
     out.invocation_cpu_s, out.memory_mb = invocation_cpu_ms / 1000, memory_mb

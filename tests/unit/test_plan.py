@@ -154,6 +154,15 @@ def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_front_frames(
     assert on_demand(out) == pytest.approx(expected, abs=0.5)  # a note is in whole dollars
     old = plan(load, EdgeKind.SERVER, prices(), MEASURED)  # no units measured: estimated from calls
     assert on_demand(old) != on_demand(out)
+    # many shards on shared beats: a frame's records (one a counter) reach every batcher, and
+    # each batcher's gathered publish writes an item for the edge
+    heavy = Load(100_000, counters=10, hot_share=0.5, peak_to_mean=2)
+    big = plan(heavy, EdgeKind.SERVER, prices(), measured)
+    many = min(big.sizing.batchers, big.sizing.shards)
+    assert many > 1, "the test means nothing where one batcher holds every shard"
+    fronts = big.sizing.edge_tasks * 5
+    assert big.reply_units["write"] == pytest.approx(5 / 10 * fronts * many + 0.001 * 100_000)
+    assert big.reply_units["read"] == pytest.approx(20 / 10 * fronts + 0.002 * 100_000)
 
 
 def on_demand(out: Any) -> float:

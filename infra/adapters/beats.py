@@ -25,8 +25,8 @@ range as a share of the key space times the interval, so the shards of an evenly
 read one after another, spread over the interval rather than all at once. A Lambda edge puts its
 record (a server edge its front frame) on the shard read next after its put returns
 (`Phases.choose`, ExplicitHashKey), so it waits a fraction of the interval for the read, not half
-of it; every edge reads a reply at the
-beats of the shard its record landed on (PutRecord and PutRecords answer with the ShardId). Both
+of it; every edge reads a reply at the beats of the shard its record landed on (PutRecord and
+PutRecords answer with the ShardId). Both
 sides work the phase out from the shard's own key range: no list to agree on, and a reshard's new
 shards have theirs.
 

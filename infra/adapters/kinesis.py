@@ -17,8 +17,8 @@ its end; MillisBehindLatest is the lag, and a shard behind is read as soon as th
 With phased beats (READ_BEATS=phased) each shard is read on beats of its own phase, and a record
 without an Idempotency-Key (a Lambda container's, or a server edge's front frame's, all of a put
 together) is put on the shard read first after its put is expected to return (ExplicitHashKey:
-the start of that shard's range), from the open shards listed once and
-again every SHARDS_EVERY_S, or when a put lands on a shard not listed. Where each record landed is
+the start of that shard's range), from the open shards listed once and again every
+SHARDS_EVERY_S, or when a put lands on a shard not listed. Where each record landed is
 kept (`phase`, for its reply's read); a Cancel goes where its record went.
 """
 

@@ -329,7 +329,7 @@ class Sizing:
         return self.reply_wait_s + self.invocation_cpu_s * max(0.0, VCPU_MB / self.memory_mb - 1)
 
     def units(self) -> dict[Unit, float]:
-        # no edge tasks off the server
+        # no edge tasks (and no front frames) off the server
         return units(self.edge_tasks, self.shards, self.batchers, self.fronts_per_s, self.phased)
 
 
@@ -348,7 +348,7 @@ def size(
     invocation_cpu_ms: float = 0.0,
     memory_mb: int = LAMBDA_MEMORY_MB,
     policy: str = "beats",
-    phased: bool = True,
+    phased: bool = False,
 ) -> Sizing:
     """The deployment for the load's peak; `interval`: READ_INTERVAL_MS, in seconds; a Lambda's
     CPU a warm invocation on a whole core (measured), and its memory; the server edge's
@@ -369,8 +369,8 @@ def size(
         out.edge_tasks = max(2, math.ceil(peak / out.rps_per_task))
         # the shards for the most frames an edge puts: one a beat on shared beats, whatever the
         # shards; on phased beats one a FRONT_FRAME_MS at most, and then its frames on them
-        most = front_frames_per_s(1, interval, front_frame_ms / 1000, policy, phased=False)
-        front_records(out, load, 1000 / front_frame_ms if phased else most)
+        beat = front_frames_per_s(1, interval, front_frame_ms / 1000, policy, phased=False)
+        front_records(out, load, 1000 / front_frame_ms if phased else beat)
     else:
         out.records_per_s = peak
         out.hot_records_per_s = peak * load.hot_share

@@ -2,6 +2,7 @@
 driven by wrk.
 
     python -m bench.wrk_next --connections 64,256,1024 --duration 10 --counters 1000
+    python -m bench.wrk_next --baselines 10 --connections 64 --duration 5
 
 Starts numerator on a throwaway embedded Postgres (the service's own settings, e.g.
 FRAME_POLICY or BACK_FRAME_MS, are taken from the environment), creates the counters, and for
@@ -47,6 +48,15 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--rounds", type=int, default=10, help="rounds of --against")
     parser.add_argument(
+        "--baselines",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="instead: /next on the hot counter from numerator and from the baselines "
+        "(nextval() per value, and a row lock per request) served at once on one Postgres, "
+        "driven in turn for ROUNDS rounds: numerator's rate as a multiple of each baseline's",
+    )
+    parser.add_argument(
         "--keys",
         type=int,
         default=0,
@@ -63,6 +73,9 @@ def main() -> None:
         raise SystemExit("wrk is not installed: apt-get install wrk")
     if args.keys:
         keys_cost(args)
+        return
+    if args.baselines:
+        baselines(args)
         return
     if args.against:
         against(args)
@@ -155,6 +168,58 @@ def keys_cost(args: argparse.Namespace) -> None:
                     f"{rates[1] / rates[0]:>7.2f}",
                     flush=True,
                 )
+
+
+BASELINES = ("sequence", "rowlock")
+
+
+def baselines(args: argparse.Namespace) -> None:
+    """/next on one hot counter from numerator and from each baseline, served at once on one
+    Postgres and driven in turn, round by round (who goes first turns too): each rate, and
+    numerator's as a multiple of each baseline's; then per baseline the multiple's median and
+    range. `numerator bench --compare` measures the same once, one after the other; on a shared
+    machine the rounds move by more than that tells apart."""
+    connections = [int(c) for c in args.connections.split(",")]
+    with contextlib.ExitStack() as stack:
+        db = stack.enter_context(local.database())
+        served = {"numerator": stack.enter_context(local.serve("numerator", db, args.workers, {}))}
+        for name in BASELINES:
+            served[name] = stack.enter_context(
+                local.serve(f"baseline-{name}", db, args.workers, {})
+            )
+        for target in served.values():
+            local.create_counters(target.url, ["hot"])
+            wrk.run(target.url + "/counters/hot/next", 64, 2, args.threads)  # warm up
+        print(
+            f"numerator and the baselines, workers={args.workers} wrk -t{args.threads}, "
+            f"{args.duration:g}s each, POST /counters/hot/next, loopback"
+        )
+        names = list(served)
+        print(f"{'round':>5} {'conns':>6} " + " ".join(f"{n:>10}" for n in names) + "  multiples")
+        multiples: dict[tuple[int, str], list[float]] = {}
+        for round_ in range(1, args.baselines + 1):
+            for c in connections:
+                order = names[round_ % len(names) :] + names[: round_ % len(names)]
+                rates = {
+                    n: wrk.run(served[n].url + "/counters/hot/next", c, args.duration, args.threads)
+                    for n in order
+                }
+                times = {n: rates["numerator"] / rates[n] for n in BASELINES}
+                for n, x in times.items():
+                    multiples.setdefault((c, n), []).append(x)
+                print(
+                    f"{round_:>5} {c:>6} "
+                    + " ".join(f"{rates[n]:>10,.0f}" for n in names)
+                    + "  "
+                    + ", ".join(f"{x:.2f}x {n}" for n, x in times.items()),
+                    flush=True,
+                )
+    for (c, name), found in multiples.items():
+        found.sort()
+        print(
+            f"{c:>6} numerator / {name}: median {statistics.median(found):.2f}x, mean "
+            f"{statistics.mean(found):.2f}x, range {found[0]:.2f}-{found[-1]:.2f}"
+        )
 
 
 def against(args: argparse.Namespace) -> None:

@@ -9,6 +9,8 @@ a request measured in a CI run where the model said 0.128); they are still print
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from numerator.plan import EdgeKind, read_measured
@@ -20,6 +22,28 @@ pytestmark = pytest.mark.slow
 # One Lambda rate: its runs are the slow ones (8 containers), and its calls are each request's.
 OTHER_RATES = {EdgeKind.SERVER: (500.0, 800.0), EdgeKind.LAMBDA: (12.0,)}
 PUTS = {"put_record", "put_records"}
+HELD = 0.9
+"""A run that answered less of its offered rate did not hold it. A deployment the plan sizes
+holds its rate; one that falls behind (a CI run on a machine losing half its CPU to steal
+answered 661 of 800 rps) reads its shards on fewer beats than the model's five a second, and
+puts fewer frames."""
+TRIES = 3
+
+
+def held(edge: EdgeKind, rate: float) -> dict[str, Any]:
+    """A bench run at `rate` that held it (HELD), measured again up to TRIES times when this
+    machine could not; a failure saying so if it never did."""
+    answered = 0.0
+    for _ in range(TRIES):
+        run = bench(edge, rate)
+        if run["rps"] >= HELD * rate:
+            return run
+        answered = run["rps"]
+        print(f"{edge} at {rate:g} rps offered answered {answered:.0f}: measuring again")
+    pytest.fail(
+        f"this machine did not hold {rate:g} rps on the {edge} edge in {TRIES} runs "
+        f"(the last answered {answered:.0f})"
+    )
 
 
 @pytest.mark.parametrize(
@@ -31,7 +55,7 @@ def test_the_predicted_calls_per_request_are_within_a_quarter_of_the_measured(
     model = Measured.of(edge, read_measured()["edges"][str(edge)])
     for rate in OTHER_RATES[edge]:
         assert rate not in RATES[edge]
-        run = bench(edge, rate)
+        run = held(edge, rate)
         units = measured_units(run)
         calls = {k: v / run["duration_s"] / run["rps"] for k, v in run["calls"].items()}
         model_calls = {k: v / run["rps"] for k, v in model.calls(run["rps"], units).items()}

@@ -176,8 +176,8 @@ BASELINES = ("sequence", "rowlock")
 def baselines(args: argparse.Namespace) -> None:
     """/next on one hot counter from numerator and from each baseline, served at once on one
     Postgres and driven in turn, round by round (who goes first turns too): each rate, and
-    numerator's as a multiple of each baseline's; then per baseline the multiple's median and
-    range. `numerator bench --compare` measures the same once, one after the other; on a shared
+    numerator's as a multiple of each baseline's; then per baseline the multiple's median, mean
+    and range. `numerator bench --compare` measures the same once, one after the other; on a shared
     machine the rounds move by more than that tells apart."""
     connections = [int(c) for c in args.connections.split(",")]
     with contextlib.ExitStack() as stack:

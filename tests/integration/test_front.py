@@ -6,6 +6,7 @@ their own; and stream or table throttling, injected at the boto3 client, retried
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections import Counter as Tally
 from collections.abc import AsyncIterator, Sequence
@@ -250,28 +251,36 @@ async def test_beats_front_frames_put_once_a_beat_just_before_the_batchers_read(
     settings, _ = aws
     interval = 0.2  # AWS's five reads a second per shard
 
+    sent: list[float] = []
+
     async def spread(client: httpx.AsyncClient, counter: str) -> list[httpx.Response]:
         async def one(at: float) -> httpx.Response:
             await asyncio.sleep(at)
+            sent.append(time.monotonic())
             return await client.post(f"/counters/{counter}/next")
 
         return list(await asyncio.gather(*(one(i * 0.01) for i in range(60))))  # over 0.6 s
 
-    puts = {}
+    puts, beats_spanned = {}, 0
     for policy in ("beats", "fixed"):
         counter = f"{name}-{policy}"
         async with running(
             settings, counter, read_interval_ms=interval * 1000, front_frame_policy=policy
         ) as (edge, client, _):
+            sent.clear()
             got = await spread(client, counter)
             puts[policy] = edge.metrics.records_put.value
+            if policy == "beats":  # a starved loop sends later than asked: count what it did
+                beats_spanned = math.ceil((sent[-1] - sent[0]) / interval) + 1
             assert [r.status_code for r in got] == [200] * 60, policy
             assert sorted(values(got)) == list(range(1, 61)), policy
             if policy == "beats":
                 front = edge.edge.front
                 assert front is not None and front.closing.mean > 0
-    # 0.6 s spans three or four beats: a put each; fixed 20 ms frames put about thirty times
-    assert puts["beats"] <= 5 < 15 <= puts["fixed"], puts
+    # 0.6 s spans three or four beats: a put each, and one more for a put that returned late;
+    # fixed 20 ms frames put about thirty times, ten where a starved machine's loop ran late (CI)
+    assert puts["beats"] <= beats_spanned + 1, (puts, beats_spanned)
+    assert puts["fixed"] >= 2 * puts["beats"], puts
 
 
 @pytest.mark.slow  # a stream of two shards, 0.6 s of requests: 4 s

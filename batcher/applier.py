@@ -19,6 +19,7 @@ from batcher.known import Known
 from batcher.recent import Recent
 from batcher.shares import Shares
 from infra.adapters.beats import reply_lag
+from infra.adapters.push import Pusher
 from infra.backoff import Backoff, Retries
 from infra.errors import AwsRefused, LeaseLost, NumeratorError, StoreError, Unavailable
 from infra.faults import Faults
@@ -58,6 +59,7 @@ class Applier:
         reads = cast(Reads, stream) if hasattr(stream, "read_ended") else None
         interval = settings.aws.read_interval_ms / 1000
         self.gather = Gather(replies.publish, gather_s, reads, interval, reply_lag(settings))
+        self.push = Pusher()  # replies to the edges whose records name an inbox, committed
 
     async def apply(self, frame: Frame, lease: Lease, token: object = None) -> Lease | None:
         """Apply the frame until it commits, then publish (with the frames applying beside it:
@@ -71,6 +73,7 @@ class Applier:
         self.recent.remember(outcome.taken)
         self.known.taken(span for _, span in outcome.taken)
         frame.applied(outcome.replies)
+        self.metrics.pushes_sent.inc(self.push.send(frame.entries, outcome.replies))
         lease = self._past(frame, lease)
         self.shares.published.pop(lease.shard, None)  # marked in this frame's transaction
         if self.faults.pause_before_publish_s:

@@ -25,6 +25,7 @@ RATES = {
     "dead_letters": "numerator_dead_letters_total",
     "frame_retries": "numerator_frame_retries_total",
     "records_put": "numerator_records_put_total",
+    "replies_pushed": "numerator_replies_pushed_total",
     "republished": "numerator_replies_republished_total",
     "takeovers": "numerator_lease_takeovers_total",
     "reply_items_read": 'numerator_reply_items_total{op="read"}',

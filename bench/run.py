@@ -277,10 +277,12 @@ def calls(runs: list[dict[str, Any]]) -> str:
         if not made or not requests:
             continue
         kinds = ", ".join(f"{k} {v / requests:.3f}" for k, v in sorted(made.items()))
+        put, pushed = totals.get("records_put", 0), totals.get("replies_pushed", 0)
+        took = f" ({pushed / put:.0%} of their replies pushed)" if put and pushed else ""
         lines.append(
             f"{run['summary']['target']}: {sum(made.values()) / requests:.3f} AWS calls per "
-            f"request ({kinds}); {totals.get('records_put', 0) / requests:.3f} records put per "
-            f"request; throttled {totals.get('throttles', 0):.0f}, takeovers "
+            f"request ({kinds}); {put / requests:.3f} records put per "
+            f"request{took}; throttled {totals.get('throttles', 0):.0f}, takeovers "
             f"{totals.get('takeovers', 0):.0f}, republished {totals.get('republished', 0):.0f}"
         )
         tiers = totals.get("cpu_pct_by_tier") or {}

@@ -83,6 +83,7 @@ class Front:
         self._soon: asyncio.TimerHandle | None = None  # auto: the stream is free
         self._putting = 0  # puts in flight
         self._tasks: set[asyncio.Task[None]] = set()
+        self.to = ""  # the inbox its records name for pushed replies (infra/adapters/push.py)
 
     async def take(
         self,
@@ -191,6 +192,7 @@ class Front:
                     min(w.deadline for w in chunk),
                     sent,
                     runs(chunk),
+                    self.to,
                 )
                 self.replies.expect(record.key)
                 batches.append((record, chunk))

@@ -192,6 +192,10 @@ class EdgeSettings(Group):
     front_frame_ms: float = 20.0  # FRONT_FRAME_MS: aws server edge gathers /next this long; 0: off
     front_frame_policy: FrontPolicy = FrontPolicy.BEATS  # FRONT_FRAME_POLICY: fixed, auto, beats
     reply_items: ReplyItems = ReplyItems.FRAME  # REPLY_ITEMS: frame or record (server edge)
+    # REPLY_PUSH: where a server edge takes its replies pushed by the batchers, before their
+    # table write (infra/adapters/push.py): auto (this host's outward IPv4 address), an IPv4
+    # address of this host, or off (the reply table alone)
+    reply_push: str = "auto"
     auth: Auth = Auth.KEYS  # AUTH: keys (Bearer API keys) or none (loopback only, or AUTHORIZER)
     authorizer: str = ""  # AUTHORIZER: what checks callers in front of the edge (AUTH=none)
     keys_refresh_s: float = 2.0  # KEYS_REFRESH_S: how old the edge's copy of the keys may get
@@ -219,6 +223,16 @@ class EdgeSettings(Group):
         "keys_refresh_s": (5, ": a revoked key stops within it"),
         "max_header_bytes": (MAX_HEADER_BUFFER, ""),
     }
+
+    def check(self) -> None:
+        Group.check(self)
+        if self.reply_push not in ("auto", "off"):
+            try:
+                ipaddress.IPv4Address(self.reply_push)
+            except ValueError:
+                raise SettingsError(
+                    "REPLY_PUSH", f"must be auto, off or an IPv4 address, not {self.reply_push!r}"
+                ) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,9 @@ class Record:
     who: str | list[list[Any]] = ""
     """Who asked, for the audit trail: an API key (`key:ID`) or a client address; a front
     frame's record says it for each run of its requests, [[count, who], ...] in order."""
+    to: str = ""
+    """Where its edge takes its reply pushed (infra/adapters/push.py): "host:port/token", or
+    "" (the Lambda edge, the embedded path): then the reply table alone."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -139,6 +142,8 @@ class Record:
             out["i"] = self.idempotency_key
         if self.who:
             out["w"] = self.who
+        if self.to:
+            out["t"] = self.to
         return out
 
     @classmethod
@@ -167,7 +172,9 @@ class Record:
         who = data.get("w", "")
         if not isinstance(who, str | list):
             raise BadRecord("who must be a string or a list of [count, who]", key)
-        return cls(key, counter, count, idem, deadline, sent, who)
+        to = data.get("t", "")  # one that names no inbox is answered through the table alone
+        to = to if isinstance(to, str) else ""
+        return cls(key, counter, count, idem, deadline, sent, who, to)
 
 
 def _times(data: dict[str, Any], key: str) -> tuple[float, float]:

@@ -28,6 +28,7 @@ from infra.adapters.anchors import anchors_to
 from infra.adapters.aws import Clients, check
 from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.adapters.postgres import PostgresStore, migrate
+from infra.adapters.push import Inbox, outward
 from infra.adapters.serverless import AwsPorts, aws_ports
 from infra.clock import utc_now
 from infra.faults import Faults
@@ -189,6 +190,7 @@ class EdgeStack:
             clock=clock,
             health=Health(self.aws.edge_checks(self.store)),
         )
+        self.inbox: Inbox | None = None  # pushed replies, once open
         policy = settings.edge.front_frame_policy
         if settings.edge.front_frame_ms > 0:
             self.edge.front = Front(
@@ -208,6 +210,10 @@ class EdgeStack:
         await check(self.aws.clients, self.aws.calls, self.settings)
         if self.settings.database.database_url:
             await self.store.open()
+        push = self.settings.edge.reply_push
+        if self.edge.front is not None and push != "off":
+            self.inbox = Inbox(self.aws.replies.pushed, outward() if push == "auto" else push)
+            self.edge.front.to = await self.inbox.open()
         return self
 
     async def __aexit__(
@@ -218,6 +224,8 @@ class EdgeStack:
     ) -> None:
         if self.edge.front is not None:
             await self.edge.front.close()
+        if self.inbox is not None:
+            self.inbox.close()
         await self.store.close()
         self.aws.close()
 

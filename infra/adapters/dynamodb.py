@@ -270,6 +270,14 @@ class DynamoReplies:
             if wait is not None and not wait.future.done():
                 wait.future.set_exception(exc)
 
+    def pushed(self, lines: list[bytes]) -> int:
+        """Answer the waits of the reply lines a batcher pushed (infra/adapters/push.py) before
+        their table read; how many it answered (one already answered, or no longer waited for,
+        is left be)."""
+        answered = sum(self._found(line) is not None for line in lines)
+        self.metrics.replies_pushed.inc(answered)
+        return answered
+
     def _found(self, raw: bytes) -> _Wait | None:
         """Answer the wait of the reply `raw` (one line of a frame item): that wait, if any."""
         waits = self._poller.waits

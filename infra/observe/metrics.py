@@ -242,6 +242,13 @@ class Metrics:
         "Replies with values nobody read (client timed out or gone); their values are void, "
         "abandoned. An error reply nobody read is not counted: it held no values.",
     )
+    replies_pushed: Total = metric(
+        "Replies a server edge took from a batcher's push before reading the reply table "
+        "(infra/adapters/push.py): the rest it read from the table.",
+    )
+    pushes_sent: Total = metric(
+        "Datagrams of replies a batcher pushed to the edges that wait for them, after commit.",
+    )
     clients_gone: Total = metric(
         "/next requests whose client went away before the answer: their records cancelled.",
     )

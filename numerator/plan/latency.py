@@ -6,7 +6,8 @@ own setting where the setting decides the hop (how often a shard is read, the fr
 edge reads a reply), or what `numerator plan --measure` measured here (a commit). The batcher's
 wait for its read is half the read interval (it reads each shard on the beats of READ_INTERVAL_MS,
 AWS allowing five reads a second), or with enhanced fan-out the propagation AWS documents; the
-edge reads the reply a lag after that beat (infra/adapters/beats.py), then a beat apart. The
+edge reads the reply a lag after that beat (infra/adapters/beats.py), then a beat apart; a
+server edge takes it pushed by the batcher once committed (REPLY_PUSH), without the table. The
 Lambda edge's shards are read on phased beats (READ_BEATS=phased, as template.yaml deploys it): a
 record waits a put's margin and half the gap between two shards' phases, fewer ms the more shards.
 A server edge's requests wait in its front frame instead, which closes a put's margin before the
@@ -85,8 +86,18 @@ def budget(
     after = [
         Hop("the frame (auto)", frames.frame_min_ms, "FRAME_MIN_MS: the least gap after a commit"),
         Hop("the commit", commit_ms, "one commit, measured here by numerator plan --measure"),
-        Hop("the reply write (BatchWriteItem)", dynamodb, write),
     ]
+    if edge is EdgeKind.SERVER and settings.edge.reply_push != "off":
+        # the batcher pushes the replies once committed; the table's write and read are for
+        # what a push does not reach (infra/adapters/push.py)
+        push = got["vpc_datagram_ms"]
+        return [
+            *hops,
+            read,
+            *after,
+            Hop("the push (a datagram to the edge)", push["ms"], push["source"]),
+        ]
+    after.append(Hop("the reply write (BatchWriteItem)", dynamodb, write))
     # from the beat (or the push): the GetRecords, then the frame, the commit and the write
     arrives = ((0 if fan_out else kinesis) + sum(h.ms for h in after)) / 1000
     waited = found_after(arrives, reply_lag(settings), aws.read_interval_ms / 1000) - arrives

@@ -163,10 +163,17 @@ def latency_lines(plans: list[Plan], heads: list[str]) -> list[str]:
     timed = [p for p in plans if p.hops]
     if not timed:
         return []
-    # in the order a request meets them: the longest list's order, the others' own hops first
-    longest = [hop.name for hop in max(timed, key=lambda p: len(p.hops)).hops]
-    others = [hop.name for p in timed for hop in p.hops if hop.name not in longest]
-    names = list(dict.fromkeys(others + longest))
+    # in the order a request meets them: the longest list's order, another's own hops each
+    # after the hop it follows there (first if none does)
+    names: list[str] = []
+    for each in sorted(timed, key=lambda p: -len(p.hops)):
+        at = 0
+        for hop in each.hops:
+            if hop.name in names:
+                at = names.index(hop.name) + 1
+            else:
+                names.insert(at, hop.name)
+                at += 1
 
     def ms(each: Plan, name: str) -> str:
         found = [hop.ms for hop in each.hops if hop.name == name]

@@ -126,7 +126,8 @@ async def test_throttled_reads_of_the_stream_and_the_table_are_retried(
     aws: tuple[Settings, Any], name: str, items: ReplyItems, poll: str, call: str
 ) -> None:
     settings, _ = aws
-    async with running(settings, name, front_frame_ms=5.0, reply_items=items) as (
+    # replies from the table alone: a push would answer them before any read of it
+    async with running(settings, name, front_frame_ms=5.0, reply_items=items, reply_push="off") as (
         edge,
         client,
         back,
@@ -186,7 +187,8 @@ async def test_a_refused_data_plane_turns_health_red_and_is_never_retried(
     refused, are answered 502 backend-refused naming it, without Retry-After, after one try
     (a refusal is not retried)."""
     settings, _ = aws
-    async with running(settings, name, reply_timeout_s=1.0) as (edge, client, _):
+    off = {"reply_push": "off"}  # its replies read from the table: none pushed before
+    async with running(settings, name, reply_timeout_s=1.0, **off) as (edge, client, _):
         assert (await client.get("/healthz")).status_code == 200
         denied = "AccessDeniedException"
         with Throttle(edge.aws.clients.dynamodb, "Query", denied) as reads:
@@ -230,7 +232,11 @@ async def test_a_burst_is_answered_from_the_reply_items_the_setting_names(
     per frame for the edge, and the edge reads them with Query, never BatchGetItem; `record`: an
     item per record, read by key (BatchGetItem), as the Lambda edge does."""
     settings, _ = aws
-    async with running(settings, name, reply_items=items) as (edge, client, back):
+    async with running(settings, name, reply_items=items, reply_push="off") as (
+        edge,
+        client,
+        back,
+    ):
         got = await burst(client, name, 20)
         calls = edge.metrics.aws_calls.values
         # the batcher counts its write once the call returns, and the edge (reading at the lag it
@@ -317,3 +323,35 @@ async def test_beats_front_frames_on_phased_beats_go_to_the_shard_read_next(
     assert len(phases) == 2, phases  # both shards, each at its own phase
     # 0.6 s spans six or seven reads: a frame each, of two records (one a counter)
     assert records <= 2 * 8, records
+
+
+async def test_pushed_replies_answer_without_a_table_read_and_a_lost_push_falls_back_to_it(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    """REPLY_PUSH (auto, the default): the batcher pushes a frame's replies to the edge's inbox
+    once they are committed, and the edge answers from them without reading the table, which
+    is still written (a retry, a takeover or an heir finds them there). A push that never
+    arrives (here: its records name a port nobody listens on) costs a table read, no answer."""
+    settings, _ = aws
+    # the edge's first table read half a beat after the batchers': a starved machine's commit
+    # still comes before it
+    async with running(settings, name, reply_lag_ms=100.0) as (edge, client, back):
+        assert edge.edge.front is not None and edge.inbox is not None
+        got = await burst(client, name, 20)
+        pushed, calls = edge.metrics.replies_pushed.value, dict(edge.metrics.aws_calls.values)
+        await until(lambda: back.metrics.reply_items.values.get("written", 0) >= 1, within=5)
+        assert back.metrics.pushes_sent.value >= 1
+        # the port of the discard service: the datagrams go, and nobody reads them
+        edge.edge.front.to = "127.0.0.1:9/" + edge.inbox.token.hex()
+        lost = await burst(client, name, 5)
+        read = edge.metrics.aws_calls.values.get("query", 0)
+    assert [r.status_code for r in got + lost] == [200] * 25, [r.text for r in got + lost]
+    assert sorted(values(got)) == list(range(1, 21)) and sorted(values(lost)) == [
+        21,
+        22,
+        23,
+        24,
+        25,
+    ]
+    assert pushed >= 1 and "query" not in calls, (pushed, calls)
+    assert read >= 1 and edge.metrics.replies_pushed.value == pushed

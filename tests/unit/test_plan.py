@@ -235,6 +235,16 @@ def test_the_latency_budget_adds_its_hops_and_fan_out_changes_the_batchers_read(
         assert p50(polled) - p50(pushed) == pytest.approx(waits[0] - waits[1], abs=40)
         assert next(h.ms for h in pushed if "fan-out" in h.name) == efo  # the push, no beat
         assert all(h.source for h in polled)
+    # the server edge takes its replies pushed (REPLY_PUSH), the table's write and read not on
+    # its way; with it off, it reads them from the table as the Lambda edge does
+    names = [h.name for h in budget(EdgeKind.SERVER, settings, commit_ms=2.0)]
+    assert names[-1].startswith("the push") and not any("reply" in n for n in names), names
+    off = [h.name for h in budget(EdgeKind.SERVER, settings.but(reply_push="off"), commit_ms=2.0)]
+    assert off[-2:] == [
+        "the reply write (BatchWriteItem)",
+        "the reply read (Query, or BatchGetItem)",
+    ]
+    assert not any(n.startswith("the push") for n in off)
     # a reply is read at the first of the edge's reads (a lag after its beat, then a beat
     # apart) not before it is written
     assert found_after(0.03, lag_s=0.05, interval_s=0.2) == pytest.approx(0.05)

@@ -1,0 +1,178 @@
+"""Replies pushed to the edge that waits for them: a datagram from the batcher after the commit.
+
+A long-running edge on the AWS path (the server edge's workers) reads its replies from the reply
+table a lag after its records' beat (infra/adapters/dynamodb.py); the batcher that committed
+them knew them some 25 ms sooner, before its reply write and the edge's read. So each server
+edge process opens an `Inbox`, a UDP socket, and names it in every record it puts (`Record.to`:
+its address and a random token of its own); the batcher, once a frame has committed, sends each
+such edge its replies of the frame (`Pusher`), signed with the token (HMAC-SHA256), and then
+writes the table as before. The edge answers a waiting key from the first that comes; the
+table's copy is read for the keys no push answered, so a datagram lost, late, refused by a
+firewall or never sent (an heir publishing again, a batcher of an older version) costs a request
+the table's lag and nothing more; and a reply stays findable by its key alone, for a retry, a
+takeover or an heir, for as long as the table keeps it.
+
+Only what the batcher committed is pushed, and only to the edge whose record asked; a datagram
+whose signature does not match its token is dropped, so whoever can reach the port cannot answer
+a request without reading the stream, as whoever could not write the table could not before.
+The Lambda edge does not take pushes (its containers cannot receive): its records name no inbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import ipaddress
+import logging
+import secrets
+import socket
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+
+from infra.ports import Entry
+from infra.wire import Record, Reply, encode
+
+log = logging.getLogger("numerator.push")
+
+DIGEST = 32  # HMAC-SHA256's bytes, before the payload
+MAX_PAYLOAD = 8_000  # a datagram's replies: well under UDP's 65,507 and any path's reassembly
+WARN_EVERY_S = 5.0
+ANY_ROUTE = ("192.0.2.1", 9)  # TEST-NET-1: a UDP connect to it picks the host's outward address
+
+
+def outward() -> str:
+    """This host's address as other hosts on its network reach it (the one its default route
+    leaves from; no packet is sent), or 127.0.0.1 where it has no route."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(ANY_ROUTE)
+            return str(probe.getsockname()[0])
+        except OSError:
+            return "127.0.0.1"
+
+
+def sign(token: bytes, payload: bytes) -> bytes:
+    return hmac.new(token, payload, hashlib.sha256).digest() + payload
+
+
+def opened(token: bytes, datagram: bytes) -> bytes | None:
+    """The payload of `datagram` if it was signed with `token`; None otherwise."""
+    digest, payload = datagram[:DIGEST], datagram[DIGEST:]
+    if len(digest) < DIGEST:
+        return None
+    good = hmac.new(token, payload, hashlib.sha256).digest()
+    return payload if hmac.compare_digest(digest, good) else None
+
+
+def target(to: str) -> tuple[str, int, bytes] | None:
+    """The (host, port, token) of a record's `to` ("host:port/token in hex"), or None if it
+    names none that can be sent to."""
+    place, slash, hexed = to.partition("/")
+    host, colon, port = place.rpartition(":")
+    if not (slash and colon and port.isdigit() and 0 < int(port) < 65_536):
+        return None
+    try:
+        ipaddress.IPv4Address(host)
+        token = bytes.fromhex(hexed)
+    except ValueError:
+        return None
+    return (host, int(port), token) if len(token) >= 16 else None
+
+
+def payloads(lines: Sequence[bytes]) -> list[bytes]:
+    """The lines, newline-joined, in runs of at most MAX_PAYLOAD bytes (a line longer alone)."""
+    out: list[list[bytes]] = [[]]
+    size = 0
+    for line in lines:
+        if out[-1] and size + len(line) + 1 > MAX_PAYLOAD:
+            out.append([])
+            size = 0
+        out[-1].append(line)
+        size += len(line) + 1
+    return [b"\n".join(part) for part in out if part]
+
+
+class Inbox(asyncio.DatagramProtocol):
+    """An edge process's UDP socket for pushed replies: each signed line goes to `found`."""
+
+    def __init__(self, found: Callable[[list[bytes]], int], host: str) -> None:
+        """`found`: answers the waits of the reply lines given, and says how many it answered;
+        `host`: the address to take pushes at (and to name in records)."""
+        self.found, self.host = found, host
+        self.token = secrets.token_bytes(16)
+        self.to = ""  # what records name: "host:port/token", once open
+        self.received = self.dropped = 0
+        self._transport: asyncio.DatagramTransport | None = None
+
+    async def open(self) -> str:
+        """Bind a port of `host`; what records are to name."""
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.create_datagram_endpoint(lambda: self, local_addr=(self.host, 0))
+        self._transport = transport
+        port = transport.get_extra_info("sockname")[1]
+        self.to = f"{self.host}:{port}/{self.token.hex()}"
+        return self.to
+
+    def datagram_received(self, data: bytes, addr: tuple[str | object, ...]) -> None:
+        payload = opened(self.token, data)
+        if payload is None:
+            self.dropped += 1
+            return
+        self.received += self.found(payload.split(b"\n"))
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+        self.to = ""
+
+
+class Pusher:
+    """The batcher's side: after a frame commits, its replies to each edge that named an inbox,
+    as signed datagrams. Sending never waits and never fails a frame: a datagram the socket
+    cannot take is left to the table. A socket a frame (opened only for a frame that pushes),
+    so that nothing is left open when a batcher goes."""
+
+    def __init__(self) -> None:
+        self._warned, self.failed = -WARN_EVERY_S, 0
+
+    def send(self, entries: Iterable[Entry], replies: Sequence[Reply]) -> int:
+        """Push `replies` (a committed frame's) to the inboxes their records named; how many
+        datagrams went."""
+        to = {
+            e.record.key: e.record.to
+            for e in entries
+            if isinstance(e.record, Record) and e.record.to
+        }
+        if not to:
+            return 0
+        lines: defaultdict[str, list[bytes]] = defaultdict(list)
+        for reply in replies:
+            where = to.get(reply.key)
+            if where:
+                lines[where].append(encode(reply))
+        went = 0
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
+            out.setblocking(False)
+            for where, group in lines.items():
+                place = target(where)
+                if place is None:
+                    continue
+                host, port, token = place
+                for payload in payloads(group):
+                    went += self._send(out, sign(token, payload), (host, port))
+        return went
+
+    def _send(self, out: socket.socket, datagram: bytes, address: tuple[str, int]) -> int:
+        try:
+            out.sendto(datagram, address)
+            return 1
+        except OSError as exc:  # a full buffer, no route: the table answers
+            self.failed += 1
+            now = time.monotonic()
+            if now - self._warned >= WARN_EVERY_S:
+                log.warning("could not push replies to %s:%d: %s", *address, exc)
+                self._warned = now
+            return 0

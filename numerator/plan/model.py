@@ -210,7 +210,8 @@ class Measured:
                 have[unit],
             )
             for op, unit in REPLY_UNITS.items()
-            if all(run.get("reply_units", {}).get(op) for run in runs)
+            # measured (0 is a measure: a server edge whose replies were all pushed read none)
+            if all(op in run.get("reply_units", {}) for run in runs)
         }
         return cls(edge, runs, fits, replies)
 

@@ -37,7 +37,11 @@ from infra.wire import Record, Reply, encode
 log = logging.getLogger("numerator.push")
 
 DIGEST = 32  # HMAC-SHA256's bytes, before the payload
-MAX_PAYLOAD = 8_000  # a datagram's replies: well under UDP's 65,507 and any path's reassembly
+MAX_PAYLOAD = 1_400 - DIGEST
+"""A datagram's replies: with the digest and the IP and UDP headers, one Ethernet frame (1,500
+bytes), so that no datagram is fragmented (a path that drops fragments, or one fragment lost,
+would lose it whole). A front frame's replies to one edge are one a counter, about 150 bytes
+each; a reply longer than this alone goes in a datagram of its own."""
 WARN_EVERY_S = 5.0
 ANY_ROUTE = ("192.0.2.1", 9)  # TEST-NET-1: a UDP connect to it picks the host's outward address
 

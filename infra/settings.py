@@ -8,6 +8,7 @@ import ipaddress
 import json
 import os
 import re
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -227,12 +228,26 @@ class EdgeSettings(Group):
     def check(self) -> None:
         Group.check(self)
         if self.reply_push not in ("auto", "off"):
-            try:
-                ipaddress.IPv4Address(self.reply_push)
-            except ValueError:
-                raise SettingsError(
-                    "REPLY_PUSH", f"must be auto, off or an IPv4 address, not {self.reply_push!r}"
-                ) from None
+            problem = not_ours(self.reply_push)
+            if problem:
+                raise SettingsError("REPLY_PUSH", problem)
+
+
+def not_ours(address: str) -> str:
+    """Why `address` cannot be where this host takes pushed replies ('' if it can): it must be
+    one IPv4 address of this host that others can send to (records name it as it is)."""
+    try:
+        ip = ipaddress.IPv4Address(address)
+    except ValueError:
+        return f"must be auto, off or an IPv4 address, not {address!r}"
+    if ip.is_unspecified or ip.is_multicast or ip == ipaddress.IPv4Address("255.255.255.255"):
+        return f"must name one address of this host that batchers can send to, not {address}"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError as exc:
+            return f"{address} is not an address of this host ({exc.strerror or exc})"
+    return ""
 
 
 @dataclass(frozen=True, slots=True)

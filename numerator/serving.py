@@ -126,6 +126,8 @@ def serve_aws(args: argparse.Namespace, settings: Settings, where: str) -> None:
         aws = local.aws_environment(url)
         settings = settings.but(mode=Mode.AWS)
         settings = settings.but(read_beats=beats_for(args.edge, os.environ))
+        if "REPLY_PUSH" not in os.environ:  # its batchers run here: no inbox open to the network
+            settings = settings.but(reply_push="127.0.0.1")
         made = create(clients(settings, aws), settings)
         asyncio.run(migrate_when_ready(settings.database.database_url, args.wait_for_db))
         batchers = local.batchers(args.batchers, {**settings.to_env(), **aws})

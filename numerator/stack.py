@@ -212,7 +212,11 @@ class EdgeStack:
             await self.store.open()
         push = self.settings.edge.reply_push
         if self.edge.front is not None and push != "off":
-            self.inbox = Inbox(self.aws.replies.pushed, outward() if push == "auto" else push)
+            self.inbox = Inbox(
+                self.aws.replies.pushed,
+                outward() if push == "auto" else push,
+                self.metrics.pushes_dropped.inc,
+            )
             self.edge.front.to = await self.inbox.open()
         return self
 

@@ -101,10 +101,16 @@ def payloads(lines: Sequence[bytes]) -> list[bytes]:
 class Inbox(asyncio.DatagramProtocol):
     """An edge process's UDP socket for pushed replies: each signed line goes to `found`."""
 
-    def __init__(self, found: Callable[[list[bytes]], int], host: str) -> None:
+    def __init__(
+        self,
+        found: Callable[[list[bytes]], int],
+        host: str,
+        dropped: Callable[[], object] = lambda: None,
+    ) -> None:
         """`found`: answers the waits of the reply lines given, and says how many it answered;
-        `host`: the address to take pushes at (and to name in records)."""
-        self.found, self.host = found, host
+        `host`: the address to take pushes at (and to name in records); `dropped`: called for
+        each datagram not signed with its token."""
+        self.found, self.host, self._dropped = found, host, dropped
         self.token = secrets.token_bytes(16)
         self.to = ""  # what records name: "host:port/token", once open
         self.received = self.dropped = 0
@@ -123,6 +129,7 @@ class Inbox(asyncio.DatagramProtocol):
         payload = opened(self.token, data)
         if payload is None:
             self.dropped += 1
+            self._dropped()
             return
         self.received += self.found(payload.split(b"\n"))
 

@@ -246,6 +246,10 @@ class Metrics:
         "Replies a server edge took from a batcher's push before reading the reply table "
         "(infra/adapters/push.py): the rest it read from the table.",
     )
+    pushes_dropped: Total = metric(
+        "Datagrams a server edge's inbox dropped: not signed with its token (forged, garbled, or "
+        "meant for a process that had the port before).",
+    )
     pushes_sent: Total = metric(
         "Datagrams of replies a batcher pushed to the edges that wait for them, after commit.",
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import socket
 import time
 from collections import Counter as Tally
 from collections.abc import AsyncIterator, Sequence
@@ -341,6 +342,11 @@ async def test_pushed_replies_answer_without_a_table_read_and_a_lost_push_falls_
         pushed, calls = edge.metrics.replies_pushed.value, dict(edge.metrics.aws_calls.values)
         await until(lambda: back.metrics.reply_items.values.get("written", 0) >= 1, within=5)
         assert back.metrics.pushes_sent.value >= 1
+        # a datagram not signed with the inbox's token is dropped, and counted
+        host, port = edge.inbox.to.split("/")[0].split(":")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
+            out.sendto(b"\x00" * 32 + b'{"k":"forged"}', (host, int(port)))
+        await until(lambda: edge.metrics.pushes_dropped.value == 1, within=5)
         # the port of the discard service: the datagrams go, and nobody reads them
         edge.edge.front.to = "127.0.0.1:9/" + edge.inbox.token.hex()
         lost = await burst(client, name, 5)

@@ -105,3 +105,22 @@ def test_but_changes_only_what_it_names_and_checks_the_result() -> None:
 def test_dev_only_knobs_are_apart_from_what_a_deployment_sets() -> None:
     local = {name for group, name, _ in VARIABLES.values() if group == "local"}
     assert local == {"workers", "lambda_containers"}
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("garbage", "must be auto, off or an IPv4 address"),
+        ("::1", "must be auto, off or an IPv4 address"),
+        ("0.0.0.0", "must name one address of this host"),  # records would name it as it is
+        ("224.0.0.1", "must name one address of this host"),
+        ("198.51.100.77", "is not an address of this host"),  # TEST-NET-2: nobody's
+    ],
+)
+def test_reply_push_must_be_one_address_of_this_host(value: str, says: str) -> None:
+    """REPLY_PUSH is refused at start, naming the variable, when no inbox could be opened on it
+    (each worker would otherwise fail to bind it, over and over)."""
+    with pytest.raises(SettingsError, match=f"REPLY_PUSH: .*{says}"):
+        Settings.from_env({"REPLY_PUSH": value})
+    for good in ("auto", "off", "127.0.0.1"):
+        assert Settings.from_env({"REPLY_PUSH": good}).edge.reply_push == good

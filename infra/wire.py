@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date
 from enum import Enum
@@ -399,6 +400,20 @@ def decode_record(raw: bytes) -> Demand:
     if kind == "cancel":
         return Cancel.from_json(data)
     return Record.from_json(data)
+
+
+def bounded(lines: Sequence[bytes], limit: int) -> list[list[bytes]]:
+    """`lines` in order, in runs whose lines with a newline between them take at most `limit`
+    bytes (a line longer than that alone): replies joined into a reply item or a datagram."""
+    out: list[list[bytes]] = []
+    size = 0
+    for line in lines:
+        if not out or size + len(line) + 1 > limit:
+            out.append([])
+            size = 0
+        out[-1].append(line)
+        size += len(line) + 1
+    return out
 
 
 def decode_reply(raw: bytes) -> Reply:

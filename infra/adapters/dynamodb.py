@@ -48,7 +48,7 @@ from infra.adapters.aws import AwsCaller
 from infra.backoff import Retries
 from infra.errors import AwsRefused, AwsUnavailable, NumeratorError, ReplyTimeout
 from infra.observe.metrics import Metrics
-from infra.wire import BadReply, Reply, decode_reply, edge_of_key, encode, grouped
+from infra.wire import BadReply, Reply, bounded, decode_reply, edge_of_key, encode, grouped
 
 log = logging.getLogger("numerator.replies")
 
@@ -165,7 +165,7 @@ class DynamoReplies:
             else:
                 items.append(_item(reply.key, OWN, encode(reply), expires))
         for edge, lines in frames.items():
-            for part in _parts(lines):
+            for part in bounded(lines, ITEM_BYTES):
                 items.append(_item(edge, stamp(now), b"\n".join(part), expires))
         chunks = [items[i : i + WRITE_BATCH] for i in range(0, len(items), WRITE_BATCH)]
         results = await asyncio.gather(*(self._write(c) for c in chunks), return_exceptions=True)
@@ -391,19 +391,6 @@ def size(item: dict[str, Any]) -> int:
 
 def _item(key: str, sort: str, raw: bytes, expires: str) -> dict[str, Any]:
     return {"k": {"S": key}, "f": {"S": sort}, "r": {"S": raw.decode()}, "x": {"N": expires}}
-
-
-def _parts(lines: list[bytes]) -> list[list[bytes]]:
-    """The lines in runs of at most ITEM_BYTES."""
-    parts: list[list[bytes]] = [[]]
-    size = 0
-    for line in lines:
-        if parts[-1] and size + len(line) + 1 > ITEM_BYTES:
-            parts.append([])
-            size = 0
-        parts[-1].append(line)
-        size += len(line) + 1
-    return parts
 
 
 def _key_of(raw: bytes) -> str | None:

@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 
 from infra.ports import Entry
-from infra.wire import Record, Reply, encode
+from infra.wire import Record, Reply, bounded, encode
 
 log = logging.getLogger("numerator.push")
 
@@ -87,15 +87,7 @@ def target(to: str) -> tuple[str, int, bytes] | None:
 
 def payloads(lines: Sequence[bytes]) -> list[bytes]:
     """The lines, newline-joined, in runs of at most MAX_PAYLOAD bytes (a line longer alone)."""
-    out: list[list[bytes]] = [[]]
-    size = 0
-    for line in lines:
-        if out[-1] and size + len(line) + 1 > MAX_PAYLOAD:
-            out.append([])
-            size = 0
-        out[-1].append(line)
-        size += len(line) + 1
-    return [b"\n".join(part) for part in out if part]
+    return [b"\n".join(run) for run in bounded(lines, MAX_PAYLOAD)]
 
 
 class Inbox(asyncio.DatagramProtocol):

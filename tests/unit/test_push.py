@@ -51,6 +51,8 @@ def test_payloads_keep_every_line_in_order_and_stay_under_the_limit() -> None:
     out = payloads(lines)
     assert len(out) > 1 and all(len(p) <= MAX_PAYLOAD for p in out)
     assert [line for p in out for line in p.split(b"\n")] == lines
+    long = b"x" * (MAX_PAYLOAD + 10)  # a reply longer than a datagram goes alone, whole
+    assert payloads([b"a", long, b"b"]) == [b"a", long, b"b"] and payloads([]) == []
 
 
 def test_a_record_names_its_inbox_on_the_wire_and_one_that_is_not_text_is_dropped() -> None:

@@ -330,7 +330,7 @@ async def test_pushed_replies_answer_without_a_table_read_and_a_lost_push_falls_
     aws: tuple[Settings, Any], name: str
 ) -> None:
     """REPLY_PUSH (auto, the default): the batcher pushes a frame's replies to the edge's inbox
-    once they are committed, and the edge answers from them without reading the table, which
+    once they are committed, and the edge answers every one from them, not the table, which
     is still written (a retry, a takeover or an heir finds them there). A push that never
     arrives (here: its records name a port nobody listens on) costs a table read, no answer."""
     settings, _ = aws
@@ -339,7 +339,7 @@ async def test_pushed_replies_answer_without_a_table_read_and_a_lost_push_falls_
     async with running(settings, name, reply_lag_ms=100.0) as (edge, client, back):
         assert edge.edge.front is not None and edge.inbox is not None
         got = await burst(client, name, 20)
-        pushed, calls = edge.metrics.replies_pushed.value, dict(edge.metrics.aws_calls.values)
+        pushed, put = edge.metrics.replies_pushed.value, edge.metrics.records_put.value
         await until(lambda: back.metrics.reply_items.values.get("written", 0) >= 1, within=5)
         assert back.metrics.pushes_sent.value >= 1
         # a datagram not signed with the inbox's token is dropped, and counted
@@ -359,5 +359,7 @@ async def test_pushed_replies_answer_without_a_table_read_and_a_lost_push_falls_
         24,
         25,
     ]
-    assert pushed >= 1 and "query" not in calls, (pushed, calls)
+    # every record answered by its push: a table read that found its reply first would have
+    # answered it instead (one that came before the push, on a starved machine, found nothing)
+    assert pushed == put >= 1, (pushed, put)
     assert read >= 1 and edge.metrics.replies_pushed.value == pushed

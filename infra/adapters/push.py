@@ -139,7 +139,7 @@ class Pusher:
     so that nothing is left open when a batcher goes."""
 
     def __init__(self) -> None:
-        self._warned, self.failed = -WARN_EVERY_S, 0
+        self._warned = -WARN_EVERY_S
 
     def send(self, entries: Iterable[Entry], replies: Sequence[Reply]) -> int:
         """Push `replies` (a committed frame's) to the inboxes their records named; how many
@@ -173,7 +173,6 @@ class Pusher:
             out.sendto(datagram, address)
             return 1
         except OSError as exc:  # a full buffer, no route: the table answers
-            self.failed += 1
             now = time.monotonic()
             if now - self._warned >= WARN_EVERY_S:
                 log.warning("could not push replies to %s:%d: %s", *address, exc)

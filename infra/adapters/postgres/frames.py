@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
+from typing import Any
 
 from infra.adapters.postgres.frame import PostgresFrame
 from infra.adapters.postgres.pool import Pool, rows
@@ -15,6 +16,50 @@ from infra.ports import Audit, Lease
 from infra.spans import Span
 
 FRAME_CONNECT_S = 0.25
+
+# A plain frame's ONE statement, in three parts (bench/statement.py times them apart): the fence
+# and the allocation, only if the fence holds, in name order (no deadlock between batchers);
+# the audit rows from what the allocation returned, [counter, period, first, last] per row,
+# grouped by the counters' retention class; and what it answers.
+ALLOCATED = (
+    f"WITH {FENCED},"
+    " d AS (SELECT x->>0 AS counter, x->>1 AS period, (x->>2)::bigint AS delta,"
+    " (x->>3)::bigint AS start, x->>4 AS klass, (x->>5)::bigint AS floor"
+    " FROM json_array_elements(%(demand)s::json) AS x),"
+    " alloc AS ("
+    + ADD.format(
+        rows="counter, period, delta FROM d WHERE EXISTS (SELECT FROM fenced) AND "
+        + FLOOR_HOLDS.format("d.counter", "d.period", "d.floor")
+    )
+    + ")"
+)
+AUDITED = (
+    ", k AS (SELECT x->>0 AS klass, (x->>1)::float8 AS keep_s, x->3 AS detail"
+    " FROM json_array_elements(%(audits)s::json) AS x),"
+    " made AS (SELECT d.klass, json_agg(json_build_array(a.counter, a.period,"
+    " d.start + a.allocated - d.delta, d.start - 1 + a.allocated)"
+    " ORDER BY a.counter, a.period) AS ranges,"
+    " array_agg(DISTINCT a.counter) AS names"
+    " FROM alloc a JOIN d ON d.counter = a.counter AND d.period = a.period"
+    " GROUP BY d.klass),"
+    " rows AS (SELECT made.klass, k.keep_s, made.ranges, k.detail, made.names"
+    " FROM made JOIN k ON k.klass = made.klass)," + AUDIT
+)
+ANSWER = (
+    " SELECT counter, period, allocated FROM alloc UNION ALL SELECT NULL, NULL, NULL FROM fenced"
+)
+PLAIN = ALLOCATED + AUDITED + ANSWER
+
+
+def plain_parameters(
+    lease: Lease,
+    sequence: str,
+    demand: Sequence[tuple[str, str, int, int, str, int]],
+    audits: Sequence[Audit],
+) -> dict[str, Any]:
+    """PLAIN's parameters: `demand` as (counter, period, delta, start, class, floor) rows."""
+    return {**chained(lease, sequence, audits), "demand": rows(demand)}
+
 
 PRUNE_BATCH, PRUNE_BATCHES = 20_000, 20
 
@@ -43,36 +88,9 @@ class PostgresFrames:
         demand: Sequence[tuple[str, str, int, int, str, int]],
         audits: Sequence[Audit],
     ) -> dict[tuple[str, str], int]:
-        # ONE statement, so one round trip and its own transaction: the fence first; the
-        # allocation only if it holds, in name order (no deadlock between batchers); the audit
-        # rows from what the allocation returned: [counter, period, first, last] per row,
-        # grouped by the counters' retention class.
+        # ONE statement (PLAIN), so one round trip and its own transaction.
         async with self.db.connection(FRAME_CONNECT_S) as conn:
-            cur = await conn.execute(
-                f"WITH {FENCED},"
-                " d AS (SELECT x->>0 AS counter, x->>1 AS period, (x->>2)::bigint AS delta,"
-                " (x->>3)::bigint AS start, x->>4 AS klass, (x->>5)::bigint AS floor"
-                " FROM json_array_elements(%(demand)s::json) AS x),"
-                " alloc AS ("
-                + ADD.format(
-                    rows="counter, period, delta FROM d WHERE EXISTS (SELECT FROM fenced) AND "
-                    + FLOOR_HOLDS.format("d.counter", "d.period", "d.floor")
-                )
-                + "), k AS (SELECT x->>0 AS klass, (x->>1)::float8 AS keep_s, x->3 AS detail"
-                " FROM json_array_elements(%(audits)s::json) AS x),"
-                " made AS (SELECT d.klass, json_agg(json_build_array(a.counter, a.period,"
-                " d.start + a.allocated - d.delta, d.start - 1 + a.allocated)"
-                " ORDER BY a.counter, a.period) AS ranges,"
-                " array_agg(DISTINCT a.counter) AS names"
-                " FROM alloc a JOIN d ON d.counter = a.counter AND d.period = a.period"
-                " GROUP BY d.klass),"
-                " rows AS (SELECT made.klass, k.keep_s, made.ranges, k.detail, made.names"
-                " FROM made JOIN k ON k.klass = made.klass),"
-                + AUDIT
-                + " SELECT counter, period, allocated FROM alloc"
-                " UNION ALL SELECT NULL, NULL, NULL FROM fenced",
-                {**chained(lease, sequence, audits), "demand": rows(demand)},
-            )
+            cur = await conn.execute(PLAIN, plain_parameters(lease, sequence, demand, audits))
             found = await cur.fetchall()
         if not any(row[0] is None for row in found):
             raise lost(lease)

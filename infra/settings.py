@@ -54,8 +54,9 @@ class FrontPolicy(StrEnum):
     BEATS = "beats"
     """At the last moment its put returns before a batcher's next read, and at most one frame a
     FRONT_FRAME_MS: a put a read, where a record put sooner waited for the same read. On shared
-    beats (the server edge's default) the next beat of READ_INTERVAL_MS; on phased beats the
-    next read of any shard, and the frame goes to that shard. The default."""
+    beats (the server edge's default) the next beat of READ_INTERVAL_MS, and one more put for
+    the requests that came just after the beat's frame closed (a second chance at that beat);
+    on phased beats the next read of any shard, and the frame goes to that shard. The default."""
 
 
 class ReplyItems(StrEnum):

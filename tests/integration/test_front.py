@@ -252,9 +252,10 @@ async def test_beats_front_frames_put_once_a_beat_just_before_the_batchers_read(
     aws: tuple[Settings, Any], name: str
 ) -> None:
     """FRONT_FRAME_POLICY=beats: a frame closes at the last moment its put returns before the
-    batchers' next read, so requests that arrive over a beat share one put, where 20 ms fixed
-    frames put several times a beat; every one is answered, values unique; the edge learns how
-    long a close takes to return."""
+    batchers' next read, so requests that arrive over a beat share one put (and those that came
+    just after it a second chance at the same read), where 20 ms fixed frames put several times a
+    beat; every one is answered, values unique; the edge learns how long a close takes to
+    return."""
     settings, _ = aws
     interval = 0.2  # AWS's five reads a second per shard
 
@@ -284,10 +285,11 @@ async def test_beats_front_frames_put_once_a_beat_just_before_the_batchers_read(
             if policy == "beats":
                 front = edge.edge.front
                 assert front is not None and front.closing.mean > 0
-    # 0.6 s spans three or four beats: a put each, and one more for a put that returned late;
-    # fixed 20 ms frames put about thirty times, ten where a starved machine's loop ran late (CI)
-    assert puts["beats"] <= beats_spanned + 1, (puts, beats_spanned)
-    assert puts["fixed"] >= 2 * puts["beats"], puts
+    # 0.6 s spans three or four beats: two puts each at most (the beat's and its second chance),
+    # and one more for a put that returned late; fixed 20 ms frames put about thirty times, ten
+    # where a starved machine's loop ran late (CI): more than one a beat either way
+    assert puts["beats"] <= 2 * beats_spanned + 1, (puts, beats_spanned)
+    assert puts["fixed"] > beats_spanned + 1, (puts, beats_spanned)
 
 
 @pytest.mark.slow  # a stream of two shards, 0.6 s of requests: 4 s
@@ -297,7 +299,8 @@ async def test_beats_front_frames_on_phased_beats_go_to_the_shard_read_next(
     """FRONT_FRAME_POLICY=beats with READ_BEATS=phased on two shards (read 100 ms apart): a frame
     closes at the last moment its put returns before the next read of either shard, and its
     records (one a counter) all go to that shard, so requests wait a quarter of the interval on
-    average for the read, not half, at two puts a beat; every one is answered, values unique."""
+    average for the read, not half, at two puts a beat (four with their second chances); every
+    one is answered, values unique."""
     settings, _ = aws
     other = f"{name}-b"
     with resources(settings, shards=2) as (own, _):
@@ -322,8 +325,9 @@ async def test_beats_front_frames_on_phased_beats_go_to_the_shard_read_next(
     assert sorted(values(got[1::2])) == list(range(2, 32))
     assert sorted(values(got[0::2])) == list(range(1, 31))
     assert len(phases) == 2, phases  # both shards, each at its own phase
-    # 0.6 s spans six or seven reads: a frame each, of two records (one a counter)
-    assert records <= 2 * 8, records
+    # 0.6 s spans six or seven reads: a frame each and its second chance, of two records each
+    # (one a counter)
+    assert records <= 2 * 2 * 8, records
 
 
 async def test_pushed_replies_answer_without_a_table_read_and_a_lost_push_falls_back_to_it(

@@ -131,3 +131,57 @@ async def test_beats_front_frames_close_on_reads_at_most_one_frame_a_front_frame
     # seen by the reader, a few ms late each: no two 5 ms reads apart
     assert min(b - a for a, b in itertools.pairwise(closes[:busy])) >= 0.012, closes
     assert closes[-1] - lone < 0.02, closes[-1] - lone  # idle: at the next read
+
+
+async def test_beats_front_frames_give_a_request_that_just_missed_its_beat_a_second_chance() -> (
+    None
+):
+    """FRONT_FRAME_POLICY=beats on shared beats (a read every 100 ms here, puts taking 5 or 20 ms):
+    the beat's frame closes leaving room for a slow put (the learned mean and twice its
+    deviation); the requests that come after it would wait a whole beat more, so one more frame
+    closes for that same read, leaving room for a put of the mean time — at most two frames a
+    read, the second after the first and before the read."""
+    interval = 0.1
+    closed: list[float] = []
+    times = itertools.cycle((0.005, 0.02))
+
+    class Slow(MemoryStream):
+        async def put(self, records: Any) -> None:
+            closed.append(time.time())
+            await asyncio.sleep(next(times))
+            await super().put(records)
+
+    stream, replies, metrics = Slow(), MemoryReplies(), Metrics()
+
+    def before_beat(takes: float, after: float) -> float:
+        returns = time.time() + max(0.0, after) + takes
+        return math.ceil(returns / interval) * interval - takes - time.time()
+
+    front = Front(stream, replies, metrics, 0.02, lambda t: t, before_beat=before_beat)
+
+    async def answer() -> None:
+        after = None
+        while True:
+            for entry in await stream.read(stream.shard, after, 100, 0.5):
+                after = entry.sequence
+                assert isinstance(entry.record, Record)
+                await replies.publish(
+                    [Reply(entry.record.key, "inv", 1, entry.record.count, "{value}", date.today())]
+                )
+
+    answering = asyncio.create_task(answer())
+    takes = []
+    began = time.monotonic()
+    while time.monotonic() < began + 0.75:  # a request every 2 ms for seven beats and more
+        takes.append(asyncio.create_task(front.take("inv", 1, 5.0)))
+        await asyncio.sleep(0.002)
+    await asyncio.gather(*takes)
+    answering.cancel()
+    by_read: dict[int, list[float]] = {}
+    for at in closed:
+        by_read.setdefault(math.ceil(at / interval), []).append(at)
+    assert max(len(c) for c in by_read.values()) <= 2, by_read  # never a third frame a read
+    twice = [c for c in by_read.values() if len(c) == 2]
+    assert len(twice) >= 3, by_read  # the second chance, beat after beat
+    for first, second in twice:
+        assert 0.005 < second - first < 0.03, (first, second)  # after the beat's own frame

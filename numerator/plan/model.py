@@ -6,9 +6,10 @@ The calls come from the bench, not from a guess: `numerator plan --measure` runs
 (measured.json). A call is made either per request (the slope) or per unit of the deployment
 whatever the rate (the intercept): per front frame (its PutRecords, its reply item and the Query
 that reads it; an edge process puts one at each shard's read, at most one a FRONT_FRAME_MS:
-`front_frames_per_s`), per shard (the batcher's reads and its reply writes), or per process
-(health checks). Fitting both by least squares through the rates, and
-scaling the intercept by the units a deployment has, is the whole model; the test in
+`front_frames_per_s`, its second chance at the read's put counted with it, as the fit finds it:
+two PutRecords a unit on shared beats), per shard (the batcher's reads and its reply writes), or
+per process (health checks). Fitting both by least squares through the rates, and scaling the
+intercept by the units a deployment has, is the whole model; the test in
 tests/e2e/test_plan.py holds it against bench runs at other rates.
 """
 

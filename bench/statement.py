@@ -35,6 +35,11 @@ from infra.ports import Audit, Lease
 COUNTER = "hot"
 KEEP_S = 86_400.0
 RECORDS = 30  # a frame's records at 64 connections on one hot counter
+TRIP, UNAUDITED, FRAME = (
+    "a round trip (SELECT 1)",
+    "the frame without its audit row",
+    "the frame (PLAIN)",
+)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,7 +57,7 @@ def main() -> None:
         with psycopg.connect(db.url, autocommit=True) as conn:
             made: dict[str, int] = {}
             parts = statements(lease, made)
-            frame = parts["the frame (PLAIN)"]
+            frame = parts[FRAME]
             for _ in range(args.warm):  # a chain and a counter row with some history
                 conn.execute(*frame(), prepare=True)
             print(
@@ -69,12 +74,11 @@ def main() -> None:
                     line += f" {spent[name, sync] * 1000:>8.3f}"
                 print(line, flush=True)
         check(db.url, lease, made)
-    unaudited = spent["the frame without its audit row", "on"]
-    whole = spent["the frame (PLAIN)", "on"]
+    whole = spent[FRAME, "on"]
     print(
-        f"the audit row adds {(whole - unaudited) * 1000:.3f} ms; the commit's flush "
-        f"{(whole - spent['the frame (PLAIN)', 'off']) * 1000:.3f} ms; a round trip is "
-        f"{spent['a round trip (SELECT 1)', 'on'] * 1000:.3f} ms"
+        f"the audit row adds {(whole - spent[UNAUDITED, 'on']) * 1000:.3f} ms; the commit's "
+        f"flush {(whole - spent[FRAME, 'off']) * 1000:.3f} ms; a round trip is "
+        f"{spent[TRIP, 'on'] * 1000:.3f} ms"
     )
 
 
@@ -124,14 +128,14 @@ def statements(lease: Lease, made: dict[str, int]) -> dict[str, Statement]:
         }
 
     return {
-        "a round trip (SELECT 1)": lambda: ("SELECT 1", None),
+        TRIP: lambda: ("SELECT 1", None),
         "the fence (the lease's checkpoint)": lambda: (
             f"WITH {FENCED} SELECT count(*) FROM fenced",
             fence(lease, str(next(sequence))),
         ),
         "the addition (the counter's row)": addition,
-        "the frame without its audit row": plain(ALLOCATED + ANSWER),
-        "the frame (PLAIN)": plain(PLAIN, "audited"),
+        UNAUDITED: plain(ALLOCATED + ANSWER),
+        FRAME: plain(PLAIN, "audited"),
     }
 
 

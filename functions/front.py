@@ -77,9 +77,9 @@ class Front:
         makes all its requests wait a beat more)."""
         self._due = 0.0  # monotonic time the open frame is due to close
         self._closed = -seconds  # monotonic time the last frame closed
-        self._aim = 0.0  # beats: the read (Unix time, less PUT_GUARD_S) the open frame aims for
-        self._aimed = 0.0  # the read the last frame closed aimed for; 0 after a second chance
-        self._chance = False  # the open frame is a second chance (`_longest`)
+        # beats: the read (Unix time, less PUT_GUARD_S) the open frame aims for, and the last
+        # frame closed; 0 for a second chance (`_longest`), which no second chance follows
+        self._aim = self._aimed = 0.0
         self.seconds, self.budget, self.auto, self.gap = seconds, budget, auto, gap
         self._open: dict[str, list[Waiter]] = {}
         self._timer: asyncio.TimerHandle | None = None  # the longest wait
@@ -135,7 +135,8 @@ class Front:
         the last moment its put returns before the next read (a record put sooner waits for the
         same read) that comes `seconds` or more after the last frame closed: on phased beats a
         shard is read every interval / shards, and frames are kept at most one a `seconds`, as
-        fixed ones are, whatever the shards (each is a put, a reply item and a read of it)."""
+        fixed ones are, whatever the shards (each is a put, a reply item and a read of it); or
+        until a second chance at the read the last frame aimed for (`_second_chance`)."""
         if self.before_beat is None:
             return self.seconds
         after = self._closed + self.seconds - time.monotonic()
@@ -143,12 +144,9 @@ class Front:
         left = self.before_beat(likely, after)
         if left is None:
             return self.seconds
-        self._aim, self._chance = time.time() + left + likely, False
         chance = self._second_chance(left)
-        if chance is not None:
-            self._chance = True
-            return chance
-        return max(0.0, left)
+        self._aim = 0.0 if chance is not None else time.time() + left + likely
+        return max(0.0, left) if chance is None else chance
 
     def _second_chance(self, left: float) -> float | None:
         """Seconds to a second chance at the read the last frame aimed for, or None. A request
@@ -202,7 +200,7 @@ class Front:
         if not groups:
             return
         self._closed = time.monotonic()
-        self._aimed = 0.0 if self._chance else self._aim
+        self._aimed = self._aim
         task = asyncio.create_task(self._send(groups, due), name="front-frame")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

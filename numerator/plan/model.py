@@ -33,6 +33,9 @@ DYNAMODB_TABLE_UNITS = 40_000  # provisioned read (and write) units one table ma
 REPLY_TARGET = 0.7  # template.yaml's ReplyTable auto scaling target (ReplyTableMode PROVISIONED)
 HEADROOM = 0.7  # size to this share of a limit; a limit is "approached" beyond it
 TASK_CPU_TARGET = 0.6  # the edge tasks' CPU target tracking aims here
+CHANCE_S = 0.015
+"""How long a server edge's second chance at a beat gathers: from the beat's frame's close to
+its own, twice the put's mean deviation (functions/front.py; 10-15 ms on moto)."""
 SHARDS_PER_BATCHER = 4  # shards one batcher reads (each its own frame, one transaction each)
 MONTH_S = 730 * 3600
 LAMBDA_MEMORY_MB = 512  # template.yaml EdgeMemory's default
@@ -372,7 +375,8 @@ def size(
         # the shards for the most frames an edge puts: one a beat on shared beats, whatever the
         # shards; on phased beats one a FRONT_FRAME_MS at most, and then its frames on them
         beat = front_frames_per_s(1, interval, front_frame_ms / 1000, policy, phased=False)
-        front_records(out, load, 1000 / front_frame_ms if phased else beat)
+        first = 1000 / front_frame_ms if phased else beat
+        front_records(out, load, first, second_chances(first, front_frame_ms / 1000, policy))
     else:
         out.records_per_s = peak
         out.hot_records_per_s = peak * load.hot_share
@@ -387,7 +391,7 @@ def size(
     out.batchers = max(2, math.ceil(out.shards / SHARDS_PER_BATCHER))
     if measured.edge is EdgeKind.SERVER:
         front = front_frames_per_s(out.shards, interval, front_frame_ms / 1000, policy, phased)
-        front_records(out, load, front)
+        front_records(out, load, front, second_chances(front, front_frame_ms / 1000, policy))
     # a frame per shard per read that finds records (a bench at a few requests a second on
     # several shards finds most reads empty; at the plan's rates every read has records)
     out.transactions_per_s = back_frames_per_s(out.records_per_s, out.shards, interval)
@@ -400,14 +404,31 @@ def size(
     return out
 
 
-def front_records(out: Sizing, load: Load, fronts_per_s: float) -> None:
+def second_chances(fronts_per_s: float, front_frame_s: float, policy: str) -> float:
+    """A busy edge process's second chances a second (functions/front.py, `_second_chance`):
+    one after each front frame on the beats whose next frame is two FRONT_FRAME_MS or more
+    away (shared beats; not phased beats whose reads come closer); none with fixed or auto
+    frames."""
+    if policy != "beats" or fronts_per_s <= 0:
+        return 0.0
+    return fronts_per_s if 1 / fronts_per_s >= 2 * front_frame_s - 1e-9 else 0.0
+
+
+def front_records(out: Sizing, load: Load, fronts_per_s: float, chances_per_s: float) -> None:
     """The server edge's records a second at the peak, the hot counter's among them, when each
-    of its tasks puts `fronts_per_s` front frames a second: a record per counter per frame."""
+    of its tasks puts `fronts_per_s` front frames a second and `chances_per_s` second chances
+    (each gathering for about CHANCE_S): a record per counter per frame."""
     out.fronts_per_s = fronts_per_s
-    counters, hot = distinct(out.peak_rps / out.edge_tasks / fronts_per_s, load)
-    frames_per_s = out.edge_tasks * fronts_per_s
-    out.records_per_s = min(out.peak_rps, counters * frames_per_s)
-    out.hot_records_per_s = min(out.peak_rps * load.hot_share, hot * frames_per_s)
+    per_task = out.peak_rps / out.edge_tasks
+    gathered = min(per_task * CHANCE_S, per_task / fronts_per_s / 2) if chances_per_s else 0.0
+    counters, hot = distinct(
+        per_task / fronts_per_s - gathered * chances_per_s / fronts_per_s, load
+    )
+    late, late_hot = distinct(gathered, load) if gathered else (0.0, 0.0)
+    frames = out.edge_tasks * fronts_per_s
+    chances = out.edge_tasks * chances_per_s
+    out.records_per_s = min(out.peak_rps, counters * frames + late * chances)
+    out.hot_records_per_s = min(out.peak_rps * load.hot_share, hot * frames + late_hot * chances)
 
 
 @dataclass(frozen=True)

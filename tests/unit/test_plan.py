@@ -24,6 +24,7 @@ from numerator.plan.model import (
     Unit,
     fit,
     front_frames_per_s,
+    second_chances,
 )
 
 
@@ -118,9 +119,10 @@ def test_the_server_edge_puts_a_record_per_counter_per_front_frame() -> None:
     # CPU 0.2 + 0.0002 per rps: at 60 % a process serves 2,000 rps; two tasks at least
     assert out.sizing.rps_per_task == pytest.approx(2_000)
     assert out.sizing.edge_tasks == 2
-    # one counter, on the beats (the default): a frame at each of the one shard's five reads
+    # one counter, on the beats (the default): a frame at each of the one shard's five reads,
+    # and its second chance (functions/front.py): two records a read from each task
     assert out.sizing.fronts_per_s == pytest.approx(5)
-    assert out.sizing.records_per_s == pytest.approx(2 * 5)
+    assert out.sizing.records_per_s == pytest.approx(2 * (5 + 5))
     assert (out.sizing.shards, out.sizing.batchers) == (1, 2)
     assert "Lambda requests" not in out.bill.lines and "Fargate edge tasks" in out.bill.lines
 
@@ -147,7 +149,8 @@ def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_front_frames(
         out.sizing.shards, 0.2, 0.02, "beats", False
     )
     assert fronts == pytest.approx(out.sizing.edge_tasks * 5)
-    write = 5 / 10 * fronts + 0.001 * 10_000
+    items = min(out.sizing.batchers, out.sizing.shards)  # an item per batcher holding records
+    write = 5 / 10 * fronts * items + 0.001 * 10_000
     read = 20 / 10 * fronts + 0.002 * 10_000
     assert out.reply_units == {"write": pytest.approx(write), "read": pytest.approx(read)}
     expected = MONTH_S / 1e6 * (write * 0.625 + read * 0.125)
@@ -579,3 +582,12 @@ def test_an_edge_puts_a_front_frame_at_each_read_at_most_one_a_front_frame_ms() 
     assert front_frames_per_s(29, 0.2, 0.02, "beats", phased=True) == pytest.approx(29 / 0.6)
     assert front_frames_per_s(30, 0.2, 0.02, "beats", phased=True) == pytest.approx(50)
     assert front_frames_per_s(4, 0.2, 0.02, "fixed", phased=True) == pytest.approx(50)
+
+
+def test_second_chances_come_only_where_the_next_frame_is_two_front_frames_away() -> None:
+    """On shared beats (a read every 200 ms, frames at most one a 20 ms) a second chance follows
+    each frame; with reads closer than two FRONT_FRAME_MS (phased beats of many shards) and
+    with fixed or auto frames, none."""
+    assert second_chances(5, 0.02, "beats") == 5
+    assert second_chances(1 / 0.021, 0.02, "beats") == 0  # the plan's 29 phased shards
+    assert second_chances(50, 0.02, "fixed") == second_chances(50, 0.02, "auto") == 0

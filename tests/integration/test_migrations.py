@@ -122,3 +122,38 @@ async def test_calls_that_come_together_before_the_secret_is_read_share_one_open
         await store.ping()
     finally:
         await store.close()
+
+
+async def test_014_folds_ledger_content_into_its_caller_with_the_same_bytes(fresh: str) -> None:
+    """Declared IMMUTABLE over STABLE functions, ledger_content ran as a call of its own in every
+    frame's statement; from 014 the planner inlines it (EXPLAIN VERBOSE names no call), and what
+    it returns, so every hash in the chains, is the same before and after."""
+    row = (
+        "'s', '0', '42', '[[\"a\", \"\", 1, 3]]'::json, '{\"r\": []}'::json,"
+        " '2026-12-04 10:00:00.123456+00'::timestamptz, '2026-12-05 10:00:00+00'::timestamptz"
+    )
+    async with await psycopg.AsyncConnection.connect(fresh, autocommit=True) as conn:
+        await conn.execute(
+            "CREATE TABLE schema_migrations (version integer PRIMARY KEY,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version, sql in migrations():
+            if version < 14:
+                await conn.execute(sql.encode())
+                await conn.execute("INSERT INTO schema_migrations VALUES (%s)", (version,))
+
+        await conn.execute(f"CREATE TEMP TABLE x (s, h, q, r, d, a, k) AS SELECT {row}")
+        call = "SELECT ledger_content(s, h, q, r, d, a, k) FROM x"  # columns: nothing to fold
+
+        async def content() -> tuple[bytes, str]:
+            cur = await conn.execute(call)
+            made = (await cur.fetchone() or (b"",))[0]
+            cur = await conn.execute("EXPLAIN VERBOSE " + call)
+            return bytes(made), "\n".join(line for (line,) in await cur.fetchall())
+
+        before, planned_before = await content()
+        assert "ledger_content(" in planned_before  # the call the old declaration left
+        assert await migrate(fresh) == [v for v, _ in migrations() if v >= 14]
+        after, planned_after = await content()
+    assert after == before
+    assert "ledger_content(" not in planned_after, planned_after

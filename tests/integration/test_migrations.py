@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -26,6 +27,19 @@ async def fresh(database_url: str) -> AsyncIterator[str]:
             await conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
+async def migrated_below(conn: psycopg.AsyncConnection[Any], version: int) -> None:
+    """Apply the migrations before `version` by hand, recording them as `migrate` does: a
+    database as an older numerator left it."""
+    await conn.execute(
+        "CREATE TABLE schema_migrations (version integer PRIMARY KEY,"
+        " applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    for found, sql in migrations():
+        if found < version:
+            await conn.execute(sql.encode())
+            await conn.execute("INSERT INTO schema_migrations VALUES (%s)", (found,))
+
+
 async def test_each_migration_applies_once(fresh: str) -> None:
     assert await migrate(fresh) == [version for version, _ in migrations()]
     assert await migrate(fresh) == []
@@ -33,14 +47,7 @@ async def test_each_migration_applies_once(fresh: str) -> None:
 
 async def test_004_keeps_every_range_of_the_old_audit_rows(fresh: str) -> None:
     async with await psycopg.AsyncConnection.connect(fresh, autocommit=True) as conn:
-        await conn.execute(
-            "CREATE TABLE schema_migrations (version integer PRIMARY KEY,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for version, sql in migrations():
-            if version < 4:
-                await conn.execute(sql.encode())
-                await conn.execute("INSERT INTO schema_migrations VALUES (%s)", (version,))
+        await migrated_below(conn, 4)
         old = [  # two frames of one shard, one of another; frames are told apart by commit time
             ("a", "", 1, 5, "s", "0", "10", "2026-11-01 10:00:00+00"),
             ("b", "2026", 1, 2, "s", "0", "10", "2026-11-01 10:00:00+00"),
@@ -71,14 +78,7 @@ async def test_012_chains_the_rows_from_before_the_ledger(fresh: str) -> None:
     from infra.adapters.postgres import PostgresStore
 
     async with await psycopg.AsyncConnection.connect(fresh, autocommit=True) as conn:
-        await conn.execute(
-            "CREATE TABLE schema_migrations (version integer PRIMARY KEY,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for version, sql in migrations():
-            if version < 12:
-                await conn.execute(sql.encode())
-                await conn.execute("INSERT INTO schema_migrations VALUES (%s)", (version,))
+        await migrated_below(conn, 12)
         await conn.execute("INSERT INTO counters VALUES ('a', 1, '{value}', 'never', 'UTC')")
         await conn.execute("INSERT INTO counter_values VALUES ('a', '', 9)")
         for first, last, shard in ((1, 5, "0"), (6, 6, "0"), (7, 9, "1")):
@@ -133,15 +133,7 @@ async def test_014_folds_ledger_content_into_its_caller_with_the_same_bytes(fres
         " '2026-12-04 10:00:00.123456+00'::timestamptz, '2026-12-05 10:00:00+00'::timestamptz"
     )
     async with await psycopg.AsyncConnection.connect(fresh, autocommit=True) as conn:
-        await conn.execute(
-            "CREATE TABLE schema_migrations (version integer PRIMARY KEY,"
-            " applied_at timestamptz NOT NULL DEFAULT now())"
-        )
-        for version, sql in migrations():
-            if version < 14:
-                await conn.execute(sql.encode())
-                await conn.execute("INSERT INTO schema_migrations VALUES (%s)", (version,))
-
+        await migrated_below(conn, 14)
         await conn.execute(f"CREATE TEMP TABLE x (s, h, q, r, d, a, k) AS SELECT {row}")
         call = "SELECT ledger_content(s, h, q, r, d, a, k) FROM x"  # columns: nothing to fold
 

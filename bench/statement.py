@@ -10,7 +10,8 @@ the best of `--rounds` rounds: a round trip (`SELECT 1`), the fence alone, the a
 counter's row alone, the frame without its audit row, and the frame as the batcher sends it
 (infra/adapters/postgres/frames.py: PLAIN). On one hot counter a frame holds the counter's row
 from its addition to the end of its commit, and the next frame waits for it: at 64 connections
-this time, a frame of about 30 requests, is what /next waits on (docs/performance.md).
+this time, a frame of about 30 requests, is part of what /next waits on; the worker's own loop
+and frame path are the rest (docs/performance.md).
 """
 
 from __future__ import annotations

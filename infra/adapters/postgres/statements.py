@@ -38,10 +38,12 @@ FLOOR_HOLDS = (
 
 
 # A frame's audit rows, from a CTE `rows` (klass, keep_s, ranges, detail, names): each the next
-# link of its chain, stream/shard/class, written only while the lease holds (`fenced`).
+# link of its chain, stream/shard/class, written only while the lease holds (`fenced`). `linked`
+# is MATERIALIZED: inlined, its `prev` (named twice below) was looked up twice a row.
 AUDIT = (
     " t AS (SELECT now() AS at),"
-    " linked AS (SELECT rows.*, t.at, t.at + make_interval(secs => rows.keep_s) AS keep,"
+    " linked AS MATERIALIZED (SELECT rows.*, t.at,"
+    "  t.at + make_interval(secs => rows.keep_s) AS keep,"
     "  coalesce((SELECT f.hash FROM allocation_frames f"
     "   WHERE f.chain = %(chain)s || rows.klass ORDER BY f.id DESC LIMIT 1),"
     # a chain retention pruned to nothing goes on from its last pruned row

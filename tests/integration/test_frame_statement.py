@@ -1,0 +1,41 @@
+"""A plain frame's ONE statement (infra/adapters/postgres/frames.py: PLAIN) as Postgres plans it:
+what each frame pays for, checked in the plan rather than timed."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+
+from infra.adapters.postgres import PostgresStore
+from infra.adapters.postgres.frames import PLAIN, plain_parameters
+from infra.counters import Counter
+from infra.ports import Audit
+
+KEEP_S = 86_400.0
+
+
+async def test_a_frame_looks_up_its_chains_head_once(
+    store: PostgresStore, database_url: str
+) -> None:
+    """The audit row names its chain's previous hash twice (its `prev`, and in its `hash`):
+    looked up once a row, not once each (an inlined CTE repeated the index scan)."""
+    name = f"plan-{uuid.uuid4().hex[:8]}"
+    await store.create(Counter(name))
+    lease = await store.acquire(f"plan-{uuid.uuid4().hex[:8]}", "s", uuid.uuid4().hex, ttl=60)
+    assert lease is not None
+    klass = f"{KEEP_S:g}s-never"
+    audit = Audit(klass, KEEP_S, {"r": [[name, "", [[3, "127.0.0.1", None, "test"]]]], "v": []}, [])
+    demand = [(name, "", 3, 1, klass, 0)]
+    for sequence in ("1", "2"):  # a chain with a head to find
+        assert await store.allocate_plain(lease, sequence, demand, [audit]) == {
+            (name, ""): 3 * int(sequence)
+        }
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "EXPLAIN (ANALYZE, VERBOSE) " + PLAIN, plain_parameters(lease, "3", demand, [audit])
+        )
+        plan = "\n".join(line for (line,) in await cur.fetchall())
+    looked_up = [line for line in plan.splitlines() if "using allocation_frames_chain" in line]
+    assert len(looked_up) == 1, plan
+    assert "rows=1 loops=1" in looked_up[0], plan  # it ran, and found the head

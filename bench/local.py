@@ -55,6 +55,10 @@ def serve(
     environment = {**os.environ, **env, "DATABASE_URL": db.url}
     if target == "numerator":
         command = [sys.executable, "-m", "numerator", "serve", "--database-url", db.url]
+    elif target.startswith("standin-"):  # numerator with a stand-in statement (bench.standins)
+        kind = target.removeprefix("standin-")
+        command = [sys.executable, "-m", "bench.standins", "--serve", kind, "serve"]
+        command += ["--database-url", db.url]
     else:
         mode = target.removeprefix("baseline-")
         command = [sys.executable, "-m", "bench.baseline", mode, "--database-url", db.url]
@@ -66,7 +70,7 @@ def serve(
         settings: dict[str, object] = {
             "workers": workers,
             "back_frame_ms": Settings.from_env(environment).frames.back_frame_ms,
-            "shards": workers if target == "numerator" else 0,
+            "shards": 0 if target.startswith("baseline-") else workers,
             "environment": dict(env),
         }
         yield Target(target, url, [process.pid], settings)

@@ -1,0 +1,155 @@
+"""What /next on one hot counter owes to its frame's statement: the service served at once with
+the statement and with stand-ins for it, driven by wrk in alternating rounds.
+
+    python -m bench.standins --rounds 6 --connections 64 --duration 5
+
+Each server is numerator's own (one worker, the embedded mode, one throwaway Postgres for all);
+in each but `statement` a plain frame's ONE statement (infra/adapters/postgres/frames.py: PLAIN)
+is replaced, in that server's processes only, by a stand-in that keeps the counter's totals in
+the process:
+
+- `none`: no Postgres at all (the frame still awaits once, as a statement would);
+- `trip`: a round trip, `SELECT 1` on a connection of the frame's pool;
+- `row`: one row's UPDATE, committed and flushed: the counter's addition without the fence, the
+  floor, the audit row or the JSON they take;
+- `statement`: the real statement; `unflushed`: the real one with `synchronous_commit` off (no
+  wait for the commit's WAL flush, which the service never does).
+
+Each round drives `/next` then `/ping` on every server in turn (the order turning each round)
+and prints /next's rate as a share of /ping's; then, per server, the median and range. A
+stand-in hands out values no ledger holds: it measures, it serves no one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import statistics
+import sys
+from collections.abc import Sequence
+from contextlib import ExitStack
+from typing import Any
+
+from bench import local, wrk
+
+KINDS = ("none", "trip", "row", "statement", "unflushed")
+ENVIRONMENT = {"unflushed": {"PGOPTIONS": "-c synchronous_commit=off"}}
+ROW = "bench_standin_row"
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--connections", default="64", help="open connections, comma-separated")
+    parser.add_argument("--duration", type=float, default=5, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=6, help="rounds; medians are shown")
+    parser.add_argument("--threads", type=int, default=1, help="wrk threads")
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help=f"the servers, of {', '.join(KINDS)}"
+    )
+    return parser
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--serve"]:  # a server's process: python -m bench.standins --serve KIND …
+        serve(sys.argv[2], sys.argv[3:])
+        return
+    args = parser().parse_args()
+    kinds = args.kinds.split(",")
+    unknown = sorted(set(kinds) - set(KINDS))
+    if unknown:
+        raise SystemExit(f"no such stand-in: {', '.join(unknown)} (of {', '.join(KINDS)})")
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk is not installed: apt-get install wrk")
+    connections = [int(c) for c in args.connections.split(",")]
+    with local.database() as db, ExitStack() as stack:
+        served = {
+            kind: stack.enter_context(
+                local.serve(f"standin-{kind}", db, 1, ENVIRONMENT.get(kind, {}))
+            )
+            for kind in kinds
+        }
+        for kind, target in served.items():
+            local.create_counters(target.url, [f"hot-{kind}"])
+            wrk.run(f"{target.url}/counters/hot-{kind}/next", 64, 2, args.threads)  # warm up
+        print(
+            f"one worker each, one Postgres; wrk -t{args.threads}, {args.duration:g}s each, "
+            "POST, loopback; /next on one hot counter as a share of /ping"
+        )
+        print(f"{'round':>5} {'conns':>6} " + " ".join(f"{kind:>10}" for kind in kinds))
+        shares: dict[tuple[str, int], list[float]] = {}
+        for round_ in range(1, args.rounds + 1):
+            for c in connections:
+                order = kinds if round_ % 2 else kinds[::-1]
+                for kind in order:
+                    url, seconds = served[kind].url, args.duration
+                    rate = wrk.run(f"{url}/counters/hot-{kind}/next", c, seconds, args.threads)
+                    ping = wrk.run(url + "/ping", c, seconds, args.threads)
+                    shares.setdefault((kind, c), []).append(rate / ping)
+                line = " ".join(f"{shares[kind, c][-1]:>10.3f}" for kind in kinds)
+                print(f"{round_:>5} {c:>6} {line}", flush=True)
+    for c in connections:
+        for kind in kinds:
+            found = sorted(shares[kind, c])
+            print(
+                f"{c:>6} {kind:>10}: next/ping median {statistics.median(found):.3f}, "
+                f"range {found[0]:.2f}-{found[-1]:.2f}"
+            )
+
+
+def serve(kind: str, argv: Sequence[str]) -> None:
+    """Run `numerator` with `argv`, a plain frame's statement replaced by the stand-in `kind`
+    in this process and the workers it forks."""
+    if kind not in KINDS:
+        raise SystemExit(f"no such stand-in: {kind}")
+    if kind in ("none", "trip", "row"):
+        stand_in(kind)
+    from numerator.cli import main as numerator
+
+    numerator(list(argv))
+
+
+def stand_in(kind: str) -> None:
+    from infra.adapters.postgres.frames import PostgresFrames
+
+    totals: dict[tuple[str, str], int] = {}
+    made: list[bool] = []
+
+    async def allocate_plain(
+        self: PostgresFrames,
+        lease: Any,
+        sequence: str,
+        demand: Sequence[tuple[str, str, int, int, str, int]],
+        audits: Any,
+    ) -> dict[tuple[str, str], int]:
+        if kind == "none":
+            await asyncio.sleep(0)
+        else:
+            async with self.db.connection(1.0) as conn:
+                if kind == "trip":
+                    await (await conn.execute("SELECT 1")).fetchall()
+                else:
+                    if not made:
+                        await conn.execute(
+                            f"CREATE TABLE IF NOT EXISTS {ROW} (pid int PRIMARY KEY, n bigint)"
+                        )
+                        await conn.execute(
+                            f"INSERT INTO {ROW} VALUES (%s, 0) ON CONFLICT DO NOTHING",
+                            (os.getpid(),),
+                        )
+                        made.append(True)
+                    found = await conn.execute(
+                        f"UPDATE {ROW} SET n = n + %s WHERE pid = %s RETURNING n",
+                        (sum(row[2] for row in demand), os.getpid()),
+                    )
+                    await found.fetchall()
+        for counter, period, delta, *_ in demand:
+            totals[counter, period] = totals.get((counter, period), 0) + delta
+        return {pair: totals[pair] for pair in {(row[0], row[1]) for row in demand}}
+
+    PostgresFrames.allocate_plain = allocate_plain  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    main()

@@ -12,6 +12,7 @@ the process:
 - `trip`: a round trip, `SELECT 1` on a connection of the frame's pool;
 - `row`: one row's UPDATE, committed and flushed: the counter's addition without the fence, the
   floor, the audit row or the JSON they take;
+- `unaudited`: the real statement without its audit row (the fence, the floor and the addition);
 - `statement`: the real statement; `unflushed`: the real one with `synchronous_commit` off (no
   wait for the commit's WAL flush, which the service never does).
 
@@ -34,7 +35,7 @@ from typing import Any
 
 from bench import local, wrk
 
-KINDS = ("none", "trip", "row", "statement", "unflushed")
+KINDS = ("none", "trip", "row", "unaudited", "statement", "unflushed")
 ENVIRONMENT = {"unflushed": {"PGOPTIONS": "-c synchronous_commit=off"}}
 ROW = "bench_standin_row"
 
@@ -103,7 +104,11 @@ def serve(kind: str, argv: Sequence[str]) -> None:
     in this process and the workers it forks."""
     if kind not in KINDS:
         raise SystemExit(f"no such stand-in: {kind}")
-    if kind in ("none", "trip", "row"):
+    if kind == "unaudited":
+        from infra.adapters.postgres import frames
+
+        frames.PLAIN = frames.ALLOCATED + frames.ANSWER  # read by allocate_plain at each call
+    elif kind in ("none", "trip", "row"):
         stand_in(kind)
     from numerator.cli import main as numerator
 

@@ -23,6 +23,12 @@ MODES = ("embedded", "server", "lambda")
 """embedded: `numerator serve` on the in-process stream; server and lambda: the AWS path (`--aws`),
 its edge as HTTP workers with front frames, or each request through the Lambda handler."""
 TARGETS = ("numerator", "baseline-rowlock", "baseline-sequence", "baseline-atomic")
+STAND_IN = (
+    "import runpy, sys; from bench.standins import stand_in; stand_in(sys.argv.pop(1)); "
+    "runpy.run_module('numerator', run_name='__main__', alter_sys=True)"
+)
+"""`python -c` for numerator with a stand-in for its frame's statement (bench.standins): run as a
+program, as `python -m numerator` is, in a process the stand-in was put in first."""
 
 
 @dataclass
@@ -56,8 +62,7 @@ def serve(
     if target == "numerator":
         command = [sys.executable, "-m", "numerator", "serve", "--database-url", db.url]
     elif target.startswith("standin-"):  # numerator with a stand-in statement (bench.standins)
-        kind = target.removeprefix("standin-")
-        command = [sys.executable, "-m", "bench.standins", "--serve", kind, "serve"]
+        command = [sys.executable, "-c", STAND_IN, target.removeprefix("standin-"), "serve"]
         command += ["--database-url", db.url]
     else:
         mode = target.removeprefix("baseline-")

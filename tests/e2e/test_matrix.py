@@ -6,7 +6,8 @@ shards, read on phased beats, as template.yaml deploys it. Each cell is a bounde
 clients on two fresh counters of one stack (`numerator up` started once per path and worker
 count, its faults in turn, the worker's death last), held by the history checker
 (tests/history.py) against the completeness report, the audit export and `audit verify`. Each
-cell prints its counts."""
+cell prints its counts. VERSION_CELLS run a cell on the oldest supported Postgres and on
+Debian 12's (tests/postgres.py) besides pgserver's 16."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ from tests.e2e.service import Service
 from tests.e2e.test_postgres_restart import start as start_postgres
 from tests.e2e.test_postgres_restart import stop as stop_postgres
 from tests.history import Client, asked, dump, settle
+from tests.postgres import cluster
 
 pytestmark = pytest.mark.slow
 
@@ -58,13 +60,15 @@ WRITE_S = 0.1  # an edge's write of its settled moment, and its event loop's lat
 class Shape:
     path: str  # embedded, server (AWS server edge) or lambda (AWS Lambda edge)
     workers: int
+    postgres: int = 16  # the major version: 16 is pgserver's, others from tests/postgres.py
 
     @property
     def aws(self) -> bool:
         return self.path != "embedded"
 
     def __str__(self) -> str:
-        return f"{self.path}-{self.workers}w"
+        version = f"-pg{self.postgres}" if self.postgres != 16 else ""
+        return f"{self.path}-{self.workers}w{version}"
 
 
 FAULTS = ("cuts", "postgres", "dynamodb", "frozen", "kill")  # in this order on one stack
@@ -76,6 +80,12 @@ CELLS = [
     for fault in FAULTS
     if shape.aws or fault not in AWS_ONLY
 ]
+# The oldest supported Postgres and Debian 12's (infra/adapters/postgres/versions.py), each
+# stopped mid-load under two workers: the embedded path on 14, the Lambda edge on 15.
+VERSION_CELLS = [
+    pytest.param(Shape("embedded", 2, 14), "postgres", id="embedded-2w-pg14-postgres"),
+    pytest.param(Shape("lambda", 2, 15), "postgres", id="lambda-2w-pg15-postgres"),
+]
 
 
 class Stack:
@@ -84,8 +94,15 @@ class Stack:
 
     def __init__(self, shape: Shape, running: contextlib.ExitStack) -> None:
         self.shape = shape
-        self.postgres = running.enter_context(temporary_pgserver())
-        args = ["--database-url", self.postgres.get_uri(), "--workers", str(shape.workers)]
+        if shape.postgres == 16:
+            server = running.enter_context(temporary_pgserver())
+            url = server.get_uri()
+            self.stop_postgres = lambda: stop_postgres(server)
+            self.start_postgres = lambda: start_postgres(server)
+        else:
+            made = running.enter_context(cluster(shape.postgres))
+            url, self.stop_postgres, self.start_postgres = made.url, made.stop, made.start
+        args = ["--database-url", url, "--workers", str(shape.workers)]
         self.faults: AwsFaults | None = None
         if shape.aws:
             moto = running.enter_context(local.moto_server())
@@ -227,11 +244,7 @@ async def fault(stack: Stack, kind: str, line: Timeline) -> float:
     note = line.note
     if kind == "postgres":
         return await outage(
-            stack,
-            line,
-            lambda: stop_postgres(stack.postgres),
-            lambda: start_postgres(stack.postgres),
-            "Postgres stopped",
+            stack, line, stack.stop_postgres, stack.start_postgres, "Postgres stopped"
         )
     if kind == "dynamodb":
         faults = stack.faults
@@ -263,7 +276,7 @@ async def fault(stack: Stack, kind: str, line: Timeline) -> float:
     return LOAD_S
 
 
-@pytest.mark.parametrize(("shape", "kind"), CELLS)
+@pytest.mark.parametrize(("shape", "kind"), CELLS + VERSION_CELLS)
 def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
     stack = stacks.of(shape)
     counters = [f"{kind}-a", f"{kind}-b"]

@@ -14,6 +14,7 @@ from psycopg import errors as pgerrors
 from psycopg.rows import tuple_row
 
 from infra.adapters import secret
+from infra.adapters.postgres import versions
 from infra.errors import StoreError, StoreUnavailable
 from infra.spans import plain
 
@@ -66,29 +67,41 @@ def migrations() -> list[tuple[int, str]]:
 
 
 async def migrate(url: str) -> list[int]:
-    """Apply the migrations not yet applied; safe to run from several processes at once."""
+    """Apply the migrations not yet applied; safe to run from several processes at once. A
+    server of a version numerator does not run on is refused first (versions.check)."""
     try:
         connect = psycopg.AsyncConnection.connect(url, connect_timeout=10)
-        async with await connect as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(7241001)")
-            await conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
-            )
-            cur = await conn.execute("SELECT version FROM schema_migrations")
-            done = {row[0] for row in await cur.fetchall()}
-            applied = []
-            for version, sql in migrations():
-                if version in done:
-                    continue
-                await conn.execute(sql.encode())
-                await conn.execute(
-                    "INSERT INTO schema_migrations (version) VALUES (%s)", (version,)
-                )
-                applied.append(version)
-            return applied
+        async with await connect as conn:
+            versions.check(conn.info.server_version, f"{conn.info.host}:{conn.info.port}")
+            return await _migrate(conn)
     except RETRYABLE as exc:
         raise StoreUnavailable(f"cannot reach Postgres to migrate: {exc}") from exc
+    except psycopg.Error as exc:
+        raise StoreError(f"Postgres refused the migrations: {exc}") from exc
+
+
+async def _migrate(conn: Connection) -> list[int]:
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(7241001)")
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        cur = await conn.execute("SELECT version FROM schema_migrations")
+        done = {row[0] for row in await cur.fetchall()}
+        applied = []
+        for version, sql in migrations():
+            if version in done:
+                continue
+            try:
+                await conn.execute(sql.encode())
+            except psycopg.Error as exc:
+                if isinstance(exc, RETRYABLE):
+                    raise
+                raise StoreError(f"Postgres refused migration {version:03d}: {exc}") from exc
+            await conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (version,))
+            applied.append(version)
+        return applied
 
 
 class Pool:

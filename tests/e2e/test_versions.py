@@ -1,0 +1,68 @@
+"""numerator on the Postgres versions users run, not only the 16 that pgserver embeds: the
+store's tests against 14 (the oldest supported: infra/adapters/postgres/versions.py) and 15
+(Debian 12's), each on a server of its own (tests/postgres.py); a version outside the range is
+refused at start with one sentence. The fault matrix runs cells of its own on 14 and 15
+(tests/e2e/test_matrix.py, VERSION_CELLS)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from infra.adapters.postgres import versions
+from numerator import cli
+from tests.postgres import cluster, free_port
+
+pytestmark = pytest.mark.slow
+
+# The tests whose subject is the store (infra/adapters/postgres/): every role's statements, the
+# frame's one statement, the migrations, the ledger and its chains, on both paths' batchers.
+STORE_TESTS = [
+    "tests/integration/test_migrations.py",
+    "tests/integration/test_batcher.py",
+    "tests/integration/test_frame_statement.py",
+    "tests/integration/test_frame_policy.py",
+    "tests/integration/test_concurrency.py",
+    "tests/integration/test_abandon.py",
+    "tests/integration/test_ledger.py",
+    "tests/integration/test_tamper.py",
+    "tests/integration/test_keys.py",
+    "tests/integration/test_api.py",
+    "tests/integration/test_aws_batcher.py",
+]
+
+
+@pytest.mark.parametrize("major", [14, 15])
+def test_the_store_on(major: int) -> None:
+    with cluster(major) as server:
+        assert server.version() == major
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+             "--durations=0", *STORE_TESTS],
+            env={**os.environ, "DATABASE_URL": server.url},
+            capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+    said = done.stdout.strip().splitlines()
+    print(f"\nPostgres {major}: {said[-1] if said else done.stderr[-2000:]}")
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert " passed" in said[-1] and "skipped" not in said[-1], said[-1]
+
+
+def test_a_version_out_of_range_is_refused_in_one_sentence(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`numerator up --database-url` on a server outside the range: the sentence, exit 1, no
+    traceback. The range is narrowed to leave out the 14 at hand (no older server can be had)."""
+    monkeypatch.setattr(versions, "OLDEST", 15)
+    with cluster(14) as server:
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["up", "--database-url", server.url, "--port", str(free_port())])
+        said = capsys.readouterr().err.strip()
+    assert exited.value.code == 1
+    assert said == (
+        f"numerator: PostgreSQL 14.22 at 127.0.0.1:{server.port} is not supported: numerator "
+        "runs on PostgreSQL 15 to 18 (docs/deploy.md)"
+    ), said

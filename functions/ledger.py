@@ -12,6 +12,7 @@ import csv
 import io
 import re
 import time
+import unicodedata
 from typing import Any
 
 import msgspec
@@ -95,7 +96,10 @@ async def mark(request: Request, kind: type[Void]) -> Response:
     edge = edge_of(request)
     model = bodies.Void if kind is Void else bodies.Confirmation
     body = validation.checked(model, await validation.json_body(request, edge.settings))
-    reason = body.reason if isinstance(body, bodies.Void) else "confirm"
+    # A reason is kept as NFKC makes it: one spelling for what reads the same (fullwidth, ﬁ).
+    reason = (
+        unicodedata.normalize("NFKC", body.reason) if isinstance(body, bodies.Void) else "confirm"
+    )
     if isinstance(body, bodies.Void):
         # the model's pattern is searched, so a reason ending in a newline would pass it
         if not REASON.fullmatch(reason):

@@ -22,6 +22,7 @@ from itertools import pairwise
 from typing import Any
 
 from infra.counters import Counter
+from infra.lookalikes import skeleton
 from infra.spans import Run
 
 
@@ -39,14 +40,19 @@ NOT_DELIVERED = frozenset({VoidReason.ABANDONED})
 """Void reasons that say no client received the values."""
 
 
+RESERVED = frozenset(skeleton(reason) for reason in VoidReason)
+
+
 def reserved(reason: str) -> bool:
-    """Whether a user's reason reads as one of numerator's own (`Abandoned`, ` abandoned `):
-    a report's reader could not tell them apart."""
-    return " ".join(reason.split()).casefold() in set(VoidReason)
+    """Whether a user's reason reads as one of numerator's own (`Abandoned`, ` abandoned `,
+    `ab\u200bandoned`, `\u0430bandoned` with a Cyrillic a, `not\u2011confirmed`): a report's
+    reader could not tell them apart (infra/lookalikes.py)."""
+    return skeleton(reason) in RESERVED
 
 
 def reserved_pattern() -> str:
-    """`reserved` as an ECMA regular expression, for the OpenAPI schema."""
+    """`reserved`'s plain spellings (case and white space aside) as an ECMA regular expression,
+    for the OpenAPI schema; the service also refuses their look-alikes, which no pattern lists."""
     words = [
         "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in reason)
         for reason in sorted(VoidReason)

@@ -99,8 +99,8 @@ class Applier:
 
     async def _commit_retried(self, frame: Frame, lease: Lease) -> Outcome | Lease | None:
         """The frame's outcome once a try commits; or, with no outcome to count, the lease to go
-        on with (the frame emptied by giving up on its records, or found committed by a try
-        whose answer was lost), or None (the lease lost)."""
+        on with, past the frame (emptied by giving up on its records, or found committed by a
+        try whose answer was lost), or None (the lease lost)."""
         backoff: Backoff | None = None
         while True:
             began = time.monotonic()
@@ -120,9 +120,10 @@ class Applier:
                 log.warning(
                     "frame of %d records not applied (%s); retry in %.2fs", len(frame), exc, delay
                 )
+                last = frame.last_sequence
                 await self._give_up_on(frame, time.time() + delay + 0.25, str(exc))
-                if not len(frame):
-                    return lease
+                if not len(frame):  # read on past it: read again, its records are still live
+                    return self._past_sequence(last, lease)
                 await asyncio.sleep(delay)
         self.trouble.discard("frames")
         self.metrics.frame_commit_seconds.observe(time.monotonic() - began)
@@ -174,10 +175,11 @@ class Applier:
 
     def _past(self, frame: Frame, lease: Lease) -> Lease:
         """The lease once `frame` is behind it."""
-        applied = max(lease.applied or 0, int(frame.last_sequence)) if self.stream.durable else None
-        return Lease(
-            lease.stream, lease.shard, lease.owner, lease.epoch, frame.last_sequence, applied
-        )
+        return self._past_sequence(frame.last_sequence, lease)
+
+    def _past_sequence(self, last: str, lease: Lease) -> Lease:
+        applied = max(lease.applied or 0, int(last)) if self.stream.durable else None
+        return Lease(lease.stream, lease.shard, lease.owner, lease.epoch, last, applied)
 
     async def _give_up_on(self, frame: Frame, cutoff: float, problem: str) -> None:
         """Answer 'unavailable' now to the records whose clients will have stopped waiting before

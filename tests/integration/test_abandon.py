@@ -358,3 +358,36 @@ async def test_a_frame_that_committed_as_postgres_went_away_is_not_allocated_aga
     assert lost and first.status_code == 503, first.text
     assert second.json()["value"] == 2
     assert found["issued"] == 2 and found["delivered"] == 1 and found["unexplained_gaps"] == 0
+
+
+async def test_records_given_up_in_an_outage_are_not_allocated_after_it(
+    settings: Settings, name: str, monkeypatch: Any
+) -> None:
+    """Issue 51, item 8: a frame that fails to commit gives up on the records whose clients will
+    have stopped waiting before its next try, answering them 'unavailable'. When that empties
+    the frame, the shard is read on past it: read again from where it was, the records came back
+    while still live and, Postgres back, were allocated for clients already answered 503."""
+    from infra.adapters.postgres import PostgresStore
+    from infra.errors import StoreUnavailable
+
+    real = PostgresStore.allocate_plain
+    failed: list[bool] = []
+
+    async def refused_once(self: PostgresStore, *args: Any) -> Any:
+        if not failed:
+            failed.append(True)
+            raise StoreUnavailable("Postgres is unavailable: the connection was refused")
+        return await real(self, *args)
+
+    monkeypatch.setattr(PostgresStore, "allocate_plain", refused_once)
+    async with EmbeddedStack(settings.but(reply_timeout_s=0.3)) as stack:
+        transport = httpx.ASGITransport(app=stack.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name})
+            first = await client.post(f"/counters/{name}/next")
+            await asyncio.sleep(0.5)  # past the given-up record's deadline
+            second = await client.post(f"/counters/{name}/next")
+            found = await report(client, name)
+    assert failed and first.status_code == 503, first.text
+    assert second.json()["value"] == 1, "the given-up record took no value"
+    assert found["issued"] == 1 and found["voided"] == {}, found

@@ -8,6 +8,7 @@ chains cover voids as they cover allocations.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import re
@@ -91,8 +92,8 @@ async def confirm(request: Request) -> Response:
 
 
 async def mark(request: Request, kind: type[Void]) -> Response:
-    """Void or confirm values: one record per contiguous range, each answered by the batcher
-    in its frame's transaction."""
+    """Void or confirm values: one record per contiguous range, put together and each answered
+    by the batcher in its frame's transaction; a refusal names the ranges that were done."""
     edge = edge_of(request)
     model = bodies.Void if kind is Void else bodies.Confirmation
     body = validation.checked(model, await validation.json_body(request, edge.settings))
@@ -112,15 +113,28 @@ async def mark(request: Request, kind: type[Void]) -> Response:
     who = request.scope.get("numerator.who", "")
     timeout = edge.timeout(request.scope.get("aws.context"))
     sent = time.time()
+    deadline = sent + edge.budget(timeout)
+    retry_after = edge.settings.edge.retry_after_s
+    # The ranges are asked for together, each its own record: one frame answers them all within
+    # one timeout (in turn, a timeout each, the later ones outlived their deadline).
+    records = [
+        kind(reply_key(), counter.name, first, last, reason, period, who, deadline, sent)
+        for first, last in spans
+    ]
+    answers = await asyncio.gather(
+        *(replied(put_and_wait(edge, record, timeout), retry_after) for record in records),
+        return_exceptions=True,
+    )
     done, refused = [], None
-    for first, last in spans:
-        deadline = sent + edge.budget(timeout)
-        record = kind(reply_key(), counter.name, first, last, reason, period, who, deadline, sent)
-        reply = await replied(put_and_wait(edge, record, timeout), edge.settings.edge.retry_after_s)
-        if reply.error is not None:
-            refused = answer_problem(reply, edge.settings.edge.retry_after_s)
-            break
-        done.append({"first": first, "last": last})
+    for (first, last), got in zip(spans, answers, strict=True):
+        if isinstance(got, Problem):
+            refused = refused or got
+        elif isinstance(got, BaseException):
+            raise got
+        elif got.error is not None:
+            refused = refused or answer_problem(got, retry_after)
+        else:
+            done.append({"first": first, "last": last})
     what = "voided" if kind is Void else "confirmed"
     if refused is not None:
         refused.extra[what] = done

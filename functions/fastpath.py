@@ -272,6 +272,12 @@ class FastPath:
         try:
             if heads.length > edge.settings.edge.max_body_bytes:
                 raise Problem(Kind.BODY_TOO_LARGE, "/next takes no body")
+            if heads.length or heads.chunked:  # {"count": 5} would have been one value
+                raise Problem(
+                    Kind.INVALID_REQUEST,
+                    "/next takes no body: ask for several values with ?count=N",
+                    field="body",
+                )
             key = None if heads.idempotency_key is None else heads.idempotency_key.decode("latin-1")
             timeout = edge.timeout(scope.get("aws.context"))
             watch.add(this, receive)
@@ -311,6 +317,10 @@ class FastPath:
             raise Problem(
                 Kind.HEADERS_TOO_LARGE, f"the request headers may be at most {limit} bytes"
             )
+        if heads.repeated is not None:
+            edge.metrics.requests_refused.inc("400")
+            name = heads.repeated.decode("latin-1").title()  # idempotency-key: Idempotency-Key
+            raise Problem(Kind.REPEATED_HEADER, f"{name} came more than once: send it once")
         if edge.guard is not None:
             return await edge.guard.admit(scope, counter, heads)
         sender = address(scope)

@@ -31,29 +31,38 @@ class Heads(NamedTuple):
     plain: bool
     """At most one Host, a loopback one, and no browser's header: no page's request (`foreign`
     would find nothing)."""
+    repeated: bytes | None
+    """The name of a header that must come once and came again (Authorization,
+    Idempotency-Key): which one the sender meant is no one's guess (400)."""
+    chunked: bool
+    """A Transfer-Encoding was sent: a body of a length not said beforehand."""
 
 
 def read(scope: Scope) -> Heads:
     """The headers of `scope`, read once."""
     size = length = hosts = 0
-    authorization = key = host = None
-    browser = False
+    authorization = key = host = repeated = None
+    browser = chunked = False
     for header, value in scope["headers"]:
         size += len(header) + len(value)
         if header == b"host":
             host = value
             hosts += 1
         elif header == b"authorization":
+            repeated = header if authorization is not None else repeated
             authorization = value
         elif header == b"idempotency-key":
+            repeated = header if key is not None else repeated
             key = value
         elif header == b"content-length":
             if value.isdigit():
                 length = int(value)
+        elif header == b"transfer-encoding":
+            chunked = True
         elif header in BROWSER:
             browser = True
     plain = not browser and (host is None or (hosts == 1 and local(host)))
-    return Heads(size, authorization, key, length, plain)
+    return Heads(size, authorization, key, length, plain, repeated, chunked)
 
 
 @functools.lru_cache(maxsize=256)

@@ -52,9 +52,9 @@ class Operation:
             answers[status] = {"description": description}
             if content is not None:
                 answers[status]["content"] = content
-        # a route open to all answers 431 (headers over MAX_HEADER_BYTES) besides its own;
-        # one that needs a key, also 401 and 403
-        extra = {431} if self.open else {401, 403, 431}
+        # a route open to all answers 400 (Authorization or Idempotency-Key repeated) and 431
+        # (headers over MAX_HEADER_BYTES) besides its own; one that needs a key, also 401, 403
+        extra = {400, 431} if self.open else {400, 401, 403, 431}
         answers.update({str(code): PROBLEM for code in sorted({*self.problems, *extra})})
         out: dict[str, Any] = {"operationId": self.id, "summary": self.summary}
         if self.open:

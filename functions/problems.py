@@ -52,6 +52,7 @@ class Kind(Enum):
         "Too many Idempotency-Keys from this client",
     )
     HEADERS_TOO_LARGE = "headers-too-large", 431, "The request headers are too large"
+    REPEATED_HEADER = "repeated-header", 400, "A header that may come once came again"
     BODY_TIMEOUT = "body-timeout", 408, "The request body did not arrive in time"
     INTERNAL = "internal", 500, "Internal error"
 

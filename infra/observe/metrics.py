@@ -324,8 +324,9 @@ class Metrics:
         label="reason",
     )
     requests_refused: LabeledTotal = metric(
-        "Requests refused before any work: no or a bad key (401), a key without the scope "
-        "(403), too many Idempotency-Keys (429), headers too large (431), by status.",
+        "Requests refused before any work: a header repeated (400), no or a bad key (401), a "
+        "key without the scope (403), too many Idempotency-Keys (429), headers too large "
+        "(431), by status.",
         label="status",
     )
     keys_refresh_errors: Total = metric(

@@ -129,6 +129,36 @@ async def test_a_query_parameter_given_twice_is_refused(clients: Clients) -> Non
     assert (await own.post("/counters/q/next?count=2")).json()["last"] == 2
 
 
+async def test_a_body_on_next_is_refused_not_ignored(clients: Clients) -> None:
+    """Issue 51, item 7: `{"count": 5}` in /next's body returned one value; a chunked body was
+    taken too. /next takes no body: 422 naming it, nothing taken."""
+    own = clients()
+    assert (await own.post("/counters", json={"name": "b"})).status_code == 201
+    body = problem(await own.post("/counters/b/next", json={"count": 5}), 422, "invalid-request")
+    assert body["field"] == "body" and "?count=N" in body["detail"]
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"count": 5}'
+
+    chunked = await own.post("/counters/b/next", content=chunks())
+    assert problem(chunked, 422, "invalid-request")["field"] == "body"
+    assert (await own.get("/counters/b")).json()["value"] is None, "nothing was taken"
+    assert (await own.post("/counters/b/next")).json()["value"] == 1
+
+
+@pytest.mark.parametrize("header", ["Idempotency-Key", "Authorization"])
+async def test_a_header_that_may_come_once_is_refused_twice(clients: Clients, header: str) -> None:
+    """Issue 51, item 7: with two Idempotency-Keys (or two Authorizations) the last won,
+    silently. 400 naming the header, on /next and every other route; nothing taken."""
+    own = clients()
+    assert (await own.post("/counters", json={"name": "h"})).status_code == 201
+    twice = [(header, "one"), (header, "two")]
+    for method, path in (("POST", "/counters/h/next"), ("GET", "/counters/h")):
+        answer = await own.request(method, path, headers=twice)
+        assert header in problem(answer, 400, "repeated-header")["detail"], answer.text
+    assert (await own.get("/counters/h")).json()["value"] is None, "nothing was taken"
+
+
 @pytest.mark.parametrize("name", ["ab\n", "ab\r\n", "\nab", "ab\x00"])
 async def test_a_name_ending_in_a_newline_is_refused_everywhere(
     clients: Clients, name: str

@@ -19,6 +19,7 @@ from mangum import Mangum
 
 from functions.app import create_app
 from functions.edge import CANCEL_PUT_S, Edge
+from functions.problems import Kind, Problem
 from infra.adapters.serverless import aws_ports
 from infra.errors import SettingsError
 from infra.observe.emf import Emf
@@ -50,7 +51,7 @@ class LazyStore:
         return getattr(self.made, name)
 
 
-def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) -> Mangum:
+def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) -> Entry:
     """A container's handler: settings from the environment, AWS clients, the app; its signals
     counted in `metrics` when given."""
     settings = Settings.from_env(env)
@@ -70,14 +71,45 @@ def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) 
         health=Health(aws.edge_checks(store)),
         tell_s=CANCEL_PUT_S,
     )
-    return Mangum(create_app(edge), lifespan="off")
+    return Entry(Mangum(create_app(edge), lifespan="off"))
+
+
+class Entry:
+    """Mangum behind a check of the one thing it cannot read itself: a Host header with an IPv6
+    literal or a port that is not a number (`[::1]:3000`, `127.0.0.1:http`) made it answer a
+    plain-text 500. API Gateway's own Host is its domain; `sam local` and `numerator up --edge
+    lambda` pass the client's, which gets a 400 problem instead."""
+
+    def __init__(self, mangum: Mangum) -> None:
+        self.mangum = mangum
+        self.app = mangum.app  # the app (FastPath) and its edge, for those who close them
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        host = (event.get("headers") or {}).get("host")
+        if host is None or readable(host):
+            return self.mangum(event, context)
+        path = event.get("rawPath") or event.get("path") or ""
+        detail = f"Host {host!r} names no host and numeric port: call by name or IPv4 address"
+        return {
+            "statusCode": 400,
+            "headers": {"content-type": "application/problem+json"},
+            "body": Problem(Kind.BAD_HOST, detail).body(path).decode(),
+            "isBase64Encoded": False,
+        }
+
+
+def readable(host: str) -> bool:
+    """Whether Mangum reads `host` (mangum.handlers.utils.get_server_and_port): a name alone,
+    or one colon and a port of digits."""
+    _, colon, port = host.partition(":")
+    return not colon or (port.isdigit() and ":" not in port)
 
 
 logger = Logger(service="numerator")
 copy_config_to_registered_loggers(
     source_logger=logger, include={"numerator.edge", "numerator.replies", "numerator.front"}
 )
-_container: tuple[Mangum, Emf] | None = None
+_container: tuple[Entry, Emf] | None = None
 
 
 @logger.inject_lambda_context

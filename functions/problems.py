@@ -53,6 +53,7 @@ class Kind(Enum):
     )
     HEADERS_TOO_LARGE = "headers-too-large", 431, "The request headers are too large"
     REPEATED_HEADER = "repeated-header", 400, "A header that may come once came again"
+    BAD_HOST = "bad-host", 400, "The Host header cannot be read"
     BODY_TIMEOUT = "body-timeout", 408, "The request body did not arrive in time"
     INTERNAL = "internal", 500, "Internal error"
 
@@ -82,7 +83,7 @@ class Problem(Exception):
         self.status = status or kind.status
         self.headers: dict[str, str] = {}
 
-    def response(self, instance: str = "") -> Response:
+    def body(self, instance: str = "") -> bytes:
         body: dict[str, Any] = {
             "type": self.kind.type,
             "title": self.kind.title,
@@ -93,8 +94,11 @@ class Problem(Exception):
         if instance:
             body["instance"] = instance
         body.update(self.extra)
+        return orjson.dumps(body)
+
+    def response(self, instance: str = "") -> Response:
         return Response(
-            orjson.dumps(body),
+            self.body(instance),
             status_code=self.status,
             headers=self.headers,
             media_type="application/problem+json",

@@ -18,10 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack
 from typing import Any
 
-from mangum import Mangum
 from starlette.types import Receive, Scope, Send
 
-from functions.handler import build
+from functions.handler import Entry, build
+from functions.problems import Kind, Problem
 from infra.observe.metrics import Metrics
 from infra.observe.workers import Workers, sharing, workers_dir
 from infra.run.apigateway import event, read_body
@@ -48,30 +48,39 @@ class Context:
 class LambdaEdge:
     """An ASGI app whose every HTTP request is one Lambda invocation."""
 
-    def __init__(self, containers: int, timeout: float = INVOCATION_TIMEOUT_S) -> None:
+    def __init__(
+        self, containers: int, timeout: float = INVOCATION_TIMEOUT_S, body_timeout: float = 10.0
+    ) -> None:
         self.pool = ThreadPoolExecutor(containers, thread_name_prefix="container")
-        self.timeout = timeout
+        self.timeout, self.body_timeout = timeout, body_timeout
         self._local = threading.local()
         self.containers: list[Metrics] = []
         self.workers: Workers | None = None
         self._serving = AsyncExitStack()
 
     def _invoke(self, request: dict[str, Any]) -> dict[str, Any]:
-        handler: Mangum | None = getattr(self._local, "handler", None)
+        handler: Entry | None = getattr(self._local, "handler", None)
         if handler is None:  # this container's cold start
             metrics = self._local.metrics = Metrics()
             self.containers.append(metrics)
             handler = self._local.handler = build(metrics=metrics)
-            return handler(request, Context(self.timeout))  # type: ignore[arg-type]
+            return handler(request, Context(self.timeout))
         # A warm invocation's CPU: this container's thread and its AWS threads, which serve it
         # alone (the first also loads what the container keeps: Lambda bills it once).
         metrics = self._local.metrics
         began, aws = time.thread_time(), metrics.aws_cpu_seconds.value
         try:
-            return handler(request, Context(self.timeout))  # type: ignore[arg-type]
+            return handler(request, Context(self.timeout))
         finally:
             spent = time.thread_time() - began + metrics.aws_cpu_seconds.value - aws
             metrics.invocation_cpu_seconds.observe(spent)
+
+    async def _late_body(self, send: Send) -> None:
+        detail = f"the body did not arrive within {self.body_timeout:g} s"
+        body = Problem(Kind.BODY_TIMEOUT, detail).body()
+        headers = [(b"content-type", b"application/problem+json"), (b"connection", b"close")]
+        await send({"type": "http.response.start", "status": 408, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
     def _total(self) -> Metrics:
         return Metrics.total(self.containers)
@@ -106,7 +115,12 @@ class LambdaEdge:
         if scope["method"] == "GET" and scope["path"] == "/metrics" and here:
             await self._metrics(send)
             return
-        body = await read_body(receive)
+        try:  # API Gateway waits for the body no longer than the other edges do
+            async with asyncio.timeout(self.body_timeout):
+                body = await read_body(receive)
+        except TimeoutError:
+            await self._late_body(send)
+            return
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(self.pool, self._invoke, event(scope, body))
         payload = result.get("body") or ""
@@ -123,4 +137,4 @@ class LambdaEdge:
 def app_from_env() -> LambdaEdge:
     """What a server worker runs for `--edge lambda`."""
     settings = Settings.from_env()
-    return LambdaEdge(settings.local.lambda_containers)
+    return LambdaEdge(settings.local.lambda_containers, body_timeout=settings.edge.body_timeout_s)

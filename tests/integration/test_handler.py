@@ -446,3 +446,49 @@ def test_the_local_lambda_edge_times_each_warm_invocations_cpu(
     finally:
         thread.submit(lambda: retire(edge._local.handler)).result()
         thread.shutdown()
+
+
+@pytest.mark.parametrize("host", ["[::1]:3000", "127.0.0.1:http", "a:1:2"])
+def test_a_host_mangum_cannot_read_is_a_400_problem(
+    aws: tuple[Settings, Any], name: str, containers: list[Container], host: str
+) -> None:
+    """Issue 51, item 7: Mangum split such a Host at its colons and answered a plain-text 500."""
+    lam = Container(environment(aws[0]))
+    containers.append(lam)
+    asked = event("http-api-next.json", name)
+    asked["headers"]["host"] = host
+    answer = lam(asked)
+    assert answer["statusCode"] == 400, answer
+    assert answer["headers"]["content-type"] == "application/problem+json"
+    problem = body(answer)
+    assert problem["type"] == "urn:numerator:problem:bad-host" and host in problem["detail"]
+    fine = event("http-api-create.json", name)
+    fine["headers"]["host"] = "127.0.0.1:3000"
+    assert lam(fine)["statusCode"] == 201, "a host and numeric port is served"
+
+
+async def test_the_local_lambda_edge_answers_a_body_that_never_ends_408() -> None:
+    """Issue 51, item 7: `up --edge lambda` waited 40 s for a body that never completed; the other
+    edges answer 408 at BODY_TIMEOUT_S. No container is invoked for it."""
+    from numerator.lambdaedge import LambdaEdge
+
+    edge = LambdaEdge(1, body_timeout=0.3)
+    sent: list[dict[str, Any]] = []
+    parts = [{"type": "http.request", "body": b'{"name":', "more_body": True}]
+
+    async def receive() -> dict[str, Any]:
+        if parts:
+            return parts.pop()
+        await asyncio.sleep(3600)  # the rest never comes
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/counters", "headers": []}
+    began = time.monotonic()
+    await edge(scope, receive, send)
+    assert time.monotonic() - began < 3
+    assert sent[0]["status"] == 408 and not edge.containers
+    assert json.loads(sent[1]["body"])["type"] == "urn:numerator:problem:body-timeout"
+    edge.pool.shutdown()

@@ -39,10 +39,16 @@ AUDITED = (
     " made AS (SELECT d.klass, json_agg(json_build_array(a.counter, a.period,"
     " d.start + a.allocated - d.delta, d.start - 1 + a.allocated)"
     " ORDER BY a.counter, a.period) AS ranges,"
-    " array_agg(DISTINCT a.counter) AS names"
+    " array_agg(DISTINCT a.counter) AS names, count(*) AS pairs"
     " FROM alloc a JOIN d ON d.counter = a.counter AND d.period = a.period"
     " GROUP BY d.klass),"
-    " rows AS (SELECT made.klass, k.keep_s, made.ranges, k.detail, made.names"
+    # A period the floor refused allocated nothing: its runs leave the row's detail (rare, so
+    # the detail is rebuilt only when a class allocated fewer periods than it asked for).
+    " rows AS (SELECT made.klass, k.keep_s, made.ranges, CASE"
+    " WHEN made.pairs = json_array_length(k.detail->'r') THEN k.detail"
+    " ELSE json_build_object('r', (SELECT json_agg(e) FROM json_array_elements(k.detail->'r') e"
+    " WHERE EXISTS (SELECT FROM alloc a WHERE a.counter = e->>0 AND a.period = e->>1)),"
+    " 'v', k.detail->'v') END AS detail, made.names"
     " FROM made JOIN k ON k.klass = made.klass)," + AUDIT
 )
 ANSWER = (

@@ -67,9 +67,12 @@ class Emf:
         now = self.totals()
         changed = {k: v - self.last.get(k, 0.0) for k, v in now.items()}
         changed = {k: v for k, v in changed.items() if v}
+        if self.role == "batcher":  # a gauge: said when it moved, or beside what did
+            lag = self.metrics.batcher_lag_seconds.value
+            if changed or lag != self.last.get("LagSeconds"):
+                changed["LagSeconds"] = lag
+            now["LagSeconds"] = lag
         self.last = now
-        if self.role == "batcher":
-            changed["LagSeconds"] = self.metrics.batcher_lag_seconds.value
         if not changed:
             return {}
         for name, value in changed.items():

@@ -113,6 +113,28 @@ async def test_a_long_running_process_writes_its_changes_as_emf_lines(
     assert sum(line.get("ReplyTimeouts", [0])[0] for line in lines) == 1
 
 
+def test_an_idle_batcher_writes_no_emf_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 51, item 11: nothing when nothing changed. The batcher's flush added its lag to
+    every line, so an idle batcher wrote one an interval; its lag goes out when it changed, or
+    beside what did."""
+    import json
+
+    from infra.observe.emf import Emf
+
+    metrics = Metrics()
+    emf = Emf(metrics, "batcher")
+    metrics.batcher_lag_seconds.set(0.5)
+    assert emf.flush() == {"LagSeconds": 0.5}
+    assert emf.flush() == {}, "nothing changed"
+    metrics.records_in.inc(4)
+    assert emf.flush() == {"RecordsIn": 4, "LagSeconds": 0.5}, "the lag beside what changed"
+    metrics.batcher_lag_seconds.set(0.0)
+    assert emf.flush() == {"LagSeconds": 0.0}, "the lag fell: said once"
+    assert emf.flush() == {}
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if "_aws" in line]
+    assert len(lines) == 3
+
+
 async def test_each_aws_call_is_timed_by_call_failed_tries_too() -> None:
     """numerator_aws_call_seconds_total: what a call's mean latency is read from (the plan's
     measure keeps it as call_ms)."""

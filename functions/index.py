@@ -39,6 +39,15 @@ numerator next inv                         # INV-2026-000001
 curl -X POST $NUMERATOR_URL/counters/inv/next"""
 
 
+def inline(text: str) -> str:
+    """Markdown's inline code (the OpenAPI summaries': "`count` consecutive values") as HTML,
+    the rest escaped."""
+    parts = escape(text).split("`")
+    if len(parts) % 2 == 0:  # an odd backtick: shown as it is
+        return escape(text)
+    return "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
+
+
 def routes(schema: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(method, path, summary) of every operation in the OpenAPI document, in its order."""
     return [
@@ -51,7 +60,7 @@ def routes(schema: dict[str, Any]) -> list[tuple[str, str, str]]:
 def page(schema: dict[str, Any]) -> str:
     rows = "".join(
         f"<tr><td><code>{escape(method)}</code></td><td><code>{escape(path)}</code></td>"
-        f"<td>{escape(summary)}</td></tr>"
+        f"<td>{inline(summary)}</td></tr>"
         for method, path, summary in routes(schema)
     )
     links = "".join(

@@ -115,6 +115,10 @@ def add_serve(commands: Any) -> None:
     serve.set_defaults(run=later("numerator.serving:run_serve"))
 
 
+BATCHER_PORT = 8081
+"""`numerator batcher`'s /healthz and /metrics; docs/operations.md scrapes it (a test holds it)."""
+
+
 def add_batcher(commands: Any) -> None:
     batcher = commands.add_parser(
         "batcher", help="run the batcher alone: Kinesis in, Postgres, DynamoDB out (MODE=aws)"
@@ -123,7 +127,11 @@ def add_batcher(commands: Any) -> None:
         "--host", default="127.0.0.1", help="the address of /healthz and /metrics (%(default)s)"
     )
     batcher.add_argument(
-        "--port", type=int, default=8081, help="the port of /healthz and /metrics (%(default)s)"
+        "--port",
+        type=int,
+        default=BATCHER_PORT,
+        help="the port of /healthz and /metrics (%(default)s; `up --aws` picks free ones and "
+        "prints them)",
     )
     database(batcher)
     batcher.add_argument(

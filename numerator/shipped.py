@@ -51,9 +51,15 @@ def write(folder: Path) -> list[Path]:
     source = docs()
     for name in PAGES:
         target = folder / "docs" / name
-        target.write_bytes((source / name).read_bytes())
+        target.write_text(relinked((source / name).read_text()))
         written.append(target)
     return written
+
+
+def relinked(page: str) -> str:
+    """A page's links as they resolve in `folder`: FILES sit beside docs/ there, not in a
+    monitoring/ folder as in the source tree."""
+    return page.replace("](../monitoring/", "](../")
 
 
 def run(args: argparse.Namespace) -> None:

@@ -59,16 +59,21 @@ def test_a_url_without_a_scheme_fails_at_once_saying_so() -> None:
 
 def test_monitoring_writes_the_rules_the_dashboard_and_their_runbook(tmp_path: Path) -> None:
     from numerator.cli import main
+    from numerator.shipped import relinked
 
     main(["monitoring", str(tmp_path / "ops")])
     root = Path(__file__).parents[2]
     for shipped, written in (
         ("monitoring/rules.yml", "rules.yml"),
         ("monitoring/dashboard.json", "dashboard.json"),
-        ("docs/operations.md", "docs/operations.md"),
-        ("docs/runbook.md", "docs/runbook.md"),
     ):
         assert (tmp_path / "ops" / written).read_bytes() == (root / shipped).read_bytes()
+    for page in ("docs/operations.md", "docs/runbook.md"):
+        text = (tmp_path / "ops" / page).read_text()
+        assert text == relinked((root / page).read_text())
+        # every relative link resolves where the pages were written (issue 54)
+        for link in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", text):
+            assert (tmp_path / "ops" / "docs" / link).resolve().is_file(), (page, link)
     rules = (tmp_path / "ops" / "rules.yml").read_text()
     anchors = set(re.findall(r"runbook_url: docs/runbook.md#(\S+)", rules))
     runbook = (tmp_path / "ops" / "docs" / "runbook.md").read_text().lower()

@@ -69,3 +69,11 @@ def test_every_relative_link_in_the_docs_leads_to_a_file() -> None:
             if not (page.parent / target).exists():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, "\n".join(broken)
+
+
+def test_the_operations_page_scrapes_the_batchers_default_port() -> None:
+    from numerator.commands import BATCHER_PORT
+
+    page = (ROOT / "docs" / "operations.md").read_text()
+    ports = re.findall(r'job_name: numerator-batcher.*\n.*targets: \["127\.0\.0\.1:(\d+)"\]', page)
+    assert ports == [str(BATCHER_PORT)], ports

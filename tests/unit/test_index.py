@@ -35,3 +35,11 @@ def test_the_page_loads_nothing_and_escapes_what_it_shows() -> None:
     assert not re.search(r"(href|src)=\"(https?:)?//", html), "no link off this service"
     odd = {**served(app), "paths": {"/x": {"get": {"summary": "<b>bold</b>"}}}}
     assert "&lt;b&gt;bold&lt;/b&gt;" in page(odd)
+
+
+def test_code_in_a_summary_is_shown_as_code_not_backticks() -> None:
+    """Issue 54: the page showed "`count`" with its backticks."""
+    html = rendered(create_app().app)
+    assert "<code>count</code>" in html and "`" not in html.split("<h2>Try it</h2>")[0]
+    odd = {**served(create_app().app), "paths": {"/x": {"get": {"summary": "a ` alone <i>"}}}}
+    assert "a ` alone &lt;i&gt;" in page(odd)

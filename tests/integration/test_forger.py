@@ -21,7 +21,9 @@ import boto3
 import pytest
 
 from infra.adapters.pushkeys import PushKeys, SecretKeys, held, new_key
+from infra.errors import Refused
 from infra.settings import Settings
+from numerator import pushkey
 from tests.checks import until
 from tests.forger import Forger, forged
 from tests.integration.test_front import burst, running, values
@@ -125,5 +127,21 @@ async def test_the_documented_rotation_refuses_no_push(aws_endpoint: str) -> Non
             await until(lambda: edge.opened(to, first.sign(to, b"x")) is None, within=5)
             assert edge.opened(to, after.sign(to, b"r")) == b"r"
             assert after.ids[0] != first.ids[0] and len(edge.ids) == 1
+    finally:
+        client.delete_secret(SecretId=arn, ForceDeleteWithoutRecovery=True)
+
+
+def test_a_rotation_step_out_of_order_is_refused_in_one_sentence(aws_endpoint: str) -> None:
+    client = boto3.client("secretsmanager")
+    arn = client.create_secret(Name=f"push-{uuid.uuid4().hex[:8]}", SecretString=new_key())["ARN"]
+    try:
+        with pytest.raises(Refused, match="no AWSPENDING version: run `numerator aws push-key"):
+            pushkey.promote(client, arn)
+        with pytest.raises(Refused, match="no AWSPREVIOUS version: nothing to retire"):
+            pushkey.retire(client, arn)
+        assert "AWSPENDING" in pushkey.stage(client, arn)
+        assert "AWSCURRENT" in pushkey.promote(client, arn)
+        assert "retired" in pushkey.retire(client, arn)
+        assert set(pushkey.staged(client, arn)) == {"AWSCURRENT"}
     finally:
         client.delete_secret(SecretId=arn, ForceDeleteWithoutRecovery=True)

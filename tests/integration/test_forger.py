@@ -32,6 +32,7 @@ BURSTS = 6
 ROOT = Path(__file__).parents[2]
 
 
+@pytest.mark.slow  # two stacks, six bursts on 300 ms beats each: 4-7 s
 @pytest.mark.parametrize("leaked", [False, True], ids=["reader", "control-key-leaked"])
 async def test_a_reader_of_the_stream_cannot_answer_a_request(
     aws: tuple[Settings, Any], name: str, leaked: bool

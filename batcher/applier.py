@@ -46,7 +46,10 @@ class Applier:
         metrics: Metrics,
         faults: Faults,
         trouble: set[str],
+        push: Pusher | None = None,
     ) -> None:
+        """`push`: pushes committed replies to the edges whose records name an inbox (none
+        without push keys)."""
         self.stream, self.replies, self.frames = stream, replies, frames
         self.shares, self.known, self.recent = shares, known, recent
         self.settings, self.metrics, self.faults = settings, metrics, faults
@@ -59,7 +62,7 @@ class Applier:
         reads = cast(Reads, stream) if hasattr(stream, "read_ended") else None
         interval = settings.aws.read_interval_ms / 1000
         self.gather = Gather(replies.publish, gather_s, reads, interval, reply_lag(settings))
-        self.push = Pusher()  # replies to the edges whose records name an inbox, committed
+        self.push = push or Pusher(None)
 
     async def apply(self, frame: Frame, lease: Lease, token: object = None) -> Lease | None:
         """Apply the frame until it commits, then publish (with the frames applying beside it:

@@ -21,6 +21,7 @@ from batcher.shard import ShardLoop
 from batcher.shares import Shares
 from batcher.stopping import Stopping
 from batcher.supervisor import Supervisor
+from infra.adapters.push import Pusher
 from infra.backoff import Backoff
 from infra.clock import utc_now
 from infra.errors import NumeratorError
@@ -47,8 +48,11 @@ class Batcher:
         owner: str | None = None,
         anchors: Anchors | None = None,
         faults: Faults | None = None,
+        push: Pusher | None = None,
     ) -> None:
-        """`faults`: the crash tests' switches (Faults.from_env, at the program's edge)."""
+        """`faults`: the crash tests' switches (Faults.from_env, at the program's edge);
+        `push`: what pushes committed replies to the edges that wait for them (none: the
+        reply table alone)."""
         self.stream, self.store, self.metrics = stream, store, metrics
         self.owner = owner or uuid.uuid4().hex
         self.stopping = Stopping()
@@ -70,6 +74,7 @@ class Batcher:
             metrics,
             faults or Faults(),
             self._trouble,
+            push,
         )
         loop = ShardLoop(
             stream, self.shares, applier, settings, self.stopping, self._trouble, restarts

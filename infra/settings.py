@@ -20,6 +20,7 @@ from infra.errors import SettingsError
 MAX_HEADER_BUFFER = 65_536  # the HTTP server refuses headers beyond this itself (a bare 431)
 LOOPBACK_ONLY = "loopback only"  # AUTHORIZER: nothing in front but a loopback listener
 RESOURCE = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")  # Kinesis stream and DynamoDB table names
+MIN_PUSH_KEY = 32  # characters of a push key: 32 random alphanumerics hold some 190 bits
 
 
 class Mode(StrEnum):
@@ -273,6 +274,14 @@ class AwsSettings(Group):
     # record put on the shard read next): set it alike for edges and batchers
     read_beats: ReadBeats = ReadBeats.SHARED
     aws_threads: int = 16  # AWS_THREADS: threads (and connections) for boto3 calls per process
+    # PUSH_KEYS: the keys that sign the replies batchers push to server edges, shared out of
+    # band (never in a record): the signing one first, then any only accepted, comma-separated
+    push_keys: str = field(default="", repr=False)
+    # PUSH_KEY_SECRET_ARN: a Secrets Manager secret holding the push key instead (AWSCURRENT
+    # signs; AWSPENDING and AWSPREVIOUS are accepted), read at start and every
+    # PUSH_KEY_REFRESH_S
+    push_key_secret_arn: str = ""
+    push_key_refresh_s: float = 60.0  # PUSH_KEY_REFRESH_S: how often the secret is read again
 
     POSITIVE = ("shards", "partition_spread", "read_interval_ms", "aws_threads")
     NOT_NEGATIVE = ("reply_lag_ms", "reply_gather_ms")
@@ -283,6 +292,12 @@ class AwsSettings(Group):
         for name in ("stream_name", "reply_table"):
             if not RESOURCE.fullmatch(getattr(self, name)):
                 raise SettingsError(name.upper(), "must be 1-128 letters, digits, '_', '-' or '.'")
+        if any(len(key.strip()) < MIN_PUSH_KEY for key in self.push_keys.split(",") if key):
+            raise SettingsError("PUSH_KEYS", f"each key must be at least {MIN_PUSH_KEY} characters")
+        if self.push_keys and self.push_key_secret_arn:
+            raise SettingsError("PUSH_KEYS", "set it or PUSH_KEY_SECRET_ARN, not both")
+        if self.push_key_refresh_s < 1:
+            raise SettingsError("PUSH_KEY_REFRESH_S", "must be at least 1")
 
 
 @dataclass(frozen=True, slots=True)

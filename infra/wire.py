@@ -127,8 +127,9 @@ class Record:
     """Who asked, for the audit trail: an API key (`key:ID`) or a client address; a front
     frame's record says it for each run of its requests, [[count, who], ...] in order."""
     to: str = ""
-    """Where its edge takes its reply pushed (infra/adapters/push.py): "host:port/token", or
-    "" (the Lambda edge, the embedded path): then the reply table alone."""
+    """Where its edge takes its reply pushed (infra/adapters/push.py): "host:port", or ""
+    (the Lambda edge, the embedded path): then the reply table alone. An address only: the key
+    a push is signed with never travels in a record."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

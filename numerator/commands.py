@@ -168,6 +168,22 @@ def add_aws(commands: Any) -> None:
     )
     init.add_argument("--shards", type=int, help="shards of a new stream (default: $SHARDS or 1)")
     init.set_defaults(run=later("numerator.serving:run_aws_init"))
+    push = actions.add_parser(
+        "push-key",
+        help="rotate the push key in its Secrets Manager secret, one step at a time "
+        "(docs/operations.md)",
+    )
+    push.add_argument(
+        "step",
+        choices=["stage", "promote", "retire"],
+        help="stage: a new key, accepted but not yet used; promote: signed with, the old one "
+        "still accepted; retire: the old one refused. Wait PUSH_KEY_REFRESH_S between steps",
+    )
+    push.add_argument("--secret", required=True, help="the secret's ARN (PUSH_KEY_SECRET_ARN)")
+    push.add_argument(
+        "--endpoint", help="e.g. http://localhost:4566 (default: $AWS_ENDPOINT_URL, else AWS)"
+    )
+    push.set_defaults(run=later("numerator.pushkey:run"))
 
 
 def add_invoke(commands: Any) -> None:

@@ -113,6 +113,7 @@ def serve_aws(args: argparse.Namespace, settings: Settings, where: str) -> None:
     """`up --aws`: the endpoint (moto server started here, or a URL), the stream and table, the
     batcher process(es), then the HTTP edge in front."""
     from infra.adapters.aws import clients, create  # boto3 loads only where it is used
+    from infra.adapters.pushkeys import new_key
     from numerator import local
 
     with ExitStack() as running:
@@ -128,6 +129,10 @@ def serve_aws(args: argparse.Namespace, settings: Settings, where: str) -> None:
         settings = settings.but(read_beats=beats_for(args.edge, os.environ))
         if "REPLY_PUSH" not in os.environ:  # its batchers run here: no inbox open to the network
             settings = settings.but(reply_push="127.0.0.1")
+        if not (settings.aws.push_keys or settings.aws.push_key_secret_arn):
+            # The key its batchers sign pushed replies with and its edges check them with:
+            # handed to them in their environment, never put on the stream.
+            settings = settings.but(push_keys=new_key())
         made = create(clients(settings, aws), settings)
         asyncio.run(migrate_when_ready(settings.database.database_url, args.wait_for_db))
         batchers = local.batchers(args.batchers, {**settings.to_env(), **aws})

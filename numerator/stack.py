@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
@@ -28,7 +29,8 @@ from infra.adapters.anchors import anchors_to
 from infra.adapters.aws import Clients, check
 from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.adapters.postgres import PostgresStore, migrate
-from infra.adapters.push import Inbox, outward
+from infra.adapters.push import Inbox, Pusher, outward
+from infra.adapters.pushkeys import held
 from infra.adapters.serverless import AwsPorts, aws_ports
 from infra.clock import utc_now
 from infra.faults import Faults
@@ -39,6 +41,8 @@ from infra.ports import Replies, Stream
 from infra.run.server import tune_gc, worker_signals
 from infra.settings import FrontPolicy, Mode, ReplyItems, Settings
 from infra.wire import read_grouped
+
+log = logging.getLogger("numerator.edge")
 
 
 def describe(metrics: Metrics, settings: Settings, role: str) -> None:
@@ -79,6 +83,8 @@ class BatcherStack:
         )
         self.aws: AwsPorts | None = None
         self.stream, self.replies = self.ports()
+        self.pusher = Pusher(None)  # its keys once read (AWS path)
+        self.running = AsyncExitStack()
         self.batcher = Batcher(
             self.stream,
             self.replies,
@@ -89,6 +95,7 @@ class BatcherStack:
             owner,
             anchors_to(settings.retention.anchor_to),
             faults,
+            self.pusher,
         )
         self.health = Health(self.checks())
 
@@ -111,6 +118,9 @@ class BatcherStack:
     async def __aenter__(self) -> Self:
         if self.aws is not None:
             await check(self.aws.clients, self.aws.calls, self.settings)
+            self.pusher.keys = await self.running.enter_async_context(held(self.settings.aws))
+            if self.pusher.keys is None:
+                log.warning("no PUSH_KEYS or PUSH_KEY_SECRET_ARN: replies are not pushed")
         await migrate(self.settings.database.database_url)
         await self.store.open()
         await self.batcher.start()
@@ -124,6 +134,7 @@ class BatcherStack:
     ) -> None:
         await self.batcher.stop()
         await self.store.close()
+        await self.running.aclose()
         if self.aws is not None:
             self.aws.close()
 
@@ -190,7 +201,8 @@ class EdgeStack:
             clock=clock,
             health=Health(self.aws.edge_checks(self.store)),
         )
-        self.inbox: Inbox | None = None  # pushed replies, once open
+        self.inbox: Inbox | None = None  # pushed replies, once open (with push keys)
+        self.running = AsyncExitStack()
         policy = settings.edge.front_frame_policy
         if settings.edge.front_frame_ms > 0:
             self.edge.front = Front(
@@ -212,9 +224,17 @@ class EdgeStack:
             await self.store.open()
         push = self.settings.edge.reply_push
         if self.edge.front is not None and push != "off":
+            keys = await self.running.enter_async_context(held(self.settings.aws))
+            if keys is None:
+                log.warning(
+                    "REPLY_PUSH: no PUSH_KEYS or PUSH_KEY_SECRET_ARN, so no push can be "
+                    "trusted: replies are read from the reply table alone"
+                )
+                return self
             self.inbox = Inbox(
                 self.aws.replies.pushed,
                 outward() if push == "auto" else push,
+                keys,
                 self.metrics.pushes_dropped.inc,
             )
             self.edge.front.to = await self.inbox.open()
@@ -230,6 +250,7 @@ class EdgeStack:
             await self.edge.front.close()
         if self.inbox is not None:
             self.inbox.close()
+        await self.running.aclose()
         await self.store.close()
         self.aws.close()
 

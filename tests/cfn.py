@@ -57,7 +57,8 @@ def resolve(node: Any, truth: dict[str, bool]) -> Any:
         out = {k: resolve(v, truth) for k, v in node.items()}
         return {k: v for k, v in out.items() if v != NO_VALUE}
     if isinstance(node, list):
-        return [resolve(item, truth) for item in node if item != NO_VALUE]
+        # an item may be an Fn::If whose branch taken is AWS::NoValue: decided, then dropped
+        return [out for out in (resolve(item, truth) for item in node) if out != NO_VALUE]
     return node
 
 

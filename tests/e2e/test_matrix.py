@@ -1,13 +1,15 @@
 """The fault matrix (DESIGN.md, "How the guarantees are proven"): {embedded, AWS server edge, AWS
-Lambda edge} x {1, 2 workers} x {one worker SIGKILLed; clients cutting at random (within 0.3, 0.9
-or 1.5 s, by path: CUT_MS) and retrying keyed requests; a batcher SIGSTOPped past its lease
-(AWS); Postgres stopped 6 s; DynamoDB refusing 6 s (AWS)}. The Lambda edge's stream has two
-shards, read on phased beats, as template.yaml deploys it. Each cell is a bounded run of recorded
-clients on two fresh counters of one stack (`numerator up` started once per path and worker
-count, its faults in turn, the worker's death last), held by the history checker
+Lambda edge} x {1, 2 workers} x {one worker SIGKILLed; clients cutting at random (within 0.3,
+0.9 or 1.5 s, by path: CUT_MS) and retrying keyed requests; a batcher SIGSTOPped past its lease
+(AWS); Postgres stopped 6 s; DynamoDB refusing 6 s (AWS); a forger reading every record of the
+stream and pushing forged replies to the edges' inboxes (the server edge: the path where pushes
+answer requests; tests/forger.py), of which none may be taken}. The Lambda edge's stream has two
+shards, read on phased beats, as template.yaml deploys it. Each cell is a bounded run of
+recorded clients on two fresh counters of one stack (`numerator up` started once per path and
+worker count, its faults in turn, the worker's death last), held by the history checker
 (tests/history.py) against the completeness report, the audit export and `audit verify`. Each
-cell prints its counts. VERSION_CELLS run a cell on the oldest supported Postgres and on
-Debian 12's (tests/postgres.py) besides pgserver's 16."""
+cell prints its counts. VERSION_CELLS run a cell on the oldest supported Postgres and on Debian
+12's (tests/postgres.py) besides pgserver's 16."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import boto3
 import httpx
 import psutil
 import pytest
@@ -32,11 +35,13 @@ from functions.edge import SETTLE_EVERY_S
 from functions.flight import MARGIN_S
 from infra.observe.health import EDGE_DEAD_S
 from numerator import local
+from tests.aws import DEFAULTS
 from tests.awsfaults import AwsFaults
 from tests.conftest import temporary_pgserver
 from tests.e2e.service import Service
 from tests.e2e.test_postgres_restart import start as start_postgres
 from tests.e2e.test_postgres_restart import stop as stop_postgres
+from tests.forger import Forger, forged
 from tests.history import Client, asked, dump, settle
 from tests.postgres import cluster
 
@@ -71,14 +76,15 @@ class Shape:
         return f"{self.path}-{self.workers}w{version}"
 
 
-FAULTS = ("cuts", "postgres", "dynamodb", "frozen", "kill")  # in this order on one stack
+FAULTS = ("cuts", "forger", "postgres", "dynamodb", "frozen", "kill")  # in this order on a stack
 AWS_ONLY = {"dynamodb", "frozen"}
+SERVER_ONLY = {"forger"}  # only the server edge takes pushes: elsewhere no record names an inbox
 SHAPES = [Shape(p, w) for p in ("embedded", "server", "lambda") for w in (1, 2)]
 CELLS = [
     pytest.param(shape, fault, id=f"{shape}-{fault}")
     for shape in SHAPES
     for fault in FAULTS
-    if shape.aws or fault not in AWS_ONLY
+    if (shape.aws or fault not in AWS_ONLY) and (shape.path == "server" or fault not in SERVER_ONLY)
 ]
 # The oldest supported Postgres and Debian 12's (infra/adapters/postgres/versions.py), each
 # stopped mid-load under two workers: the embedded path on 14, the Lambda edge on 15.
@@ -106,6 +112,7 @@ class Stack:
         self.faults: AwsFaults | None = None
         if shape.aws:
             moto = running.enter_context(local.moto_server())
+            self.endpoint = moto.url  # the stream as any reader of it reaches it
             self.faults = AwsFaults(moto.url)
             running.callback(self.faults.stop)
             args += ["--aws", self.faults.url, "--batchers", "2", "--edge", shape.path]
@@ -199,6 +206,7 @@ class Timeline:
     said: list[str]
     killed: float | None = None
     health: list[tuple[float, int]] | None = None
+    forger: Forger | None = None
 
     def note(self, what: str) -> None:
         self.said.append(f"{time.monotonic() - self.began:5.1f}s {what}")
@@ -265,6 +273,20 @@ async def fault(stack: Stack, kind: str, line: Timeline) -> float:
         batcher.send_signal(signal.SIGCONT)
         note(f"batcher {batcher.pid} SIGCONTed")
         return FROZEN_S + 4
+    if kind == "forger":
+        kinesis = boto3.client(
+            "kinesis",
+            endpoint_url=stack.endpoint,
+            region_name=DEFAULTS["AWS_DEFAULT_REGION"],
+            aws_access_key_id=DEFAULTS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=DEFAULTS["AWS_SECRET_ACCESS_KEY"],
+        )
+        line.forger = forger = await asyncio.to_thread(Forger(kinesis, "numerator").start)
+        note("forger reading the stream")
+        await asyncio.sleep(LOAD_S)
+        await asyncio.to_thread(forger.stop)
+        note(f"forger: {forger.named} of {forger.seen} records named an inbox, {forger.sent} sent")
+        return LOAD_S
     if kind == "kill":
         await asyncio.sleep(2.0)
         workers = stack.children(None)
@@ -362,6 +384,11 @@ def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
         )
     except httpx.HTTPError as exc:
         pytest.fail(f"the records could not be read ({exc!r}):\n{stack.service.said()[-3000:]}")
+    if line.forger is not None:  # it read records naming inboxes, and had none of its answers taken
+        taken = [v for a in client.history if a.delivered for v in forged(list(a.values))]
+        line.note(f"forged values taken: {len(taken)}")
+        assert line.forger.named > 0 and line.forger.sent > 0, "the forger found no inbox"
+        broken += [f"{len(taken)} forged values taken: {taken[:10]}"] if taken else []
     print(f"\nCELL {shape}-{kind} ({took:.0f} s): {tally.line()}")
     for said in [*line.said, line.healthline()]:
         if said:
@@ -379,7 +406,9 @@ def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
 
 def test_cells_cover_the_matrix() -> None:
     """Every cell DESIGN.md names: 3 paths x 2 worker counts x 5 faults, less the AWS-only
-    faults on the embedded path."""
-    assert len(CELLS) == 3 * 2 * 5 - 2 * 2
+    faults on the embedded path; and the forger on the server edge with 1 and 2 workers."""
+    assert len(CELLS) == 3 * 2 * 5 - 2 * 2 + 2
     shapes = {str(c.values[0]) for c in CELLS}
     assert shapes == {f"{p}-{w}w" for p in ("embedded", "server", "lambda") for w in (1, 2)}
+    forgers = {c.id for c in CELLS if c.values[1] == "forger"}
+    assert forgers == {"server-1w-forger", "server-2w-forger"}

@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from infra.adapters.postgres import PostgresStore
+from infra.adapters.pushkeys import new_key
 from infra.settings import ReplyItems, Settings
 from numerator.stack import BatcherStack, EdgeStack
 from tests.aws import Throttle, resources
@@ -340,19 +341,23 @@ async def test_pushed_replies_answer_without_a_table_read_and_a_lost_push_falls_
     settings, _ = aws
     # the edge's first table read half a beat after the batchers': a starved machine's commit
     # still comes before it
-    async with running(settings, name, reply_lag_ms=100.0) as (edge, client, back):
+    async with running(settings, name, reply_lag_ms=100.0, push_keys=new_key()) as (
+        edge,
+        client,
+        back,
+    ):
         assert edge.edge.front is not None and edge.inbox is not None
         got = await burst(client, name, 20)
         pushed, put = edge.metrics.replies_pushed.value, edge.metrics.records_put.value
         await until(lambda: back.metrics.reply_items.values.get("written", 0) >= 1, within=5)
         assert back.metrics.pushes_sent.value >= 1
-        # a datagram not signed with the inbox's token is dropped, and counted
-        host, port = edge.inbox.to.split("/")[0].split(":")
+        # a datagram not signed with the push key is dropped, and counted
+        host, port = edge.inbox.to.split(":")
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
             out.sendto(b"\x00" * 32 + b'{"k":"forged"}', (host, int(port)))
         await until(lambda: edge.metrics.pushes_dropped.value == 1, within=5)
         # the port of the discard service: the datagrams go, and nobody reads them
-        edge.edge.front.to = "127.0.0.1:9/" + edge.inbox.token.hex()
+        edge.edge.front.to = "127.0.0.1:9"
         lost = await burst(client, name, 5)
         read = edge.metrics.aws_calls.values.get("query", 0)
     assert [r.status_code for r in got + lost] == [200] * 25, [r.text for r in got + lost]

@@ -155,7 +155,9 @@ def variables() -> dict[str, dict[str, Any]]:
     resources = template()["Resources"]
     edge = resources["EdgeFunction"]["Properties"]["Environment"]["Variables"]
     (container,) = resources["BatcherTask"]["Properties"]["ContainerDefinitions"]
-    batcher = {item["Name"]: item["Value"] for item in container["Environment"]}
+    # every variable the batcher may be given: one set only in a variant is an Fn::If's branch
+    items = [item.get("Fn::If", [None, item])[1] for item in container["Environment"]]
+    batcher = {item["Name"]: item["Value"] for item in items}
     batcher.update({item["Name"]: item["ValueFrom"] for item in container["Secrets"]})
     return {"edge": dict(edge), "batcher": batcher}
 
@@ -418,6 +420,37 @@ def test_the_fargate_edge_serves_https_checks_healthz_scales_on_cpu_and_checks_k
     assert {"Name": "role", "Value": "server"} in burn["Dimensions"]
 
 
+@pytest.mark.parametrize("given", [{}, FARGATE], ids=["lambda", "fargate"])
+def test_only_the_batchers_and_the_edge_tasks_can_read_the_push_key(given: dict[str, str]) -> None:
+    """Replies pushed to the Fargate edge are signed with a key from a secret that the batchers
+    and the edge tasks are given and may read (its stages listed, for a rotation), and nothing
+    else: not the Lambda edge, which takes no pushes. Without the Fargate edge no key is made."""
+    made = variant(template(), given)["Resources"]
+    readers = set()
+    for name, resource in made.items():
+        for policy in resource.get("Properties", {}).get("Policies", []):
+            document = policy.get("PolicyDocument", policy)  # SAM's function: the statements
+            for statement in document.get("Statement", []) if isinstance(document, dict) else []:
+                if statement["Resource"] == {"Ref": "PushKey"}:
+                    assert set(statement["Action"]) == {
+                        "secretsmanager:ListSecretVersionIds",
+                        "secretsmanager:GetSecretValue",
+                    }
+                    readers.add(name)
+    told = set()
+    for task in ("BatcherTask", "EdgeTask"):
+        for container in made.get(task, {}).get("Properties", {}).get("ContainerDefinitions", []):
+            env = {item["Name"]: item["Value"] for item in container["Environment"]}
+            if env.get("PUSH_KEY_SECRET_ARN") == {"Ref": "PushKey"}:
+                told.add(task)
+    if not given:
+        assert "PushKey" not in made and not readers and not told
+        return
+    secret = made["PushKey"]["Properties"]["GenerateSecretString"]
+    assert secret["PasswordLength"] >= 32 and secret["ExcludePunctuation"] is True
+    assert readers == {"BatcherTaskRole", "EdgeTaskRole"} and told == {"BatcherTask", "EdgeTask"}
+
+
 def test_the_fargate_edge_needs_numerators_keys_and_a_certificate() -> None:
     rules = template()["Rules"]["FargateEdge"]
     assert rules["RuleCondition"] == {"Fn::Equals": [{"Ref": "Edge"}, "fargate"]}
@@ -439,7 +472,7 @@ def test_the_anchor_bucket_locks_every_record_in_compliance_mode() -> None:
         "Days": {"Ref": "AnchorRetentionDays"},
     }
     role = found["Resources"]["BatcherTaskRole"]["Properties"]["Policies"]
-    (anchor,) = [p for p in role if p["PolicyName"] == "anchor-heads"]
+    (anchor,) = [p for p in role if p.get("PolicyName") == "anchor-heads"]  # one is an Fn::If
     (statement,) = anchor["PolicyDocument"]["Statement"]
     assert statement["Action"] == "s3:PutObject"
     env = variables()["batcher"]

@@ -146,29 +146,36 @@ def invoke(
 
 def run_sam_local(args: argparse.Namespace) -> None:
     template = args.template.resolve()
-    if not template.is_file():
-        raise Refused(
-            f"no {args.template} here: run sam-local in a clone of numerator (it builds "
-            "template.yaml and its edge/), or name the template with --template"
-        )
-    sam_cli(), sam_env()  # what to install, said before anything starts
-    lambdaimage.docker_ready()
     state = template.parent / STATE
-    if args.action == "start-api":
-        problem = cannot_listen("127.0.0.1", args.port)
-        if problem:
-            raise Refused(f"port {args.port} is in use here: choose another with --port")
-        if joinable(state):
-            raise Refused(f"a sam-local start-api runs from {template.parent}: stop it first")
-    else:
-        missing = [str(e) for e in args.events if not e.is_file()]
-        if missing:
-            raise Refused(f"no such event file: {', '.join(missing)} (see events/)")
+    preflight(args, template, state)
     try:
         with stopped_by_sigterm():
             run(args, template, state)
     except KeyboardInterrupt:
         say("stopped")
+
+
+def preflight(args: argparse.Namespace, template: Path, state: Path) -> None:
+    """Refuse, in one sentence naming the fix, what would fail later: before anything starts."""
+    if not template.is_file():
+        raise Refused(
+            f"no {args.template} here: run sam-local in a clone of numerator (it builds "
+            "template.yaml and its edge/), or name the template with --template"
+        )
+    sam_cli(), sam_env()
+    if args.action == "start-api":
+        problem = cannot_listen("127.0.0.1", args.port)
+        if problem and "in use" in problem:
+            raise Refused(f"port {args.port} is in use here: choose another with --port")
+        if problem:
+            raise Refused(problem)
+    else:
+        missing = [str(e) for e in args.events if not e.is_file()]
+        if missing:
+            raise Refused(f"no such event file: {', '.join(missing)} (see events/)")
+    lambdaimage.docker_ready()
+    if args.action == "start-api" and joinable(state):
+        raise Refused(f"a sam-local start-api runs from {template.parent}: stop it first")
 
 
 def run(args: argparse.Namespace, template: Path, state: Path) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -227,10 +228,12 @@ def invoke_each(args: argparse.Namespace, built: Path, env_vars: Path) -> None:
     """Each event in the order given, a container each; the answers as lines of JSON."""
     for event in args.events:
         began = time.monotonic()
-        answer, _ = invoke(built, env_vars, event, pull=args.pull)
+        answer, log = invoke(built, env_vars, event, pull=args.pull)
         print(json.dumps(answer), flush=True)
         status = answer.get("statusCode")
-        say(f"{event}: {status} in {time.monotonic() - began:.1f} s")
+        report = re.search(r"REPORT RequestId.*?(Duration: [\d.]+ ms)", log)
+        counted = f" (the emulator's {report.group(1)})" if report else ""
+        say(f"{event}: {status} in {time.monotonic() - began:.1f} s{counted}")
         if status == 404 and "counter-not-found" in str(answer.get("body")):
             say("no such counter yet: invoke the event that creates it first")
 

@@ -231,11 +231,15 @@ def invoke_each(args: argparse.Namespace, built: Path, env_vars: Path) -> None:
         answer, log = invoke(built, env_vars, event, pull=args.pull)
         print(json.dumps(answer), flush=True)
         status = answer.get("statusCode")
-        report = re.search(r"REPORT RequestId.*?(Duration: [\d.]+ ms)", log)
-        counted = f" (the emulator's {report.group(1)})" if report else ""
-        say(f"{event}: {status} in {time.monotonic() - began:.1f} s{counted}")
+        say(f"{event}: {status} in {time.monotonic() - began:.1f} s{counted(log)}")
         if status == 404 and "counter-not-found" in str(answer.get("body")):
             say("no such counter yet: invoke the event that creates it first")
+
+
+def counted(log: str) -> str:
+    """The Duration of the emulator's REPORT line in `log` (not its Init Duration), to print."""
+    report = re.search(r"^REPORT RequestId.*?\tDuration: ([\d.]+ ms)", log, re.MULTILINE)
+    return f" (REPORT Duration {report.group(1)})" if report else ""
 
 
 def watch(children: dict[str, subprocess.Popen[str]]) -> None:

@@ -139,3 +139,13 @@ def test_the_relay_passes_bytes_both_ways_and_stops(kind: str, tmp_path: Path) -
         assert got == b"X" * 200_000
     with pytest.raises(OSError):  # stopped: nothing listens there any more
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_the_emulators_duration_is_read_from_its_report_not_the_init_duration() -> None:
+    log = (
+        "START RequestId: ea2b Version: $LATEST\n"
+        "REPORT RequestId: ea2b\tInit Duration: 0.08 ms\tDuration: 5743.84 ms\t"
+        "Billed Duration: 5744 ms\tMemory Size: 512 MB\tMax Memory Used: 512 MB\n"
+    )
+    assert samlocal.counted(log) == " (REPORT Duration 5743.84 ms)"
+    assert samlocal.counted("END RequestId: ea2b\n") == ""

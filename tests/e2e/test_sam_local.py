@@ -124,6 +124,21 @@ def invoke_rest(done: set[str], env: dict[str, str]) -> list[list[dict[str, Any]
         return [answered for answered in pool.map(run, groups)]
 
 
+def containers_on(build: Path) -> list[str]:
+    """The containers (running or not) that mount a function from `build`."""
+    ids = subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True, check=True)
+    if not ids.stdout.split():
+        return []
+    mounts = "{{.Id}} {{range .Mounts}}{{.Source}} {{end}}"
+    shown = subprocess.run(
+        ["docker", "inspect", "--format", mounts, *ids.stdout.split()],
+        capture_output=True,
+        text=True,
+        check=False,  # a container removed meanwhile
+    )
+    return [line for line in shown.stdout.splitlines() if str(build) in line]
+
+
 def test_docs_deploy_sam_local_blocks_run_as_written(tmp_path: Path) -> None:
     """docs/deploy.md's sam local blocks, run as written: the first serves (`numerator sam-local
     start-api`) until SIGTERM, the second uses it from the same folder; then /next, ?count=3
@@ -185,6 +200,7 @@ def test_docs_deploy_sam_local_blocks_run_as_written(tmp_path: Path) -> None:
         said = log.read()
         assert server.returncode == 0 and "numerator sam-local: stopped" in said, said[-3000:]
     assert not (ROOT / ".aws-sam" / "numerator" / "env.json").exists()
+    assert not containers_on(ROOT / ".aws-sam" / "numerator" / "build"), "left running"
     print(f"the blocks and every event in {time.monotonic() - began:.0f} s")
     demo = [a for group in [first, *rest] for a in group]
     assert sorted(a["statusCode"] for a in demo) == [200] * 7 + [201] * 2 + [422]

@@ -16,6 +16,7 @@ from typing import Any, cast
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.logging.utils import copy_config_to_registered_loggers
 from mangum import Mangum
+from mangum.adapter import DEFAULT_TEXT_MIME_TYPES
 
 from functions.app import create_app
 from functions.edge import CANCEL_PUT_S, Edge
@@ -27,6 +28,10 @@ from infra.observe.health import Health
 from infra.observe.metrics import Metrics
 from infra.ports import EdgeStore
 from infra.settings import Settings
+
+# Bodies sent as they are, not base64: Mangum's text types and the problems' (RFC 9457), so that
+# `sam local invoke` and API Gateway's logs show an error's reason.
+TEXT = [*DEFAULT_TEXT_MIME_TYPES, "application/problem+json"]
 
 
 class LazyStore:
@@ -71,7 +76,7 @@ def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) 
         health=Health(aws.edge_checks(store)),
         tell_s=CANCEL_PUT_S,
     )
-    return Entry(Mangum(create_app(edge), lifespan="off"))
+    return Entry(Mangum(create_app(edge), lifespan="off", text_mime_types=TEXT))
 
 
 class Entry:

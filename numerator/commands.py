@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_aws(commands)
     add_invoke(commands)
     add_lambda_image(commands)
+    add_sam_local(commands)
     counters = add_counters(commands)
     add_next(commands)
     add_keys(commands)
@@ -233,6 +234,57 @@ def add_lambda_image(commands: Any) -> None:
     image.add_argument("--python", metavar="PATH", help="the Python 3.12 to place at /var/lang")
     image.add_argument("--force", action="store_true", help="build even if the image is current")
     image.set_defaults(run=later("numerator.lambdaimage:run_lambda_image"))
+
+
+def add_sam_local(commands: Any) -> None:
+    sam = commands.add_parser(
+        "sam-local",
+        help="the edge function in a Lambda container: sam local start-api or invoke, one command",
+        description="Build or reuse the Lambda base image (numerator lambda-image), run `sam "
+        "build` for this machine's CPU, start `numerator up --aws moto` on Postgres with both "
+        "relayed to the Docker bridge's address, put the database URL in moto's Secrets Manager "
+        "and write the function's --env-vars file, then run `sam local start-api` until Ctrl-C "
+        "or `sam local invoke` of each EVENT in turn. Run it in a clone of numerator (it builds "
+        "template.yaml). Needs a Docker daemon, a Python 3.12 and the AWS SAM CLI "
+        "(pip install 'numerator[aws-local]').",
+    )
+    actions = sam.add_subparsers(title="actions", metavar="ACTION", dest="action", required=True)
+    start = actions.add_parser(
+        "start-api", help="sam local start-api: SAM's API Gateway in front of the function"
+    )
+    start.add_argument("--port", type=int, default=3000, help="its port (%(default)s)")
+    start.add_argument(
+        "--authorizer",
+        choices=["NONE", "IAM", "JWT"],
+        default="NONE",
+        help="the template's Authorizer (%(default)s: numerator's own keys at the edge, "
+        "loopback callers served while none exists; SAM checks neither IAM nor JWT)",
+    )
+    invoke = actions.add_parser(
+        "invoke",
+        help="sam local invoke of each event file in turn (a counter's create first)",
+        description="Each EVENT through `sam local invoke`, a container each, in the order "
+        "given; each answer printed as a line of JSON. Joins the stack of a sam-local "
+        "start-api running from the same folder, or starts its own.",
+    )
+    invoke.add_argument("events", nargs="+", type=Path, metavar="EVENT", help="an event file")
+    for action in (start, invoke):
+        action.add_argument(
+            "--template", type=Path, default=Path("template.yaml"), help="(%(default)s)"
+        )
+        action.add_argument(
+            "--pull",
+            action="store_true",
+            help="let sam pull AWS's Lambda image instead of building the stand-in",
+        )
+        action.add_argument(
+            "--database-url", help="a Postgres of yours instead of the embedded one"
+        )
+        action.add_argument(
+            "--data-dir", type=Path, help="the embedded Postgres's folder (as `numerator up`)"
+        )
+        action.add_argument("--ephemeral", action="store_true", help="a throwaway database")
+    sam.set_defaults(run=later("numerator.samlocal:run_sam_local"))
 
 
 def add_counters(commands: Any) -> Any:

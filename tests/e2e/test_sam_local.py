@@ -6,9 +6,10 @@ TCP. Needs a Docker daemon (tests/samlocal.py) and builds the stand-in image whe
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -23,21 +24,16 @@ import pytest
 
 from infra.adapters.postgres import migrate
 from numerator import lambdaimage
+from numerator.samlocal import sam_build
+from numerator.samstack import Stack, local_stack
 from tests.checks import Answer, assert_guarantees
-from tests.integration.test_handler import event
-from tests.samlocal import (
-    LOCAL,
-    Stack,
-    docker_daemon,
-    moto_stack,
-    sam,
-    sam_build,
-    start_api,
-)
+from tests.samlocal import docker_daemon, start_api
+from tests.unit.test_template import ROOT, TEMPLATE
 
 pytestmark = pytest.mark.slow
 
-EVENTS = Path(__file__).parents[2] / "events"
+EVENTS = ROOT / "events"
+SAM_LOCAL = "## `sam local start-api` and `sam local invoke` (Docker)"
 NUMERATOR = [sys.executable, "-m", "numerator"]
 TIMEOUT = ("EdgeTimeout=8", "ReplyTimeout=20")
 
@@ -53,7 +49,7 @@ def image() -> str:
 
 @pytest.fixture(scope="module")
 def built(image: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return sam_build(tmp_path_factory.mktemp("sam") / "build")
+    return sam_build(TEMPLATE, tmp_path_factory.mktemp("sam") / "build")
 
 
 @pytest.fixture(scope="module")
@@ -71,111 +67,151 @@ def tcp_database(database_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
-def body(answer: dict[str, Any]) -> dict[str, Any]:
-    text = answer["body"]
-    if answer.get("isBase64Encoded"):
-        text = base64.b64decode(text).decode()
-    parsed: dict[str, Any] = json.loads(text)
-    return parsed
+def sam_local_blocks() -> list[str]:
+    """The `sh` blocks of docs/deploy.md's sam local section, as written."""
+    section = (ROOT / "docs" / "deploy.md").read_text().split(SAM_LOCAL, 1)[1]
+    section = section.split("\n## ", 1)[0]
+    return re.findall(r"^```sh\n(.*?)^```", section, flags=re.MULTILINE | re.DOTALL)
 
 
-def invoke(built: Path, stack: Stack, file: Path) -> tuple[dict[str, Any], str]:
-    """`sam local invoke` of one event file: the function's answer and SAM's log."""
-    done = sam(
-        "local",
-        "invoke",
-        "EdgeFunction",
-        "--template-file",
-        str(built),
-        "--event",
-        str(file),
-        "--env-vars",
-        str(stack.env_vars),
-        "--skip-pull-image",
-        "--parameter-overrides",
-        *LOCAL,
-        timeout=120,
+def said_url(process: subprocess.Popen[str], log: Any, patience: float) -> str:
+    """The URL `numerator sam-local start-api` prints once it answers."""
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        log.seek(0)
+        found = re.search(r"start-api at (http://\S+) ", log.read())
+        if found:
+            return found.group(1)
+        assert process.poll() is None, log.read()[-5000:]
+        time.sleep(1)
+    raise AssertionError(f"no URL within {patience} s: {log.read()[-5000:]}")
+
+
+def answers(output: str) -> list[dict[str, Any]]:
+    """The answers `numerator sam-local invoke` printed, each body read: as it came (JSON and
+    problems are text, not base64)."""
+    found = []
+    for line in output.splitlines():
+        if line.startswith('{"statusCode"'):
+            answer = json.loads(line)
+            assert answer["isBase64Encoded"] is False, answer
+            answer["body"] = json.loads(answer["body"])
+            found.append(answer)
+    return found
+
+
+def invoke_rest(done: set[str], env: dict[str, str]) -> list[list[dict[str, Any]]]:
+    """`numerator sam-local invoke` of the events/ files not in `done`, three commands at a time
+    (each is a container of its own; most of its time is SAM's and Docker's), those that create
+    a counter first, the one with an Idempotency-Key twice in one command (in turn)."""
+    rest = sorted(
+        (p.name for p in EVENTS.glob("*.json") if p.name not in done),
+        key=lambda n: "create" not in n,
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return answer, done.stderr
+    groups = [[name, name] if name == "http-api-next-count.json" else [name] for name in rest]
+
+    def run(names: list[str]) -> list[dict[str, Any]]:
+        command = [*NUMERATOR, "sam-local", "invoke", *(f"events/{n}" for n in names)]
+        done = subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+        assert "invoking on the stack of the sam-local start-api that runs" in done.stderr
+        print(done.stderr.strip())
+        return answers(done.stdout)
+
+    with ThreadPoolExecutor(3) as pool:
+        return [answered for answered in pool.map(run, groups)]
 
 
-def test_sam_local_invoke_answers_every_event_file(
-    built: Path, tcp_database: str, tmp_path: Path
-) -> None:
-    """Each file of events/ in a container of its own, answered as `numerator invoke` answers it
-    (tests/integration/test_handler.py): the default Authorizer, IAM, so no keys at the edge."""
-    name = f"sam-{uuid.uuid4().hex[:8]}"
-    with moto_stack(tcp_database, tmp_path) as stack:
+def containers_on(build: Path) -> list[str]:
+    """The containers (running or not) that mount a function from `build`."""
+    ids = subprocess.run(["docker", "ps", "-aq"], capture_output=True, text=True, check=True)
+    if not ids.stdout.split():
+        return []
+    mounts = "{{.Id}} {{range .Mounts}}{{.Source}} {{end}}"
+    shown = subprocess.run(
+        ["docker", "inspect", "--format", mounts, *ids.stdout.split()],
+        capture_output=True,
+        text=True,
+        check=False,  # a container removed meanwhile
+    )
+    return [line for line in shown.stdout.splitlines() if str(build) in line]
 
-        def run(file: str, counter: str = name) -> dict[str, Any]:
-            path = tmp_path / file
-            path.write_text(json.dumps(event(file, counter)))
-            began = time.monotonic()
-            answer, log = invoke(built, stack, path)
-            report = re.search(r"REPORT RequestId.*", log)
-            assert report, log[-2000:]
-            # each `sam local invoke` is a cold container: docs/performance.md
-            print(f"{file}: sam local invoke {time.monotonic() - began:.1f} s; {report.group(0)}")
-            assert "statusCode" in answer, (file, answer, log[-3000:])
-            return answer
 
-        files = {p.name for p in EVENTS.glob("*.json")}
-        created = run("http-api-create.json")
-        assert created["statusCode"] == 201, body(created)
-
-        def replayed() -> tuple[dict[str, Any], dict[str, Any]]:
-            first = run("http-api-next-count.json")
-            return first, run("http-api-next-count.json")  # the same Idempotency-Key
-
-        # Each invoke is a container of its own and most of its time is SAM's and Docker's, so
-        # three at a time; the values are checked whatever order the batcher took them in.
-        with ThreadPoolExecutor(3) as pool:
-            three = pool.submit(replayed)
-            later = {
-                file: pool.submit(run, file)
-                for file in (
-                    "http-api-next.json",
-                    "rest-api-next.json",
-                    "rest-api-next-count.json",
-                    "http-api-next-bad-count.json",
-                    "http-api-create-base64.json",
-                    "http-api-get.json",
-                    "function-url-next.json",  # FunctionUrl=true's event, AWS_IAM
-                )
-            }
-            answers = {file: future.result() for file, future in later.items()}
-            first, again = three.result()
-        assert body(again) == body(first)
-        year = time.gmtime().tm_year
-        one = body(answers["http-api-next.json"])
-        assert one["formatted"] == f"INV-{year}-{one['value']:06d}" and one["counter"] == name
-        taken = [[one["value"]], [body(answers["rest-api-next.json"])["value"]]]
-        taken.append([body(answers["function-url-next.json"])["value"]])
-        for many in (body(first), body(answers["rest-api-next-count.json"])):
-            taken.append([v["value"] for v in many["values"]])
-        assert [len(values) for values in taken] == [1, 1, 1, 3, 2]
-        assert all(vs == list(range(vs[0], vs[0] + len(vs))) for vs in taken), taken
-        assert sorted(v for values in taken for v in values) == list(range(1, 9)), taken
-        bad = answers["http-api-next-bad-count.json"]
-        assert bad["statusCode"] == 422 and body(bad)["field"] == "count"
-        assert bad["headers"]["content-type"] == "application/problem+json"
-        got = answers["http-api-get.json"]
-        assert got["statusCode"] == 200 and 0 <= body(got)["value"] <= 8
-        encoded = answers["http-api-create-base64.json"]
-        assert encoded["statusCode"] == 201 and body(encoded)["name"] == f"{name}-b64"
-        assert files == {
-            "http-api-create.json",
-            "http-api-next.json",
-            "http-api-next-count.json",
-            "http-api-next-bad-count.json",
-            "http-api-get.json",
-            "rest-api-next.json",
-            "rest-api-next-count.json",
-            "http-api-create-base64.json",
-            "function-url-next.json",
-        }, "a new file in events/: answer it here too"
+def test_docs_deploy_sam_local_blocks_run_as_written(tmp_path: Path) -> None:
+    """docs/deploy.md's sam local blocks, run as written: the first serves (`numerator sam-local
+    start-api`) until SIGTERM, the second uses it from the same folder; then /next, ?count=3
+    with an Idempotency-Key twice, and `sam local invoke` of every file in events/ joining the
+    same stack. Every value is handed out once; every body reads as JSON as it came."""
+    docker_daemon()
+    serve, use = sam_local_blocks()
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "NUMERATOR_URL")},
+        "XDG_DATA_HOME": str(tmp_path / "data"),  # the embedded Postgres: a fresh one
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",  # the venv's
+    }
+    began = time.monotonic()
+    with (tmp_path / "serve.log").open("w+") as log:
+        server = subprocess.Popen(
+            ["bash", "-c", serve],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            url = said_url(server, log, 600)
+            print(f"sam-local start-api answered after {time.monotonic() - began:.0f} s")
+            used = subprocess.run(
+                ["bash", "-e", "-c", use],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            assert used.returncode == 0, used.stdout + used.stderr[-3000:]
+            mine = [int(v) for v in re.findall(r"^INV-\d{4}-(\d{6})$", used.stdout, re.M)]
+            with httpx.Client(base_url=url, timeout=60) as client:
+                one = client.post("/counters/inv/next")
+                key = {"Idempotency-Key": "docs-deploy"}
+                three = client.post("/counters/inv/next?count=3", headers=key)
+                again = client.post("/counters/inv/next?count=3", headers=key)
+                missing = client.post("/counters/events-missing/next")
+            assert one.status_code == 200 and three.status_code == 200, (one.text, three.text)
+            assert again.json() == three.json()
+            mine += [one.json()["value"], *(v["value"] for v in three.json()["values"])]
+            assert mine == [1, 2, 3, 4, 5], (used.stdout, mine)
+            assert (
+                missing.status_code == 404
+                and missing.headers["content-type"] == "application/problem+json"
+            )
+            assert missing.json()["detail"] == "no counter named 'events-missing'"
+            first = answers(used.stdout)
+            rest = invoke_rest({"http-api-create.json", "http-api-next.json"}, env)
+        finally:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGTERM)
+            server.wait(90)
+        log.seek(0)
+        said = log.read()
+        assert server.returncode == 0 and "numerator sam-local: stopped" in said, said[-3000:]
+    assert not (ROOT / ".aws-sam" / "numerator" / "env.json").exists()
+    assert not containers_on(ROOT / ".aws-sam" / "numerator" / "build"), "left running"
+    print(f"the blocks and every event in {time.monotonic() - began:.0f} s")
+    demo = [a for group in [first, *rest] for a in group]
+    assert sorted(a["statusCode"] for a in demo) == [200] * 7 + [201] * 2 + [422]
+    replayed = [g for g in rest if len(g) == 2]
+    assert len(replayed) == 1 and replayed[0][0] == replayed[0][1]  # the same Idempotency-Key
+    taken = [a["body"] for a in first + [a for g in rest for a in g[:1]] if "counter" in a["body"]]
+    values = [v["value"] for b in taken for v in b.get("values", [b])]
+    assert sorted(values) == list(range(1, len(values) + 1)) == list(range(1, 9)), values
+    (bad,) = [a for a in demo if a["statusCode"] == 422]
+    assert bad["headers"]["content-type"] == "application/problem+json"
+    assert bad["body"]["field"] == "count", bad
 
 
 @pytest.fixture
@@ -183,7 +219,7 @@ def api(built: Path, tcp_database: str, tmp_path: Path) -> Iterator[tuple[str, S
     """`sam local start-api` with Authorizer=NONE (numerator's keys at the edge), one warm
     container, in front of `numerator up --aws moto`."""
     with (
-        moto_stack(tcp_database, tmp_path) as stack,
+        local_stack(tcp_database, tmp_path / "env.json") as stack,
         start_api(built, stack.env_vars, tmp_path / "sam.log", "Authorizer=NONE") as url,
     ):
         yield url, stack
@@ -310,7 +346,7 @@ def test_a_lowered_function_timeout_is_answered_before_it_and_every_value_explai
 
     name = f"sam-{uuid.uuid4().hex[:8]}"
     with (
-        moto_stack(tcp_database, tmp_path) as stack,
+        local_stack(tcp_database, tmp_path / "env.json") as stack,
         start_api(built, stack.env_vars, tmp_path / "sam.log", *TIMEOUT) as url,
         httpx.Client(base_url=url, timeout=60) as client,
     ):
@@ -321,7 +357,7 @@ def test_a_lowered_function_timeout_is_answered_before_it_and_every_value_explai
         assert created.status_code in (201, 409), created.text
         first = client.post(f"/counters/{name}/next")
         assert first.status_code == 200 and first.json()["value"] == 1, first.text
-        up = psutil.Process(stack.service.process.pid)
+        up = psutil.Process(stack.up.pid)
         (batcher,) = [p for p in up.children(recursive=True) if "batcher" in p.cmdline()]
         batcher.suspend()
         try:

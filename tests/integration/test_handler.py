@@ -144,7 +144,8 @@ def test_every_event_file_through_the_handler(
     bad = lam(event("http-api-next-bad-count.json", name))
     assert bad["statusCode"] == 422
     assert bad["headers"]["content-type"] == "application/problem+json"
-    assert body(bad)["field"] == "count"
+    # A problem is text, as JSON is: API Gateway and `sam local invoke` show it as it is
+    assert not bad["isBase64Encoded"] and json.loads(bad["body"])["field"] == "count"
     got = lam(event("http-api-get.json", name))
     assert got["statusCode"] == 200 and body(got)["value"] == 4
     rest = lam(event("rest-api-next.json", name))
@@ -156,7 +157,7 @@ def test_every_event_file_through_the_handler(
     encoded = lam(event("http-api-create-base64.json", name))
     assert encoded["statusCode"] == 201 and body(encoded)["name"] == f"{name}-b64"
     missing = lam(event("http-api-next.json", name + "-missing"))
-    assert missing["statusCode"] == 404
+    assert missing["statusCode"] == 404 and not missing["isBase64Encoded"]
     assert body(missing)["type"] == "urn:numerator:problem:counter-not-found"
 
 

@@ -122,7 +122,7 @@ def server(n: int) -> dict[str, float]:
     one a worker writes as it stops)."""
     import httpx
 
-    from bench.local import free_port
+    from infra.run.server import free_port
 
     port = free_port()
     url = f"http://127.0.0.1:{port}"

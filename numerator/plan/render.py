@@ -21,12 +21,14 @@ HEADS = {
 
 
 def run_plan(args: argparse.Namespace) -> None:
-    if args.measure or args.measure_cpu:
-        from numerator.plan.measure import measure, measure_cpu
+    if args.measure or args.measure_cpu or args.measure_logs:
+        from numerator.plan.measure import measure, measure_cpu, measure_logs
         from numerator.plan.model import MEASURED
 
         say = lambda line: print(line, file=sys.stderr)  # noqa: E731
-        if args.measure_cpu:
+        if args.measure_logs:
+            measure_logs(say=say)
+        elif args.measure_cpu:
             measure_cpu(say=say)
         else:
             # --edge names one edge to measure again, the others' kept; both (the default): all

@@ -9,8 +9,9 @@ for logs. `numerator plan --measure-logs` runs `python -m numerator.plan.logprob
 - the server edge as `numerator up --aws moto` serves it, with the template's EMF_INTERVAL_S.
 
 Each counts what the process writes to stdout and stderr (where Lambda and the awslogs driver
-take logs from) while it serves `INVOCATIONS` warm /next requests, and one EMF line's bytes (a
-container's or a worker's line each interval). It prints JSON.
+take logs from) while it serves `INVOCATIONS` warm /next requests, one EMF line's bytes (a
+container's or a worker's line each interval), and the bytes of a /next answer as the server edge
+sends it (status line, headers, body: what goes out to a client). It prints JSON.
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def server(n: int) -> dict[str, float]:
                 time.sleep(0.5)
                 before = log.stat().st_size
                 for _ in range(n):
-                    client.post(f"/counters/{NAME}/next").raise_for_status()
+                    answer = client.post(f"/counters/{NAME}/next").raise_for_status()
                 time.sleep(0.5)
                 after = log.stat().st_size
         finally:
@@ -151,7 +152,18 @@ def server(n: int) -> dict[str, float]:
         tail = log.read_bytes()[after:].splitlines(keepends=True)
         lines = [line for line in tail if line.startswith(b"{") and b'"_aws"' in line]
     emf = float(len(lines[0])) if lines else 0.0
-    return {"server": (after - before) / n, "server_emf_line": emf}
+    return {
+        "server": (after - before) / n,
+        "server_emf_line": emf,
+        "response_bytes": float(http_bytes(answer)),
+    }
+
+
+def http_bytes(answer: Any) -> int:
+    """An HTTP/1.1 answer's bytes on the wire: its status line, headers and body."""
+    status = len(f"HTTP/1.1 {answer.status_code} {answer.reason_phrase}\r\n")
+    headers = sum(len(k) + len(v) + 4 for k, v in answer.headers.raw)
+    return status + headers + 2 + len(answer.content)
 
 
 def ready(client: Any, up: subprocess.Popen[bytes]) -> None:

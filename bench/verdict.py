@@ -14,6 +14,9 @@ named; the others that also do are kept as further evidence:
 - the batcher: its lag past a second (frames fall behind the stream), or its CPU near a core;
 - the machine: every process of the run together near all the machine's cores, though none
   alone was (what a 2-core machine shows first);
+- the containers: the local Lambda edge's simulated containers (`--containers`, a worker's),
+  each one invocation at a time, did not get the rate offered: every one was busy, and the rest
+  queued for them;
 - the connections: sends left late while the generator had CPU to spare, so every connection
   was waiting on a reply; the rate was connections over the time each request held one.
 
@@ -160,6 +163,28 @@ def _machine(s: dict[str, Any], _: dict[str, Any], run: dict[str, Any]) -> str |
     )
 
 
+def _containers(s: dict[str, Any], _: dict[str, Any], run: dict[str, Any]) -> str | None:
+    """The local Lambda edge's simulated containers, one invocation each at a time, all busy:
+    the rate fell short of the offered one while requests queued for a container."""
+    settings = run.get("settings", {})
+    containers = settings.get("lambda_containers")
+    if settings.get("edge") != "lambda" or not containers or not s["rps_mean"]:
+        return None
+    if not s["offered_rps"] or s["rps_mean"] >= MET * s["offered_rps"]:
+        return None
+    slots = containers * (settings.get("workers") or 1)
+    held = slots / s["rps_mean"]  # each invocation's time in its container, all of them busy
+    return (
+        f"{slots} simulated Lambda container(s) ({containers} a worker), one invocation each at "
+        f"a time, answered {s['rps_mean']:,.0f} rps: an invocation held its container about "
+        f"{held * 1000:,.0f} ms (Little's law), so {s['offered_rps']:,.0f} rps needed about "
+        f"{s['offered_rps'] * held:,.0f}, and the rest queued (p50 "
+        f"{s['latency_p50_ms'] / 1000:,.1f} s). The limit is the simulation's: more containers "
+        "(numerator bench --containers N) carry more, until this machine's cores do; on AWS "
+        "each concurrent request gets a container of its own"
+    )
+
+
 def _connections(s: dict[str, Any], _: dict[str, Any], run: dict[str, Any]) -> str | None:
     """Sends left late while the generator had CPU to spare: every connection was busy."""
     waiting = late(s, run)
@@ -188,5 +213,6 @@ CHECKS: list[tuple[str, Check]] = [
     ("postgres", _postgres),
     ("batcher", _batcher),
     ("machine", _machine),
+    ("containers", _containers),
     ("connections", _connections),
 ]

@@ -41,6 +41,9 @@ LAG_S = 1.0
 UNEXPLAINED = "unexplained"
 MET = 0.95
 """The share of the offered rate a run must achieve to have met it."""
+SLOW_HOLD = 2.0
+"""An invocation that held its simulated container more than this many times its reply wait
+spent the rest in the process that runs the containers, not waiting."""
 
 
 @dataclass(frozen=True)
@@ -163,9 +166,11 @@ def _machine(s: dict[str, Any], _: dict[str, Any], run: dict[str, Any]) -> str |
     )
 
 
-def _containers(s: dict[str, Any], _: dict[str, Any], run: dict[str, Any]) -> str | None:
+def _containers(s: dict[str, Any], totals: dict[str, Any], run: dict[str, Any]) -> str | None:
     """The local Lambda edge's simulated containers, one invocation each at a time, all busy:
-    the rate fell short of the offered one while requests queued for a container."""
+    the rate fell short of the offered one while requests queued for a container. Whether more
+    would carry more: an invocation held its container about its reply wait (they would), or
+    much longer (the process that runs them all was slow: cold starts, one GIL, its CPU)."""
     settings = run.get("settings", {})
     containers = settings.get("lambda_containers")
     if settings.get("edge") != "lambda" or not containers or not s["rps_mean"]:
@@ -174,14 +179,26 @@ def _containers(s: dict[str, Any], _: dict[str, Any], run: dict[str, Any]) -> st
         return None
     slots = containers * (settings.get("workers") or 1)
     held = slots / s["rps_mean"]  # each invocation's time in its container, all of them busy
-    return (
+    said = (
         f"{slots} simulated Lambda container(s) ({containers} a worker), one invocation each at "
         f"a time, answered {s['rps_mean']:,.0f} rps: an invocation held its container about "
         f"{held * 1000:,.0f} ms (Little's law), so {s['offered_rps']:,.0f} rps needed about "
         f"{s['offered_rps'] * held:,.0f}, and the rest queued (p50 "
-        f"{s['latency_p50_ms'] / 1000:,.1f} s). The limit is the simulation's: more containers "
-        "(numerator bench --containers N) carry more, until this machine's cores do; on AWS "
-        "each concurrent request gets a container of its own"
+        f"{s['latency_p50_ms'] / 1000:,.1f} s)"
+    )
+    waited = totals.get("replies_waited") or 0
+    wait = (totals.get("reply_wait_s") or 0.0) / waited if waited else None
+    if wait is not None and held > SLOW_HOLD * wait:
+        return (
+            f"{said}. Of that, {wait * 1000:,.0f} ms was its wait for the reply: the rest went to "
+            "the process that runs them all (cold starts, one GIL, its CPU), so more containers "
+            "would not carry more here; fewer a worker (--containers) and more --workers would"
+        )
+    waiting = f", {wait * 1000:,.0f} ms of it waiting for the reply" if wait is not None else ""
+    return (
+        f"{said}{waiting}. The limit is the simulation's: more containers (numerator bench "
+        "--containers N) carry more, until this machine's cores do; on AWS each concurrent "
+        "request gets a container of its own"
     )
 
 

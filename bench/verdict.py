@@ -197,8 +197,9 @@ def _containers(s: dict[str, Any], totals: dict[str, Any], run: dict[str, Any]) 
     waiting = f", {wait * 1000:,.0f} ms of it waiting for the reply" if wait is not None else ""
     return (
         f"{said}{waiting}. The limit is the simulation's: more containers (numerator bench "
-        "--containers N) carry more, until this machine's cores do; on AWS each concurrent "
-        "request gets a container of its own"
+        "--containers N) carry more while an invocation's wait stays near this, until this "
+        "machine's cores are the limit; on AWS each concurrent request gets a container of its "
+        "own"
     )
 
 

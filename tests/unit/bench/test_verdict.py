@@ -63,7 +63,13 @@ def test_the_local_lambda_edges_containers_are_named_when_they_held_the_rate_bac
         f"time, answered {s['rps_mean']:,.0f} rps: an invocation held its container about "
         f"{held:,.0f} ms"
     )
-    assert "numerator bench --containers N" in said.evidence[0]
+    assert "ms of it waiting for the reply" in said.evidence[0]
+    assert "more containers (numerator bench --containers N) carry more" in said.evidence[0]
+    slow = copy.deepcopy(run)  # the same rate, each invocation's reply a tenth of its hold
+    slow["service"]["totals"]["reply_wait_s"] /= 10
+    slowed = verdict(slow)
+    assert slowed.tier == "containers"
+    assert "more containers would not carry more here" in slowed.evidence[0]
     met = copy.deepcopy(run)  # the rate met: the containers held it, whatever they were
     met["summary"]["rps_mean"] = met["summary"]["offered_rps"]
     assert verdict(met).tier != "containers"

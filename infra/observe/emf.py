@@ -3,9 +3,10 @@ stdout, written with Powertools for AWS Lambda. CloudWatch Logs turns each line 
 the namespace `numerator` with the dimensions `service` and `role` (lambda, server, batcher) —
 what the alarms of template.yaml watch. Each process writes one line an interval, not one a
 request (the Lambda edge's 279-byte line an invocation was, at 10,000 rps, about $3,900 a month
-of CloudWatch Logs, over three times the server edge's whole bill): on ECS the batcher and the server edge (Edge=fargate) every EMF_INTERVAL_S, beside their
-/metrics; a Lambda container at the end of the invocation that finds the interval passed, or
-that counted a server error or a throttle (an alarm's figures are not held back for a minute).
+of CloudWatch Logs, over three times the server edge's whole bill): on ECS the batcher and the
+server edge (Edge=fargate) every EMF_INTERVAL_S, beside their /metrics; a Lambda container at
+the end of the invocation that finds the interval passed, or that counted a server error or a
+throttle (an alarm's figures are not held back for a minute).
 
 Each line carries what changed since the previous one, so that CloudWatch's sums are right."""
 

@@ -58,6 +58,11 @@ def whole_bill(
     measured: dict[str, Any],
 ) -> None:
     """Add the lines past the service's own calls to `out`, and their notes."""
+    if not measured.get("log_bytes"):
+        out.notes.append(
+            "the bytes logged a request and an answer's are not in measured.json (numerator plan "
+            "--measure-logs measures them): logs and transfer out are priced without them"
+        )
     logs(out, load, sizing, prices, measured.get("log_bytes") or {})
     if sizing.edge is EdgeKind.SERVER:
         alb(out, load, prices)

@@ -46,6 +46,9 @@ def test_logs_are_billed_from_the_bytes_measured_a_request_and_each_processs_emf
     load = Load(10_000)
     quiet = plan(load, EdgeKind.SERVER, prices(), measured(server=0.0, server_emf_line=0.0))
     assert quiet.bill.lines[LOGS] == 0
+    assert not any("--measure-logs measures them" in note for note in quiet.bill.notes)
+    unknown = plan(load, EdgeKind.SERVER, prices(), MEASURED)  # an older measured.json
+    assert any("--measure-logs measures them" in note for note in unknown.bill.notes)
     chatty = plan(load, EdgeKind.SERVER, prices(), measured(server=449.0, server_emf_line=0.0))
     taken_in = 10_000 * 449 * MONTH_S / 1e9
     kept = taken_in * 30 * 86_400 / MONTH_S

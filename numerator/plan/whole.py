@@ -90,6 +90,12 @@ def logs(out: Bill, load: Load, sizing: Sizing, prices: Prices, measured: dict[s
     out.lines["CloudWatch Logs (taken in, 30 days kept)"] = (
         ingested * usd["cloudwatch_logs_gb"] + stored * usd["cloudwatch_logs_stored_gb_month"]
     )
+    if sizing.edge is EdgeKind.ATOMIC:
+        out.notes.append(
+            f"CloudWatch Logs: its stand-in (bench/atomic.py) logs {per_request:g} bytes a request "
+            "(measured) and writes no metrics lines"
+        )
+        return
     out.notes.append(
         f"CloudWatch Logs: {per_request:g} bytes logged a request that works (measured: numerator "
         f"plan --measure-logs) and a {line:g}-byte EMF line a minute from each of "
@@ -199,7 +205,13 @@ def credits(out: Bill, sizing: Sizing, prices: Prices) -> None:
     """A burstable instance (T4g, unlimited: RDS's default) past its baseline pays for the CPU
     it takes above it, at the peak's transactions all month (an upper bound)."""
     vcpus, baseline = BURSTABLE[sizing.instance_class]
-    above = max(0.0, postgres_cpu(sizing) - vcpus * baseline)
+    need = postgres_cpu(sizing)
+    above = max(0.0, need - vcpus * baseline)
+    out.notes.append(
+        f"Postgres CPU: {need:.2f} vCPU at the peak's {sizing.transactions_per_s:,.0f} "
+        f"transactions a second ({POSTGRES_CPU_MS:g} ms each), against {sizing.instance_class}'s "
+        f"baseline of {vcpus * baseline:.1f}"
+    )
     out.lines[f"RDS CPU credits ({sizing.instance_class} past its baseline)"] = (
         above * prices.hours * prices.usd["rds_cpu_credit_vcpu_hour"]
     )

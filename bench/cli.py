@@ -115,6 +115,12 @@ def stack(parser: argparse.ArgumentParser) -> None:
         "server (HTTP workers, front frames) or lambda (each request through the Lambda "
         "handler)",
     )
+    parser.add_argument(
+        "--containers",
+        type=int,
+        help="--aws --edge lambda: simulated Lambda containers a worker, each one invocation at a "
+        "time (LAMBDA_CONTAINERS, default 8): the local Lambda edge's capacity",
+    )
     parser.add_argument("--batchers", type=int, default=1, help="--aws: batcher processes")
     parser.add_argument(
         "--database-url", help="--local: use this Postgres instead of a throwaway embedded one"
@@ -179,6 +185,8 @@ def run(args: argparse.Namespace) -> None:
                 args.url = checked.url
         except BadURL as exc:
             fail(str(exc))
+    if args.containers is not None and args.edge != "lambda":
+        fail("--containers is the local Lambda edge's: with --aws moto --edge lambda")
     if args.compare and not args.local:
         fail("--compare starts the baselines itself: use it with --local")
     try:
@@ -228,6 +236,7 @@ def _scenario(args: argparse.Namespace) -> Scenario:
             "workers",
             "back_frame_ms",
             "edge",
+            "containers",
         )
         return scenario.override({f: getattr(args, f) for f in fields})
     except ScenarioError as exc:

@@ -34,6 +34,8 @@ RATES = {
     "reply_units_written": 'numerator_reply_units_total{op="write"}',
     "invocation_cpu_s": "numerator_invocation_cpu_seconds_sum",  # a Lambda's warm invocations
     "invocations_timed": "numerator_invocation_cpu_seconds_count",
+    "reply_wait_s": "numerator_reply_wait_seconds_sum",  # the edge's waits for replies
+    "replies_waited": "numerator_reply_wait_seconds_count",
 }
 BASELINE_TRANSACTIONS = "baseline_transactions_total"
 BASELINE_REQUESTS = "baseline_requests_total"

@@ -116,6 +116,7 @@ def serve_aws(
             "read_beats": str(beats_for(edge, environment)),
             "batchers": batchers,
             "edge": edge,
+            "lambda_containers": service.local.lambda_containers if edge == "lambda" else None,
             "front_frame_ms": service.edge.front_frame_ms if edge == "server" else 0.0,
             "front_frame_policy": str(service.edge.front_frame_policy) if edge == "server" else "",
             "read_interval_ms": service.aws.read_interval_ms,

@@ -183,6 +183,8 @@ def targets(
         raise BenchError("--aws runs the AWS path: --edge server (front frames) or lambda")
     if not aws and scenario.edge != "embedded":
         raise BenchError(f"--edge {scenario.edge} is the AWS path's: add --aws moto (or a URL)")
+    if aws and scenario.edge == "lambda":
+        base["LAMBDA_CONTAINERS"] = str(scenario.containers)
     if aws:
         tag = f"numerator-aws-{scenario.edge}"
         found = [(v.name.replace("numerator", tag, 1), "aws", {**base, **v.env}) for v in variants]

@@ -32,6 +32,7 @@ class Scenario:
     workers: int = 1
     back_frame_ms: float = 10.0
     edge: str = "embedded"
+    containers: int = 8  # --edge lambda: simulated Lambda containers a worker (LAMBDA_CONTAINERS)
 
     @classmethod
     def load(cls, path: Path) -> Scenario:
@@ -76,6 +77,8 @@ class Scenario:
             raise ScenarioError("idempotency_share must be from 0 to 1")
         if self.connections < 1 or self.workers < 1 or self.timeout_s <= 0:
             raise ScenarioError("connections, workers and timeout_s must be positive")
+        if self.containers < 1:
+            raise ScenarioError("containers must be at least 1")
 
     def load_plan(self) -> Load:
         return Load(

@@ -14,6 +14,9 @@ named; the others that also do are kept as further evidence:
 - the batcher: its lag past a second (frames fall behind the stream), or its CPU near a core;
 - the machine: every process of the run together near all the machine's cores, though none
   alone was (what a 2-core machine shows first);
+- the containers: the local Lambda edge's simulated containers (`--containers`, a worker's),
+  each one invocation at a time, did not get the rate offered: every one was busy, and the rest
+  queued for them;
 - the connections: sends left late while the generator had CPU to spare, so every connection
   was waiting on a reply; the rate was connections over the time each request held one.
 
@@ -38,6 +41,9 @@ LAG_S = 1.0
 UNEXPLAINED = "unexplained"
 MET = 0.95
 """The share of the offered rate a run must achieve to have met it."""
+SLOW_HOLD = 2.0
+"""An invocation that held its simulated container more than this many times its reply wait
+spent the rest in the process that runs the containers, not waiting."""
 
 
 @dataclass(frozen=True)
@@ -160,6 +166,43 @@ def _machine(s: dict[str, Any], _: dict[str, Any], run: dict[str, Any]) -> str |
     )
 
 
+def _containers(s: dict[str, Any], totals: dict[str, Any], run: dict[str, Any]) -> str | None:
+    """The local Lambda edge's simulated containers, one invocation each at a time, all busy:
+    the rate fell short of the offered one while requests queued for a container. Whether more
+    would carry more: an invocation held its container about its reply wait (they would), or
+    much longer (the process that runs them all was slow: cold starts, one GIL, its CPU)."""
+    settings = run.get("settings", {})
+    containers = settings.get("lambda_containers")
+    if settings.get("edge") != "lambda" or not containers or not s["rps_mean"]:
+        return None
+    if not s["offered_rps"] or s["rps_mean"] >= MET * s["offered_rps"]:
+        return None
+    slots = containers * (settings.get("workers") or 1)
+    held = slots / s["rps_mean"]  # each invocation's time in its container, all of them busy
+    said = (
+        f"{slots} simulated Lambda container(s) ({containers} a worker), one invocation each at "
+        f"a time, answered {s['rps_mean']:,.0f} rps: an invocation held its container about "
+        f"{held * 1000:,.0f} ms (Little's law), so {s['offered_rps']:,.0f} rps needed about "
+        f"{s['offered_rps'] * held:,.0f}, and the rest queued (p50 "
+        f"{s['latency_p50_ms'] / 1000:,.1f} s)"
+    )
+    waited = totals.get("replies_waited") or 0
+    wait = (totals.get("reply_wait_s") or 0.0) / waited if waited else None
+    if wait is not None and held > SLOW_HOLD * wait:
+        return (
+            f"{said}. Of that, {wait * 1000:,.0f} ms was its wait for the reply: the rest went to "
+            "the process that runs them all (cold starts, one GIL, its CPU), so more containers "
+            "would not carry more here; fewer a worker (--containers) and more --workers would"
+        )
+    waiting = f", {wait * 1000:,.0f} ms of it waiting for the reply" if wait is not None else ""
+    return (
+        f"{said}{waiting}. The limit is the simulation's: more containers (numerator bench "
+        "--containers N) carry more while an invocation's wait stays near this, until this "
+        "machine's cores are the limit; on AWS each concurrent request gets a container of its "
+        "own"
+    )
+
+
 def _connections(s: dict[str, Any], _: dict[str, Any], run: dict[str, Any]) -> str | None:
     """Sends left late while the generator had CPU to spare: every connection was busy."""
     waiting = late(s, run)
@@ -188,5 +231,6 @@ CHECKS: list[tuple[str, Check]] = [
     ("postgres", _postgres),
     ("batcher", _batcher),
     ("machine", _machine),
+    ("containers", _containers),
     ("connections", _connections),
 ]

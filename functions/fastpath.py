@@ -31,6 +31,7 @@ from functions.problems import (
     invalid,
     unavailable,
 )
+from functions.requestlog import logged
 from functions.watch import ClientLeft, Watch
 from infra.counters import template
 from infra.errors import AwsRefused, ReplyTimeout, StreamFull, Unavailable
@@ -232,6 +233,9 @@ class FastPath:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await logged(self.serve, scope, receive, send)
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         edge: Edge = self.edge or self.app.state.edge
         heads = read(scope)
         counter = next_counter(scope["method"], scope["path"])

@@ -5,11 +5,17 @@ batcher tells an unknown counter apart). Counter CRUD opens one Postgres connect
 on first use, and answers 503 when it cannot.
 
 Logs are Powertools' structured JSON with the invocation's request id, the app's own loggers
-included; metrics go out as one CloudWatch EMF line per invocation (infra/observe/emf.py).
+included. A request that works writes no line (Mangum's access line at INFO is off); a server
+error or a slow answer writes one (functions/requestlog.py). Metrics go out as a CloudWatch EMF
+line a container an interval, EMF_INTERVAL_S (LAMBDA_EMF_S when it is 0), not one an invocation
+(infra/observe/emf.py): Lambda gives a function no hook as it retires a container, so the counts
+of a container's last interval are lost unless it held a server error or a throttle, which are
+written at once.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -56,10 +62,19 @@ class LazyStore:
         return getattr(self.made, name)
 
 
-def build(env: Mapping[str, str] | None = None, metrics: Metrics | None = None) -> Entry:
-    """A container's handler: settings from the environment, AWS clients, the app; its signals
-    counted in `metrics` when given."""
-    settings = Settings.from_env(env)
+LAMBDA_EMF_S = 60.0
+"""A Lambda container's EMF interval when EMF_INTERVAL_S is 0: a container without metrics lines
+would leave the template's alarms blind."""
+
+
+def build(
+    env: Mapping[str, str] | None = None,
+    metrics: Metrics | None = None,
+    settings: Settings | None = None,
+) -> Entry:
+    """A container's handler: settings from the environment (or `settings`), AWS clients, the
+    app; its signals counted in `metrics` when given."""
+    settings = settings or Settings.from_env(env)
     refused = settings.open_to(None)
     if refused:
         raise SettingsError("AUTH", refused)
@@ -111,6 +126,10 @@ def readable(host: str) -> bool:
 
 
 logger = Logger(service="numerator")
+# Mangum logs a line for every request at INFO ("POST /counters/x/next 200"), which template.yaml's
+# ApplicationLogLevel INFO would keep: about 170 bytes a request in CloudWatch Logs. Its errors
+# (the app's exceptions) are logged at ERROR still.
+logging.getLogger("mangum").setLevel(logging.WARNING)
 copy_config_to_registered_loggers(
     source_logger=logger, include={"numerator.edge", "numerator.replies", "numerator.front"}
 )
@@ -123,11 +142,12 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     built by the first invocation and kept for every later one."""
     global _container
     if _container is None:
-        metrics = Metrics()
-        _container = build(metrics=metrics), Emf(metrics, "lambda")
+        metrics, settings = Metrics(), Settings.from_env()
+        every = settings.frames.emf_interval_s or LAMBDA_EMF_S
+        _container = build(metrics=metrics, settings=settings), Emf(metrics, "lambda", every)
         logger.info("container started")
     app, emf = _container
     try:
         return app(event, context)
     finally:
-        emf.flush()
+        emf.tick()

@@ -497,7 +497,25 @@ def add_plan(commands: Any) -> None:
     )
     plan.add_argument("--json", action="store_true", help="the plan as JSON")
     add_plan_measures(plan)
+    add_plan_bill(plan)
     plan.set_defaults(run=later("numerator.plan.render:run_plan"))
+
+
+def add_plan_bill(plan: Any) -> None:
+    """`numerator plan`'s options of the bill's lines past the service's own: logs, the load
+    balancer's connections."""
+    plan.add_argument(
+        "--measure-logs",
+        action="store_true",
+        help="measure again only the bytes each edge logs a request (its real handler on moto; "
+        "about a minute), kept in measured.json",
+    )
+    plan.add_argument(
+        "--new-connections",
+        type=number,
+        help="new client connections a second at the server edge's load balancer, which bills "
+        "them (default: the rate over 100, clients keeping a connection for 100 requests)",
+    )
 
 
 def add_plan_measures(plan: Any) -> None:

@@ -12,10 +12,9 @@ import orjson
 from batcher.worker import SHARDS_EVERY_S as LISTS_EVERY_S
 from infra.adapters.kinesis import SHARDS_EVERY_S
 from infra.settings import ReadBeats, Settings
-from numerator.plan.cost import INSTANCES, Bill, Prices, bill, fan_out, per_record
+from numerator.plan.cost import Bill, Prices, bill, fan_out, per_record
 from numerator.plan.latency import Hop, budget, p50
 from numerator.plan.model import (
-    HEADROOM,
     LAMBDA_MEMORY_MB,
     MEASURED,
     MEMORIES_MB,
@@ -30,6 +29,7 @@ from numerator.plan.model import (
     limits,
     size,
 )
+from numerator.plan.whole import instance_class, whole_bill
 
 __all__ = ["EdgeKind", "Load", "Plan", "PlanError", "plan"]
 
@@ -175,7 +175,7 @@ def plan(
     sizing = size(load, runs, record, defaults.edge.front_frame_ms, interval, cpu, memory, *front)
     sizing.url = url and edge is not EdgeKind.SERVER
     commits = float(data["commits_per_s"])
-    sizing.instance_class = INSTANCES[1 if sizing.transactions_per_s <= commits * HEADROOM else 2]
+    sizing.instance_class = instance_class(sizing, commits, prices)
     calls = runs.calls(load.rps, sizing.units(), interval)
     if edge is EdgeKind.LAMBDA:
         # each container lists the shards when it starts and every SHARDS_EVERY_S (a bench's
@@ -191,6 +191,7 @@ def plan(
     estimated = per_record(sizing, calls, scale)  # for a measured.json without reply units
     sizing.reply_capacity = capacity(peak_units or {op: n / scale for op, n in estimated.items()})
     month = bill(load, sizing, calls, prices, units)
+    whole_bill(month, load, sizing, calls, prices, data)
     out = Plan(
         edge, load, sizing, calls, limits(sizing, commits, month.provisioned_replies), month, units
     )

@@ -40,12 +40,23 @@ NEEDED: tuple[str, ...] = (
     "rds_gp3_gb_month",
     "cloudwatch_metric_month",
     "cloudwatch_alarm_month",
+    # the whole bill's (numerator/plan/whole.py)
+    "cloudwatch_logs_gb",
+    "cloudwatch_logs_stored_gb_month",
+    "nat_gateway_hour",
+    "nat_gateway_gb",
+    "vpc_interface_endpoint_hour",
+    "vpc_interface_endpoint_gb",
+    "transfer_out_gb_first_10tb",
+    "transfer_out_gb_next_40tb",
+    "transfer_out_gb_next_100tb",
+    "transfer_out_gb_over_150tb",
+    "rds_cpu_credit_vcpu_hour",
 )
 INSTANCES = ("db.t4g.micro", "db.t4g.small", "db.m7g.large")  # smallest first
 NEEDED += tuple(f"rds_{name}_hour" for name in INSTANCES)
 
 # Assumptions (not measured here), each named where it is used:
-ALB_BYTES_PER_REQUEST = 600  # a /next request and its answer, headers included
 EDGE_TASK_VCPU, EDGE_TASK_GB = 1.0, 2.0  # template.yaml's Fargate edge task
 BATCHER_VCPU, BATCHER_GB = 0.5, 1.0  # template.yaml BatcherCpu 512, BatcherMemory 1024
 RDS_STORAGE_GB = 20
@@ -152,10 +163,7 @@ def bill(
             EDGE_TASK_VCPU * usd["fargate_arm64_vcpu_hour"]
             + EDGE_TASK_GB * usd["fargate_arm64_gb_hour"]
         )
-        gb_per_hour = load.rps * ALB_BYTES_PER_REQUEST * 3600 / 1e9
-        out.lines["Application Load Balancer"] = hours * (
-            usd["alb_hour"] + max(1.0, gb_per_hour) * usd["alb_lcu_hour"]
-        )
+        out.lines["Application Load Balancer"] = hours * usd["alb_hour"]  # its LCUs: whole.py
     kinesis(out, sizing, records, prices)
     reply_table(out, sizing, prices, reply_units or per_record(sizing, calls, scale))
     instance = prices.instance(sizing.instance_class)
@@ -233,8 +241,8 @@ def lambda_lines(out: Bill, requests: float, sizing: Sizing, prices: Prices) -> 
         usd["lambda_arm64_gb_second"],
         usd["lambda_arm64_gb_second_over_7500m"],
     )
-    # No CloudWatch Logs line: template.yaml's LoggingConfig (system logs at WARN) leaves out a
-    # Lambda's START, END and REPORT lines, and the edge logs nothing for a request that works.
+    # CloudWatch Logs: numerator/plan/whole.py. template.yaml's LoggingConfig (system logs at
+    # WARN) leaves out a Lambda's START, END and REPORT lines.
 
 
 def kinesis(out: Bill, sizing: Sizing, records: float, prices: Prices) -> None:

@@ -91,6 +91,30 @@ def measure_cpu(path: Path = MEASURED, say: Any = print) -> dict[str, Any]:
     return data
 
 
+def log_bytes(say: Any) -> dict[str, float]:
+    """Bytes logged a warm /next on each edge, and one EMF line's (numerator/plan/logprobe.py)."""
+    out: dict[str, float] = {}
+    for which in ("lambda", "server"):
+        say(f"bytes logged a request, the {which} edge (numerator.plan.logprobe {which}) ...")
+        argv = [sys.executable, "-m", "numerator.plan.logprobe", which]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        lines = [line for line in done.stdout.splitlines() if line.startswith('{"log_bytes"')]
+        if done.returncode != 0 or not lines:
+            raise PlanError(f"numerator.plan.logprobe {which} failed: {done.stderr[-2000:]}")
+        out.update(orjson.loads(lines[-1])["log_bytes"])
+    say("  " + ", ".join(f"{k} {v:g}" for k, v in out.items()))
+    return out
+
+
+def measure_logs(path: Path = MEASURED, say: Any = print) -> dict[str, Any]:
+    """Measure again only the bytes logged a request (about a minute), keeping the rest."""
+    data: dict[str, Any] = orjson.loads(path.read_bytes())
+    data["log_bytes"] = log_bytes(say)
+    data["log_bytes_measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+    path.write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+    return data
+
+
 def bench(edge: EdgeKind, rate: float, seconds: int = SECONDS) -> dict[str, Any]:
     """One bench run on moto, as the plan keeps it."""
     with tempfile.TemporaryDirectory() as folder:
@@ -246,6 +270,8 @@ def measure(
     cpu_at = old.get("invocation_cpu_measured_at", now)
     if only is None or only.intersection(CPU_EDGES):
         cpu, cpu_at = invocation_cpu(say), now
+    logs = old.get("log_bytes") or log_bytes(say)
+    logs_at = old.get("log_bytes_measured_at", now) if old.get("log_bytes") else now
     say("Postgres commits a second ...")
     out = {
         "command": COMMAND,
@@ -258,6 +284,8 @@ def measure(
         "discarded": discarded,
         "invocation_cpu_ms": cpu,
         "invocation_cpu_measured_at": cpu_at,
+        "log_bytes": logs,
+        "log_bytes_measured_at": logs_at,
     }
     path.write_bytes(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
     return out

@@ -134,6 +134,7 @@ class Load:
     hot_share: float = 0.5  # of requests, on the busiest counter
     count: int = 1  # values per request
     peak_to_mean: float = 2.0
+    new_connections: float | None = None  # a second at the load balancer (None: whole.py's)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.rps) and self.rps > 0):
@@ -148,6 +149,9 @@ class Load:
             raise PlanError(f"--count must be from 1 to 1000, not {self.count}")
         if not (math.isfinite(self.peak_to_mean) and self.peak_to_mean >= 1):
             raise PlanError(f"--peak-to-mean must be at least 1, not {self.peak_to_mean}")
+        new = self.new_connections
+        if new is not None and not (math.isfinite(new) and new >= 0):
+            raise PlanError(f"--new-connections must be a number a second, at least 0, not {new}")
 
     @property
     def peak(self) -> float:

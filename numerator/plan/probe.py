@@ -17,9 +17,9 @@ import asyncio
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import orjson
@@ -87,7 +87,10 @@ def atomic_cpu(invocations: int) -> float:
     return timed(invoke, lambda: atomic.TALLY.cpu, invocations)
 
 
-def main(invocations: int = INVOCATIONS) -> None:
+@contextmanager
+def aws_stack() -> Iterator[None]:
+    """moto server, a throwaway Postgres and a batcher, as `numerator up --aws moto` has them,
+    with this process's environment set for a container to reach them."""
     from bench.local import database
     from infra.adapters.aws import clients, create
     from infra.adapters.postgres import migrate
@@ -111,6 +114,11 @@ def main(invocations: int = INVOCATIONS) -> None:
         running.enter_context(local.batchers(1, env))
         os.environ.update(env)
         os.environ["ATOMIC_ENDPOINT"] = moto.url
+        yield
+
+
+def main(invocations: int = INVOCATIONS) -> None:
+    with aws_stack():
         out = {"lambda": edge_cpu(invocations), "atomic": atomic_cpu(invocations)}
         sys.stdout.write(orjson.dumps({"invocation_cpu_ms": out}).decode())
         sys.stdout.write("\n")

@@ -9,9 +9,11 @@ from typing import Any
 import orjson
 
 from numerator.plan import EdgeKind, Load, Plan, PlanError, plan, read_measured
+from numerator.plan.advice import Advice, advise
 from numerator.plan.cost import Prices
 from numerator.plan.latency import p50
 from numerator.plan.model import MEMORY_MB, VCPU_MB, Sizing
+from numerator.plan.whole import NOT_PRICED
 
 HEADS = {
     EdgeKind.LAMBDA: "lambda edge",
@@ -21,12 +23,14 @@ HEADS = {
 
 
 def run_plan(args: argparse.Namespace) -> None:
-    if args.measure or args.measure_cpu:
-        from numerator.plan.measure import measure, measure_cpu
+    if args.measure or args.measure_cpu or args.measure_logs:
+        from numerator.plan.measure import measure, measure_cpu, measure_logs
         from numerator.plan.model import MEASURED
 
         say = lambda line: print(line, file=sys.stderr)  # noqa: E731
-        if args.measure_cpu:
+        if args.measure_logs:
+            measure_logs(say=say)
+        elif args.measure_cpu:
             measure_cpu(say=say)
         else:
             # --edge names one edge to measure again, the others' kept; both (the default): all
@@ -44,27 +48,70 @@ def run_plan(args: argparse.Namespace) -> None:
             f"not {args.memory}"
         )
     hot = args.hot_share if args.hot_share is not None else 1.0 if args.counters == 1 else 0.5
-    load = Load(args.rps, args.counters, hot, args.count, args.peak_to_mean)
+    load = Load(args.rps, args.counters, hot, args.count, args.peak_to_mean, args.new_connections)
     prices = Prices.read(args.prices, args.region)
     measured = read_measured()
     edges = list(EdgeKind) if args.edge == "both" else [EdgeKind(args.edge)]
     plans = [plan(load, edge, prices, measured, args.memory, url=args.url) for edge in edges]
+    advice = recommend(load, plans, prices, measured, args)
     if args.json:
-        out = {
-            "load": vars(load) | {"peak_rps": load.peak},
-            "region": args.region,
-            "prices": {"file": prices.source, "as_of": prices.as_of},
-            "measured": {
-                "at": measured["measured_at"],
-                "edges_at": measured.get("edges_measured_at", {}),
-                "command": measured["command"],
-                "invocation_cpu_at": measured.get("invocation_cpu_measured_at"),
-            },
-            "plans": [p.to_json() for p in plans],
-        }
+        out = as_json(load, plans, prices, measured, args.region)
+        out["recommendation"] = advice.to_json() if advice else None
+        out["not_priced"] = list(NOT_PRICED)
         sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         print(text(load, plans, prices, measured))
+        print("\n".join(whole_lines(advice)))
+
+
+def as_json(
+    load: Load, plans: list[Plan], prices: Prices, measured: dict[str, Any], region: str
+) -> dict[str, Any]:
+    return {
+        "load": vars(load) | {"peak_rps": load.peak},
+        "region": region,
+        "prices": {"file": prices.source, "as_of": prices.as_of},
+        "measured": {
+            "at": measured["measured_at"],
+            "edges_at": measured.get("edges_measured_at", {}),
+            "command": measured["command"],
+            "invocation_cpu_at": measured.get("invocation_cpu_measured_at"),
+            "log_bytes_at": measured.get("log_bytes_measured_at"),
+        },
+        "plans": [p.to_json() for p in plans],
+    }
+
+
+def recommend(
+    load: Load,
+    plans: list[Plan],
+    prices: Prices,
+    measured: dict[str, Any],
+    args: argparse.Namespace,
+) -> Advice | None:
+    """The recommendation, when both edges are planned."""
+    edges = {p.edge for p in plans}
+    if not {EdgeKind.LAMBDA, EdgeKind.SERVER} <= edges:
+        return None
+
+    def totals(other: Load) -> dict[EdgeKind, float]:
+        return {
+            edge: plan(
+                other, edge, prices, measured, args.memory, others=False, url=args.url
+            ).bill.total
+            for edge in (EdgeKind.LAMBDA, EdgeKind.SERVER)
+        }
+
+    return advise(load, totals)
+
+
+def whole_lines(advice: Advice | None) -> list[str]:
+    """What the bill does not price, and the recommendation."""
+    lines = ["", "Not priced (add them if you pay them)"]
+    lines += [f"  {item}" for item in NOT_PRICED]
+    if advice is not None:
+        lines += ["", f"Recommendation: {advice.line}"]
+    return lines
 
 
 def columns(rows: list[tuple[str, list[str]]], heads: list[str]) -> list[str]:

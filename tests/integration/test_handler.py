@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -276,49 +277,100 @@ def test_the_database_url_is_read_from_a_secret_on_first_use(
     assert "cannot read the database secret" in body(refused)["detail"]
 
 
-def test_the_entry_point_logs_json_with_the_request_id_and_writes_emf_metrics(
-    batcher: Settings,
-    name: str,
-    containers: list[Container],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """`functions.handler.handler` as Lambda calls it: Powertools' JSON log lines carry the
-    request id; each invocation writes one EMF line with what it changed, role lambda."""
+def entry_point(monkeypatch: pytest.MonkeyPatch, env: dict[str, str]) -> Any:
+    """`functions.handler` as Lambda's Python runtime leaves it for template.yaml's LoggingConfig:
+    a fresh container, `env` its environment, the root logger at INFO (ApplicationLogLevel)."""
     import functions.handler as entry
 
-    for key, value in environment(batcher).items():
+    for key, value in env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(entry, "_container", None)
     for log_handler in entry.logger._logger.handlers:  # bound to stdout when first imported
         monkeypatch.setattr(log_handler, "stream", sys.stdout)
-    setup = Container(environment(batcher))
-    containers.append(setup)
-    assert setup(event("http-api-create.json", name))["statusCode"] == 201
-    capsys.readouterr()
-    thread = ThreadPoolExecutor(1)
-    context = Context(30)
-    first = thread.submit(entry.handler, event("http-api-next.json", name), context).result()
-    second = thread.submit(entry.handler, event("http-api-next.json", name), Context(30)).result()
-    missing = event("http-api-next.json", name + "-none")
-    absent = thread.submit(entry.handler, missing, Context(30)).result()
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "level", logging.INFO)
+    return entry
+
+
+def retired(entry: Any, thread: ThreadPoolExecutor) -> None:
     assert entry._container is not None
     thread.submit(retire, entry._container[0]).result()
     thread.shutdown()
-    assert (first["statusCode"], second["statusCode"], absent["statusCode"]) == (200, 200, 404)
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line[:1] == "{"]
-    logs = [line for line in lines if "_aws" not in line]
-    started = [line for line in logs if line.get("message") == "container started"]
-    assert started and started[0]["function_request_id"] == context.aws_request_id
+
+
+def test_the_entry_point_logs_nothing_for_a_request_that_works_and_emf_once_an_interval(
+    batcher: Settings,
+    name: str,
+    containers: list[Container],
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`functions.handler.handler` as Lambda calls it: the container's start is one JSON line
+    with the request id; then requests that work (and a client's 404) write nothing, Mangum's
+    access line included, until the container's EMF interval passes: one line, the sums."""
+    entry = entry_point(monkeypatch, {**environment(batcher), "EMF_INTERVAL_S": "60"})
+    setup = Container(environment(batcher))
+    containers.append(setup)
+    assert setup(event("http-api-create.json", name))["statusCode"] == 201
+    thread = ThreadPoolExecutor(1)
+    context = Context(30)
+    capsys.readouterr()
+    first = thread.submit(entry.handler, event("http-api-next.json", name), context).result()
+    started = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    caplog.clear()
+    answers = [
+        thread.submit(entry.handler, event(file, name), Context(30)).result()["statusCode"]
+        for file in ("http-api-next.json", "http-api-next-count.json", "http-api-next.json")
+    ]
+    missing = event("http-api-next.json", name + "-none")
+    absent = thread.submit(entry.handler, missing, Context(30)).result()
+    quiet = capsys.readouterr()
+    records = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert entry._container is not None
+    emf = entry._container[1]
+    later = emf.flushed_at + 60
+    written = thread.submit(emf.tick, later).result()
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    retired(entry, thread)
+    assert (first["statusCode"], answers, absent["statusCode"]) == (200, [200, 200, 200], 404)
+    assert [line["message"] for line in started] == ["container started"]
+    assert started[0]["function_request_id"] == context.aws_request_id
     assert started[0]["service"] == "numerator" and started[0]["level"] == "INFO"
-    emf = [line for line in lines if "_aws" in line]
-    assert len(emf) == 3, emf  # one line per invocation
-    assert all(line["role"] == "lambda" and line["service"] == "numerator" for line in emf)
-    assert emf[0]["Requests"] == [1.0] and emf[1]["Requests"] == [1.0]
-    assert emf[0]["RecordsPut"] == [1.0]
-    assert "ReplyTimeouts" not in emf[0]
-    namespace = emf[0]["_aws"]["CloudWatchMetrics"][0]["Namespace"]
-    assert namespace == "numerator"
+    assert (quiet.out, quiet.err, records) == ("", "", [])
+    assert written["Requests"] == 5.0 and written["RecordsPut"] == 5.0
+    [line] = lines
+    assert line["role"] == "lambda" and line["service"] == "numerator"
+    assert line["Requests"] == [5.0] and "ReplyTimeouts" not in line
+    assert line["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "numerator"
+
+
+def test_the_entry_point_logs_a_reply_timeout_once_with_the_request_id_and_its_metrics_at_once(
+    aws: tuple[Settings, Any],
+    fresh_database: str,
+    name: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A /next that no batcher answers (none runs) is answered 504 as its invocation's time runs
+    out: one error line, with the invocation's request id, and the container's EMF line at once
+    (the alarms count server errors)."""
+    settings = aws[0].but(database_url=fresh_database)
+    entry = entry_point(monkeypatch, environment(settings))
+    thread = ThreadPoolExecutor(1)
+    context = Context(1.5)
+    capsys.readouterr()
+    failed = thread.submit(entry.handler, event("http-api-next.json", name), context).result()
+    retired(entry, thread)
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert failed["statusCode"] == 504, failed
+    logs = [line for line in lines if "_aws" not in line and line["level"] != "INFO"]
+    assert len(logs) == 1, logs
+    assert logs[0]["level"] == "ERROR" and logs[0]["function_request_id"] == context.aws_request_id
+    assert logs[0]["message"].startswith("POST /counters/")
+    assert "answered 504 in" in logs[0]["message"] and context.aws_request_id in logs[0]["message"]
+    [emf] = [line for line in lines if "_aws" in line]
+    assert emf["ServerErrors"] == [1.0] and emf["ReplyTimeouts"] == [1.0]
 
 
 @pytest.mark.parametrize("auth", ["keys", "none"])

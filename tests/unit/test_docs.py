@@ -77,3 +77,22 @@ def test_the_operations_page_scrapes_the_batchers_default_port() -> None:
     page = (ROOT / "docs" / "operations.md").read_text()
     ports = re.findall(r'job_name: numerator-batcher.*\n.*targets: \["127\.0\.0\.1:(\d+)"\]', page)
     assert ports == [str(BATCHER_PORT)], ports
+
+
+def test_the_localstack_page_gives_the_host_mode_path_the_tests_take() -> None:
+    """docs/localstack.md's first block is the host-mode path that works without compose: the
+    command that installs LocalStack, and pytest on the tests that use it, with the settings
+    the fixture starts it with named beside."""
+    page = (ROOT / "docs" / "localstack.md").read_text()
+    first = re.search(r"```sh\n(.*?)```", page, flags=re.DOTALL)
+    assert first is not None and "docker compose" not in first.group(1)
+    install, run = first.group(1).strip().splitlines()
+    assert install == "python tests/localstack.py"
+    paths = [word for word in run.split() if word.startswith("tests/")]
+    assert paths and all((ROOT / path).exists() for path in paths)
+    for path in paths:
+        assert "localstack" in (ROOT / path).read_text()
+    fixture = (ROOT / "tests" / "localstack.py").read_text()
+    for setting in re.findall(r"`([A-Z_]+)=[^`]*`", page.split("## With Docker Compose")[0]):
+        assert f'"{setting}"' in fixture or setting.startswith("AWS_"), setting
+    assert page.index("cannot run") < page.index("docker compose -f")

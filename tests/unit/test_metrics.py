@@ -159,3 +159,36 @@ async def test_each_aws_call_is_timed_by_call_failed_tries_too() -> None:
     calls.close()
     assert metrics.aws_calls.values == {"put_record": 2}
     assert 0.04 <= metrics.aws_call_seconds.values["put_record"] < 1.0
+
+
+def test_a_lambda_containers_emf_lines_come_once_an_interval_with_the_sums_or_at_once_on_errors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A Lambda container ticks its EMF at the end of every invocation; a line is written only
+    when the interval has passed since the last (or a server error or a throttle was counted),
+    and the lines' values add up to what was counted."""
+    import json
+
+    from infra.observe.emf import Emf
+
+    metrics = Metrics()
+    emf = Emf(metrics, "lambda", every=60.0)
+    start = emf.flushed_at
+    for second in range(1, 60):  # a request a second: no line within the interval
+        metrics.next_requests.inc()
+        assert emf.tick(start + second) == {}
+    assert capsys.readouterr().out == ""
+    metrics.next_requests.inc()
+    assert emf.tick(start + 60) == {"Requests": 60.0}
+    metrics.next_requests.inc(2)
+    metrics.responses.inc("503")
+    assert emf.tick(start + 61) == {"Requests": 2.0, "Unavailable": 1.0, "ServerErrors": 1.0}
+    metrics.next_requests.inc(5)
+    metrics.aws_throttles.inc("put_record")
+    assert emf.tick(start + 62)["AwsThrottles"] == 1.0  # at once too
+    metrics.next_requests.inc(7)
+    assert emf.tick(start + 100) == {}  # 38 s after the last line
+    assert emf.tick(start + 122) == {"Requests": 7.0}
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 4 and all(line["role"] == "lambda" for line in lines)
+    assert sum(line.get("Requests", [0])[0] for line in lines) == metrics.next_requests.value

@@ -17,7 +17,9 @@ RUNS = Path(__file__).parent / "runs"
 
 def recorded(name: str) -> dict[str, Any]:
     """below: --local const(200,5s); over: --local const(20000,6s) on 512 connections;
-    aws: --aws moto --edge server const(1500,6s) on 256 connections. (Their `verdict` fields
+    aws: --aws moto --edge server const(1500,6s) on 256 connections; lambda: --aws moto --edge
+    lambda const(200,10s), its 8 simulated containers (2026-12-04; the per-second series cut to
+    the 10 s offered). (Their `verdict` fields
     were computed again by the rule as it now stands; the measures are as recorded.)"""
     run: dict[str, Any] = json.loads((RUNS / f"{name}.json").read_text())
     return run
@@ -45,6 +47,35 @@ def test_an_aws_run_whose_connections_were_all_waiting_is_limited_by_them() -> N
     assert said.tier == "connections"
     assert "all 256 were busy" in said.evidence[0]
     assert "about 220 ms (Little's law)" in said.evidence[0]
+
+
+def test_the_local_lambda_edges_containers_are_named_when_they_held_the_rate_back() -> None:
+    """`up --aws moto --edge lambda` at 200 rps offered: its 8 simulated containers, one
+    invocation each at a time, answered a fifth of it while the rest queued for them (the
+    verdict was "unexplained" before it knew them)."""
+    run = recorded("lambda")
+    said = verdict(run)
+    assert said.tier == "containers"
+    s = run["summary"]
+    held = 8 / s["rps_mean"] * 1000
+    assert said.evidence[0].startswith(
+        f"containers: 8 simulated Lambda container(s) (8 a worker), one invocation each at a "
+        f"time, answered {s['rps_mean']:,.0f} rps: an invocation held its container about "
+        f"{held:,.0f} ms"
+    )
+    assert "ms of it waiting for the reply" in said.evidence[0]
+    assert "more containers (numerator bench --containers N) carry more" in said.evidence[0]
+    slow = copy.deepcopy(run)  # the same rate, each invocation's reply a tenth of its hold
+    slow["service"]["totals"]["reply_wait_s"] /= 10
+    slowed = verdict(slow)
+    assert slowed.tier == "containers"
+    assert "more containers would not carry more here" in slowed.evidence[0]
+    met = copy.deepcopy(run)  # the rate met: the containers held it, whatever they were
+    met["summary"]["rps_mean"] = met["summary"]["offered_rps"]
+    assert verdict(met).tier != "containers"
+    server = copy.deepcopy(run)  # another edge has no containers to blame
+    server["settings"]["edge"] = "server"
+    assert verdict(server).tier != "containers"
 
 
 def test_the_generator_at_its_core_is_named_before_any_tier() -> None:

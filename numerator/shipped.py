@@ -5,6 +5,7 @@ package, so that a `pip install` without the source tree has them too."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -56,10 +57,24 @@ def write(folder: Path) -> list[Path]:
     return written
 
 
+LINK = re.compile(r"\[([^\]]*)\]\(([^)#:\s]+)(#[^)\s]*)?\)")
+
+
 def relinked(page: str) -> str:
     """A page's links as they resolve in `folder`: FILES sit beside docs/ there, not in a
-    monitoring/ folder as in the source tree."""
-    return page.replace("](../monitoring/", "](../")
+    monitoring/ folder as in the source tree; a link to a page not written there becomes its
+    text and where numerator's source keeps the page."""
+
+    def link(found: re.Match[str]) -> str:
+        text, target, anchor = found.group(1), found.group(2), found.group(3) or ""
+        if target in PAGES:
+            return found.group(0)
+        if target.startswith("../monitoring/") and target.split("/")[-1] in FILES:
+            return f"[{text}](../{target.split('/')[-1]}{anchor})"
+        where = target.removeprefix("../") if target.startswith("../") else f"docs/{target}"
+        return f"{text} (numerator's `{where}`)"
+
+    return LINK.sub(link, page)
 
 
 def run(args: argparse.Namespace) -> None:

@@ -70,7 +70,7 @@ async def migrate(url: str) -> list[int]:
     try:
         connect = psycopg.AsyncConnection.connect(url, connect_timeout=10)
         async with await connect as conn, conn.transaction():
-            await conn.execute("SELECT pg_advisory_xact_lock(724_1001)")
+            await conn.execute("SELECT pg_advisory_xact_lock(7241001)")
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
                 " version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())"

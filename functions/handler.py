@@ -46,6 +46,7 @@ class LazyStore:
                 settings.database.database_url,
                 max_size=1,
                 secret=settings.database.database_secret_arn,
+                pooled=settings.database.pooled,
             )
         return getattr(self.made, name)
 

@@ -93,6 +93,17 @@ def beats_for(edge: str, environ: Mapping[str, str]) -> ReadBeats:
     return ReadBeats.PHASED if edge == "lambda" else ReadBeats.SHARED
 
 
+class Pooler(StrEnum):
+    """What stands between numerator and Postgres (docs/deploy.md, "Behind a pooler")."""
+
+    NONE = "none"
+    """Nothing, or a pooler in session mode: a connection is one server session."""
+    TRANSACTION = "transaction"
+    """PgBouncer in transaction pooling mode, or RDS Proxy: each transaction may run on another
+    server session, so numerator keeps no state in a session (no startup options, no prepared
+    statements, its limits set in each transaction, key changes polled instead of LISTEN)."""
+
+
 class Auth(StrEnum):
     """Who checks callers."""
 
@@ -131,6 +142,8 @@ class DatabaseSettings(Group):
     # DATABASE_SECRET_ARN: a Secrets Manager secret holding either, read on first use (Lambda)
     database_secret_arn: str = ""
     pool_max: int = 4  # POOL_MAX: Postgres connections per process
+    # DATABASE_POOLER: none, or transaction (PgBouncer in transaction mode, RDS Proxy)
+    database_pooler: Pooler = Pooler.NONE
 
     POSITIVE = ("pool_max",)
 
@@ -138,6 +151,11 @@ class DatabaseSettings(Group):
         Group.check(self)
         if self.database_url and not self.database_url.startswith(("postgres://", "postgresql://")):
             raise SettingsError("DATABASE_URL", "must start with postgresql://")
+
+    @property
+    def pooled(self) -> bool:
+        """Whether a transaction pooler stands in front: no state may be kept in a session."""
+        return self.database_pooler is Pooler.TRANSACTION
 
 
 @dataclass(frozen=True, slots=True)

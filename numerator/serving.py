@@ -89,13 +89,13 @@ def run_serve(args: argparse.Namespace) -> None:
     serve_http(args, settings, "the database at DATABASE_URL", env=aws)
 
 
-async def migrate_when_ready(url: str, patience: float) -> None:
+async def migrate_when_ready(url: str, patience: float, pooled: bool = False) -> None:
     """Apply migrations, waiting up to `patience` seconds for a Postgres that is starting up
-    or recovering (after a crash, say) to take connections."""
+    or recovering (after a crash, say) to take connections; `pooled`: DATABASE_POOLER."""
     deadline = time.monotonic() + patience
     while True:
         try:
-            await migrate(url)
+            await migrate(url, pooled)
             return
         except StoreUnavailable:
             if time.monotonic() >= deadline:
@@ -129,7 +129,11 @@ def serve_aws(args: argparse.Namespace, settings: Settings, where: str) -> None:
         if "REPLY_PUSH" not in os.environ:  # its batchers run here: no inbox open to the network
             settings = settings.but(reply_push="127.0.0.1")
         made = create(clients(settings, aws), settings)
-        asyncio.run(migrate_when_ready(settings.database.database_url, args.wait_for_db))
+        asyncio.run(
+            migrate_when_ready(
+                settings.database.database_url, args.wait_for_db, settings.database.pooled
+            )
+        )
         batchers = local.batchers(args.batchers, {**settings.to_env(), **aws})
         children.extend(running.enter_context(batchers))
         what = "moto server" if args.aws == "moto" else "the endpoint"
@@ -166,7 +170,7 @@ def serve_http(
     from infra.run.server import serve
 
     url = settings.database.database_url
-    asyncio.run(migrate_when_ready(url, args.wait_for_db))
+    asyncio.run(migrate_when_ready(url, args.wait_for_db, settings.database.pooled))
     auth = asyncio.run(who_may_call(url, args.host, settings))
     quiet_loggers()
     frames, front = settings.frames, ""
@@ -208,7 +212,7 @@ async def who_may_call(url: str, host: str, settings: Settings) -> str:
         return f"AUTH=none ({settings.edge.authorizer or 'loopback only'})"
     from infra.adapters.postgres import PostgresStore
 
-    store = PostgresStore(url, max_size=1)
+    store = PostgresStore(url, max_size=1, pooled=settings.database.pooled)
     try:
         found = await store.keys()
     finally:
@@ -238,7 +242,7 @@ def run_batcher(args: argparse.Namespace) -> None:
         )
     if not settings.database.database_url:
         raise Refused("numerator batcher needs --database-url or DATABASE_URL")
-    asyncio.run(migrate_when_ready(settings.database.database_url, 10.0))
+    asyncio.run(migrate_when_ready(settings.database.database_url, 10.0, settings.database.pooled))
     quiet_loggers()
     batcherprocess.main(settings, args.host, args.port, args.owner, Faults.from_env())
 
@@ -255,7 +259,7 @@ def run_migrate(args: argparse.Namespace) -> None:
             raise Refused(
                 "numerator migrate needs --database-url, DATABASE_URL or DATABASE_SECRET_ARN"
             )
-        await migrate_when_ready(url, 30.0)
+        await migrate_when_ready(url, 30.0, database.pooled)
 
     asyncio.run(apply())
     versions = [version for version, _ in migrations()]

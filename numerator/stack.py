@@ -75,7 +75,10 @@ class BatcherStack:
         self.metrics = Metrics()
         describe(self.metrics, settings, self.role)
         self.store = PostgresStore(
-            settings.database.database_url, settings.database.pool_max, faults=faults
+            settings.database.database_url,
+            settings.database.pool_max,
+            faults=faults,
+            pooled=settings.database.pooled,
         )
         self.aws: AwsPorts | None = None
         self.stream, self.replies = self.ports()
@@ -111,7 +114,7 @@ class BatcherStack:
     async def __aenter__(self) -> Self:
         if self.aws is not None:
             await check(self.aws.clients, self.aws.calls, self.settings)
-        await migrate(self.settings.database.database_url)
+        await migrate(self.settings.database.database_url, self.settings.database.pooled)
         await self.store.open()
         await self.batcher.start()
         return self
@@ -180,7 +183,11 @@ class EdgeStack:
         self.metrics = Metrics()
         describe(self.metrics, settings, "edge")
         self.aws: AwsPorts = aws_ports(settings, self.metrics, found)
-        self.store = PostgresStore(settings.database.database_url, settings.database.pool_max)
+        self.store = PostgresStore(
+            settings.database.database_url,
+            settings.database.pool_max,
+            pooled=settings.database.pooled,
+        )
         self.edge = Edge(
             stream=self.aws.stream,
             replies=self.aws.replies,

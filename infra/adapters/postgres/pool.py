@@ -11,10 +11,11 @@ import orjson
 import psycopg
 import psycopg_pool
 from psycopg import errors as pgerrors
+from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from infra.adapters import secret
-from infra.errors import StoreError, StoreUnavailable
+from infra.errors import SettingsError, StoreError, StoreUnavailable
 from infra.spans import plain
 
 Connection = psycopg.AsyncConnection[tuple[Any, ...]]
@@ -45,6 +46,37 @@ OPTIONS = (
     f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_S * 1000:.0f}"
     f" -c lock_timeout={LOCK_TIMEOUT_S * 1000:.0f}"
 )
+# The same limits for one transaction, for a connection through a transaction pooler: PgBouncer
+# refuses the `options` startup parameter, and RDS Proxy pins a session that SETs anything. A
+# transaction's own settings end with it, so the server session goes back to the pooler clean.
+LIMITS = (
+    "SELECT set_config('idle_in_transaction_session_timeout',"
+    f" '{IDLE_IN_TRANSACTION_S * 1000:.0f}', true),"
+    f" set_config('lock_timeout', '{LOCK_TIMEOUT_S * 1000:.0f}', true)"
+)
+
+# What PgBouncer's refusal of the startup options (above) means to the user.
+POOLER_NEEDED = (
+    "the server at DATABASE_URL refuses startup options, as PgBouncer in transaction mode does:"
+    ' set DATABASE_POOLER=transaction (docs/deploy.md, "Behind a pooler")'
+)
+
+
+class Pooled(psycopg.AsyncConnection[tuple[Any, ...]]):
+    """A connection through a transaction pooler (DATABASE_POOLER=transaction): every
+    transaction opened on it sets numerator's limits first (LIMITS), as the startup options do
+    on a connection of its own. A statement outside a transaction block holds no lock past its
+    own end, so the limits of the transactions that hold locks bound its wait too."""
+
+    @asynccontextmanager
+    async def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> AsyncIterator[psycopg.AsyncTransaction]:
+        outermost = self.info.transaction_status is TransactionStatus.IDLE
+        async with super().transaction(savepoint_name, force_rollback) as tx:
+            if outermost:
+                await self.execute(LIMITS)
+            yield tx
 
 
 def rows(items: Iterable[Sequence[Any]]) -> str:
@@ -65,10 +97,19 @@ def migrations() -> list[tuple[int, str]]:
     return sorted(found)
 
 
-async def migrate(url: str) -> list[int]:
-    """Apply the migrations not yet applied; safe to run from several processes at once."""
+def session(pooled: bool) -> dict[str, Any]:
+    """What a connection asks of its server session: numerator's limits as startup options; or,
+    through a transaction pooler, nothing kept in it — no prepared statements either, as the next
+    transaction may run on a server session that holds another client's of the same name."""
+    return {"prepare_threshold": None} if pooled else {"options": OPTIONS}
+
+
+async def migrate(url: str, pooled: bool = False) -> list[int]:
+    """Apply the migrations not yet applied; safe to run from several processes at once.
+    `pooled`: a transaction pooler stands in front (DATABASE_POOLER=transaction)."""
     try:
-        connect = psycopg.AsyncConnection.connect(url, connect_timeout=10)
+        kind = Pooled if pooled else psycopg.AsyncConnection
+        connect = kind.connect(url, connect_timeout=10, **session(pooled))
         async with await connect as conn, conn.transaction():
             await conn.execute("SELECT pg_advisory_xact_lock(7241001)")
             await conn.execute(
@@ -88,6 +129,8 @@ async def migrate(url: str) -> list[int]:
                 applied.append(version)
             return applied
     except RETRYABLE as exc:
+        if "unsupported startup parameter" in str(exc):
+            raise SettingsError("DATABASE_POOLER", POOLER_NEEDED) from None
         raise StoreUnavailable(f"cannot reach Postgres to migrate: {exc}") from exc
 
 
@@ -95,10 +138,18 @@ class Pool:
     """A small pool of connections to one Postgres, opened by `open()` or else on first use;
     psycopg errors leave it as StoreUnavailable (worth a retry) or StoreError."""
 
-    def __init__(self, url: str, max_size: int = 4, timeout: float = 2.0, secret: str = "") -> None:
+    def __init__(
+        self,
+        url: str,
+        max_size: int = 4,
+        timeout: float = 2.0,
+        secret: str = "",
+        pooled: bool = False,
+    ) -> None:
         """`secret`: a Secrets Manager secret to read the URL from on first use, when `url` is
-        empty (DATABASE_SECRET_ARN, in Lambda)."""
-        self.url, self.secret = url, secret
+        empty (DATABASE_SECRET_ARN, in Lambda); `pooled`: a transaction pooler stands in front
+        (DATABASE_POOLER=transaction)."""
+        self.url, self.secret, self.pooled = url, secret, pooled
         self.max_size, self.timeout = max_size, timeout
         self._opened = False
         self.pool = self._pool()
@@ -106,6 +157,7 @@ class Pool:
     def _pool(self) -> psycopg_pool.AsyncConnectionPool[Connection]:
         return psycopg_pool.AsyncConnectionPool(
             self.url,
+            connection_class=Pooled if self.pooled else psycopg.AsyncConnection,
             min_size=1,
             max_size=self.max_size,
             timeout=self.timeout,
@@ -117,7 +169,7 @@ class Pool:
                 "autocommit": True,
                 "connect_timeout": 2,
                 "row_factory": tuple_row,
-                "options": OPTIONS,
+                **session(self.pooled),
             },
             # A background reconnect gives up at once; the pool connects again on demand, so
             # a request waits at most `timeout`, never behind a long reconnect backoff.

@@ -49,10 +49,11 @@ OPTIONS = (
 # The same limits for one transaction, for a connection through a transaction pooler: PgBouncer
 # refuses the `options` startup parameter, and RDS Proxy pins a session that SETs anything. A
 # transaction's own settings end with it, so the server session goes back to the pooler clean.
+# SET, not set_config(): a SELECT takes the transaction's snapshot, after which it can no longer
+# SET TRANSACTION ISOLATION LEVEL (the audit trail's verify does).
 LIMITS = (
-    "SELECT set_config('idle_in_transaction_session_timeout',"
-    f" '{IDLE_IN_TRANSACTION_S * 1000:.0f}', true),"
-    f" set_config('lock_timeout', '{LOCK_TIMEOUT_S * 1000:.0f}', true)"
+    f"SET LOCAL idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_S * 1000:.0f};"
+    f" SET LOCAL lock_timeout = {LOCK_TIMEOUT_S * 1000:.0f}"
 )
 
 # What PgBouncer's refusal of the startup options (above) means to the user.

@@ -62,5 +62,5 @@ def test_recorded_clients_through_pgbouncer(path: str, pooled_url: str) -> None:
         asyncio.run(run())
         broken, tally, _ = settle(service.url, client.history, counters, within=5.0)
         print(f"\nPOOLED {path} ({time.monotonic() - began:.0f} s): {tally.line()}")
-        assert tally.delivered > 100, f"too little went through to prove anything: {tally.line()}"
+        assert tally.delivered > 50, f"too little went through to prove anything: {tally.line()}"
         assert not broken, "\n".join(broken[:40]) + f"\n{service.said()[-3000:]}"

@@ -446,3 +446,24 @@ def test_the_local_lambda_edge_times_each_warm_invocations_cpu(
     finally:
         thread.submit(lambda: retire(edge._local.handler)).result()
         thread.shutdown()
+
+
+def test_a_container_keeps_no_postgres_connection_between_invocations(
+    batcher: Settings, name: str, containers: list[Container]
+) -> None:
+    """A Lambda container is frozen between invocations with whatever it holds: the counter
+    routes open a connection each and close it (docs/architecture.md, "Connections"), so a
+    fleet of idle containers holds none of the instance's max_connections."""
+    import psycopg
+
+    url = batcher.database.database_url
+    tagged = url + ("&" if "?" in url else "?") + "application_name=lambda-container"
+    lam = Container({**environment(batcher), "DATABASE_URL": tagged})
+    containers.append(lam)
+    assert lam(event("http-api-create.json", name))["statusCode"] == 201
+    assert lam(event("http-api-get.json", name))["statusCode"] == 200
+    with psycopg.connect(url, autocommit=True) as conn:
+        held = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'lambda-container'"
+        ).fetchone()
+    assert held == (0,)

@@ -28,12 +28,15 @@ class PostgresStore(PostgresCounters, PostgresKeys, PostgresLeases, PostgresFram
         secret: str = "",
         faults: Faults | None = None,
         pooled: bool = False,
+        per_use: bool = False,
     ) -> None:
         """`secret`: a Secrets Manager secret to read the URL from on first use, when `url` is
         empty (DATABASE_SECRET_ARN, in Lambda); `faults`: the crash tests' switches; `pooled`:
-        a transaction pooler stands in front (DATABASE_POOLER=transaction)."""
+        a transaction pooler stands in front (DATABASE_POOLER=transaction); `per_use`: a
+        connection opened for each use and closed after it, none kept (a Lambda container)."""
         # Every role's __init__ only keeps the pool; the frames' also keeps the faults.
-        PostgresFrames.__init__(self, Pool(url, max_size, timeout, secret, pooled), faults)
+        pool = Pool(url, max_size, timeout, secret, pooled, per_use)
+        PostgresFrames.__init__(self, pool, faults)
 
     async def open(self) -> None:
         await self.db.open()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib import resources
 from typing import Any
 
@@ -146,11 +146,14 @@ class Pool:
         timeout: float = 2.0,
         secret: str = "",
         pooled: bool = False,
+        per_use: bool = False,
     ) -> None:
         """`secret`: a Secrets Manager secret to read the URL from on first use, when `url` is
         empty (DATABASE_SECRET_ARN, in Lambda); `pooled`: a transaction pooler stands in front
-        (DATABASE_POOLER=transaction)."""
-        self.url, self.secret, self.pooled = url, secret, pooled
+        (DATABASE_POOLER=transaction); `per_use`: no connection kept, one opened for each use
+        and closed after it (a Lambda container, frozen between invocations with whatever it
+        holds: docs/architecture.md, "Connections")."""
+        self.url, self.secret, self.pooled, self.per_use = url, secret, pooled, per_use
         self.max_size, self.timeout = max_size, timeout
         self._opened = False
         self.pool = self._pool()
@@ -196,10 +199,10 @@ class Pool:
                 self.pool = self._pool()
         if not self.url:
             raise StoreUnavailable("no Postgres is configured here: set DATABASE_URL")
-        if not self._opened:  # opened on first use where nothing opened it (a Lambda container)
+        if not self._opened and not self.per_use:  # opened on first use where nothing opened it
             await self.open()
         try:
-            async with self.pool.connection(timeout) as conn:
+            async with self._checkout(timeout) as conn:
                 yield conn
         except RETRYABLE as exc:
             raise StoreUnavailable(f"Postgres is unavailable: {exc}") from exc
@@ -207,6 +210,23 @@ class Pool:
             raise
         except psycopg.Error as exc:
             raise StoreError(f"Postgres refused: {exc}") from exc
+
+    def _checkout(self, timeout: float | None) -> AbstractAsyncContextManager[Connection]:
+        return self._own() if self.per_use else self.pool.connection(timeout)
+
+    @asynccontextmanager
+    async def _own(self) -> AsyncIterator[Connection]:
+        """A connection of its own for one use, closed after it."""
+        kind = Pooled if self.pooled else psycopg.AsyncConnection
+        conn = await kind.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=max(2, round(self.timeout)),
+            row_factory=tuple_row,
+            **session(self.pooled),
+        )
+        async with conn:
+            yield conn
 
     async def fetch(
         self, sql: str, params: Sequence[Any] | Mapping[str, Any]

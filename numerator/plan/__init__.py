@@ -12,6 +12,7 @@ import orjson
 from batcher.worker import SHARDS_EVERY_S as LISTS_EVERY_S
 from infra.adapters.kinesis import SHARDS_EVERY_S
 from infra.settings import ReadBeats, Settings
+from numerator.plan.connections import Budget, connection_budget, proxy_line
 from numerator.plan.cost import INSTANCES, Bill, Prices, bill, fan_out, per_record
 from numerator.plan.latency import Hop, budget, p50
 from numerator.plan.model import (
@@ -46,6 +47,7 @@ class Plan:
     hops: list[Hop] = field(default_factory=list)  # the latency budget, reading by GetRecords
     fan_out_hops: list[Hop] = field(default_factory=list)  # ... with enhanced fan-out
     fan_out: dict[str, float] = field(default_factory=dict)  # what enhanced fan-out costs, saves
+    connections: Budget | None = None  # Postgres's (none for the atomic counter)
 
     def to_json(self) -> dict[str, Any]:
         sizing = self.sizing
@@ -94,6 +96,7 @@ class Plan:
             if self.hops
             else None,
             "cost": self.bill.to_json(),
+            "postgres_connections": self.connections.to_json() if self.connections else None,
         }
 
 
@@ -176,6 +179,10 @@ def plan(
     sizing.url = url and edge is not EdgeKind.SERVER
     commits = float(data["commits_per_s"])
     sizing.instance_class = INSTANCES[1 if sizing.transactions_per_s <= commits * HEADROOM else 2]
+    connections = (
+        None if edge is EdgeKind.ATOMIC else connection_budget(sizing, INSTANCES, prices.usd)
+    )
+    sizing.instance_class = connections.instance if connections else sizing.instance_class
     calls = runs.calls(load.rps, sizing.units(), interval)
     if edge is EdgeKind.LAMBDA:
         # each container lists the shards when it starts and every SHARDS_EVERY_S (a bench's
@@ -191,9 +198,12 @@ def plan(
     estimated = per_record(sizing, calls, scale)  # for a measured.json without reply units
     sizing.reply_capacity = capacity(peak_units or {op: n / scale for op, n in estimated.items()})
     month = bill(load, sizing, calls, prices, units)
+    if connections:
+        month.lines.update(proxy_line(connections, prices.usd, prices.hours))
     out = Plan(
         edge, load, sizing, calls, limits(sizing, commits, month.provisioned_replies), month, units
     )
+    out.connections = connections
     if sizing.invocation_cpu_s and edge is not EdgeKind.SERVER and others:
         out.bill.notes += memories(load, edge, prices, data, memory, url)
     if edge is not EdgeKind.SERVER and others and not url:

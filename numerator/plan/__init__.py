@@ -156,6 +156,24 @@ def through_url(
     )
 
 
+def postgres(sizing: Sizing, commits: float, prices: Prices) -> Budget | None:
+    """The instance class for the commits a second, then for the connections, which may call
+    for a larger one or RDS Proxy (numerator/plan/connections.py); None without Postgres."""
+    sizing.instance_class = INSTANCES[1 if sizing.transactions_per_s <= commits * HEADROOM else 2]
+    if sizing.edge is EdgeKind.ATOMIC:
+        return None
+    connections = connection_budget(sizing, INSTANCES, prices.usd)
+    sizing.instance_class = connections.instance
+    return connections
+
+
+def priced(connections: Budget | None, month: Bill, prices: Prices) -> Budget | None:
+    """`connections`, with RDS Proxy's line on the bill when they put one in front."""
+    if connections:
+        month.lines.update(proxy_line(connections, prices.usd, prices.hours))
+    return connections
+
+
 def plan(
     load: Load,
     edge: EdgeKind,
@@ -178,11 +196,7 @@ def plan(
     sizing = size(load, runs, record, defaults.edge.front_frame_ms, interval, cpu, memory, *front)
     sizing.url = url and edge is not EdgeKind.SERVER
     commits = float(data["commits_per_s"])
-    sizing.instance_class = INSTANCES[1 if sizing.transactions_per_s <= commits * HEADROOM else 2]
-    connections = (
-        None if edge is EdgeKind.ATOMIC else connection_budget(sizing, INSTANCES, prices.usd)
-    )
-    sizing.instance_class = connections.instance if connections else sizing.instance_class
+    connections = postgres(sizing, commits, prices)
     calls = runs.calls(load.rps, sizing.units(), interval)
     if edge is EdgeKind.LAMBDA:
         # each container lists the shards when it starts and every SHARDS_EVERY_S (a bench's
@@ -198,12 +212,10 @@ def plan(
     estimated = per_record(sizing, calls, scale)  # for a measured.json without reply units
     sizing.reply_capacity = capacity(peak_units or {op: n / scale for op, n in estimated.items()})
     month = bill(load, sizing, calls, prices, units)
-    if connections:
-        month.lines.update(proxy_line(connections, prices.usd, prices.hours))
     out = Plan(
         edge, load, sizing, calls, limits(sizing, commits, month.provisioned_replies), month, units
     )
-    out.connections = connections
+    out.connections = priced(connections, out.bill, prices)
     if sizing.invocation_cpu_s and edge is not EdgeKind.SERVER and others:
         out.bill.notes += memories(load, edge, prices, data, memory, url)
     if edge is not EdgeKind.SERVER and others and not url:

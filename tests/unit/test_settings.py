@@ -76,7 +76,7 @@ def test_database_url_takes_an_rds_secret_as_ecs_hands_it_over() -> None:
 
 def test_each_setting_belongs_to_one_group_and_round_trips_by_its_variable() -> None:
     seen = set(VARIABLES)
-    assert "MODE" in seen and "WORKERS" in seen and len(seen) == 44
+    assert "MODE" in seen and "WORKERS" in seen and len(seen) == 45
     for variable, (group, name, _) in VARIABLES.items():
         value = getattr(getattr(Settings.of(), group), name) if group else Settings.of().mode
         assert Settings.from_env({variable: str(value)}) == Settings.of(), variable
@@ -124,3 +124,10 @@ def test_reply_push_must_be_one_address_of_this_host(value: str, says: str) -> N
         Settings.from_env({"REPLY_PUSH": value})
     for good in ("auto", "off", "127.0.0.1"):
         assert Settings.from_env({"REPLY_PUSH": good}).edge.reply_push == good
+
+
+def test_database_pooler_says_its_choices() -> None:
+    assert not Settings.of().database.pooled
+    assert Settings.from_env({"DATABASE_POOLER": "transaction"}).database.pooled
+    with pytest.raises(SettingsError, match="DATABASE_POOLER: must be one of none, transaction"):
+        Settings.from_env({"DATABASE_POOLER": "session"})

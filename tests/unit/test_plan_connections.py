@@ -102,3 +102,17 @@ def test_the_command_prints_and_writes_the_connections(rps: int) -> None:
         assert said in text
         assert each["sizing"]["postgres_instance"] == budget["instance"]
         assert budget["rds_proxy"] == ("RDS Proxy" in each["cost"]["lines"])
+
+
+def test_docs_plan_shows_the_connections_as_the_command_prints_them() -> None:
+    """docs/plan.md's "Connections" block: each rate's lines as `numerator plan` prints them."""
+    from pathlib import Path
+
+    page = (Path(__file__).parents[2] / "docs" / "plan.md").read_text()
+    block = page.split("## Connections", 1)[1].split("```\n", 2)[1]
+    for rps in (10000, 40000):
+        ran = [sys.executable, "-m", "numerator", "plan", "--rps", str(rps)]
+        text = subprocess.run(ran, capture_output=True, text=True, timeout=60, check=True).stdout
+        printed = [part for part in text.split("\n\n") if part.startswith("Postgres connections")]
+        said = block.split(f"numerator plan --rps {rps}\n", 1)[1].split("\n\nnumerator plan")[0]
+        assert said.strip() == "\n\n".join(printed).strip(), f"docs/plan.md at {rps} rps"

@@ -49,6 +49,7 @@ class LazyStore:
                 secret=settings.database.database_secret_arn,
                 pooled=settings.database.pooled,
                 per_use=True,
+                host=settings.database.database_host,
             )
         return getattr(self.made, name)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, get_type_hints
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from infra.errors import SettingsError
 
@@ -144,6 +144,15 @@ class DatabaseSettings(Group):
     pool_max: int = 4  # POOL_MAX: Postgres connections per process
     # DATABASE_POOLER: none, or transaction (PgBouncer in transaction mode, RDS Proxy)
     database_pooler: Pooler = Pooler.NONE
+    # DATABASE_HOST: the host to reach Postgres at instead of the one DATABASE_URL or the secret
+    # names (an RDS Proxy's endpoint, where the secret names the instance)
+    database_host: str = ""
+
+    def __post_init__(self) -> None:
+        if self.database_host and self.database_url:
+            object.__setattr__(
+                self, "database_url", with_host(self.database_url, self.database_host)
+            )
 
     POSITIVE = ("pool_max",)
 
@@ -477,3 +486,16 @@ def database_url_of(raw: str) -> str:
             f"postgresql://{user}:{password}@/{name}?host={quote(str(host), safe='')}&port={port}"
         )
     return f"postgresql://{user}:{password}@{host}:{port}/{name}"
+
+
+def with_host(url: str, host: str) -> str:
+    """`url` with its host (and nothing else) replaced by `host` (DATABASE_HOST); as it was
+    without one. Its port stays: an RDS Proxy listens on the instance's."""
+    if not host:
+        return url
+    parts = urlsplit(url)
+    user = parts.netloc.rpartition("@")[0]
+    port = f":{parts.port}" if parts.port else ""
+    netloc = (user + "@" if user else "") + host + port
+    query = "&".join(q for q in parts.query.split("&") if q and not q.startswith("host="))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))

@@ -254,7 +254,9 @@ def run_migrate(args: argparse.Namespace) -> None:
     database = settings.database
 
     async def apply() -> None:
-        url = await secret.resolve(database.database_url, database.database_secret_arn)
+        url = await secret.resolve(
+            database.database_url, database.database_secret_arn, database.database_host
+        )
         if not url:
             raise Refused(
                 "numerator migrate needs --database-url, DATABASE_URL or DATABASE_SECRET_ARN"

@@ -147,13 +147,16 @@ class Pool:
         secret: str = "",
         pooled: bool = False,
         per_use: bool = False,
+        host: str = "",
     ) -> None:
         """`secret`: a Secrets Manager secret to read the URL from on first use, when `url` is
         empty (DATABASE_SECRET_ARN, in Lambda); `pooled`: a transaction pooler stands in front
         (DATABASE_POOLER=transaction); `per_use`: no connection kept, one opened for each use
         and closed after it (a Lambda container, frozen between invocations with whatever it
-        holds: docs/architecture.md, "Connections")."""
+        holds: docs/architecture.md, "Connections"); `host`: where to reach the secret's
+        Postgres instead of the host it names (DATABASE_HOST: an RDS Proxy's endpoint)."""
         self.url, self.secret, self.pooled, self.per_use = url, secret, pooled, per_use
+        self.host = host
         self.max_size, self.timeout = max_size, timeout
         self._opened = False
         self.pool = self._pool()
@@ -190,7 +193,7 @@ class Pool:
     @asynccontextmanager
     async def connection(self, timeout: float | None = None) -> AsyncIterator[Connection]:
         if not self.url and self.secret:
-            url = await secret.resolve(self.url, self.secret)
+            url = await secret.resolve(self.url, self.secret, self.host)
             # Calls that came together each read the secret: the first to come back makes the
             # pool. A second pool replacing it after it was opened was never opened itself, and
             # every call of the container failed on it ('pool is not open yet': sam local).

@@ -20,7 +20,7 @@ from infra.adapters.postgres import migrate, migrations
 from infra.errors import Refused, StoreUnavailable
 from infra.faults import Faults
 from infra.run.embedded import Postgres, default_data_dir, embedded, ephemeral
-from infra.settings import LOOPBACK_ONLY, Auth, Mode, Settings, beats_for, loopback
+from infra.settings import LOOPBACK_ONLY, Auth, Mode, Settings, beats_for, loopback, with_host
 
 EMBEDDED_APP = "numerator.stack:app_from_env"
 LAMBDA_APP = "numerator.lambdaedge:app_from_env"
@@ -254,9 +254,8 @@ def run_migrate(args: argparse.Namespace) -> None:
     database = settings.database
 
     async def apply() -> None:
-        url = await secret.resolve(
-            database.database_url, database.database_secret_arn, database.database_host
-        )
+        url = await secret.resolve(database.database_url, database.database_secret_arn)
+        url = with_host(url, database.database_host)  # an env's DATABASE_URL has it already
         if not url:
             raise Refused(
                 "numerator migrate needs --database-url, DATABASE_URL or DATABASE_SECRET_ARN"

@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 
 from infra.errors import SettingsError, StoreUnavailable
-from infra.settings import database_url_of, with_host
+from infra.settings import database_url_of
 
 
-async def resolve(url: str, secret: str, host: str = "") -> str:
-    """`url` when given, else the one the secret `secret` holds (read now), at `host` when given
-    (DATABASE_HOST: an RDS Proxy's endpoint); empty when neither."""
-    return url or (with_host(await database_url(secret), host) if secret else "")
+async def resolve(url: str, secret: str) -> str:
+    """`url` when given, else the one the secret `secret` holds (read now); empty when neither."""
+    return url or (await database_url(secret) if secret else "")
 
 
 async def database_url(secret: str) -> str:

@@ -16,6 +16,7 @@ from psycopg.rows import tuple_row
 
 from infra.adapters import secret
 from infra.errors import SettingsError, StoreError, StoreUnavailable
+from infra.settings import with_host
 from infra.spans import plain
 
 Connection = psycopg.AsyncConnection[tuple[Any, ...]]
@@ -193,7 +194,7 @@ class Pool:
     @asynccontextmanager
     async def connection(self, timeout: float | None = None) -> AsyncIterator[Connection]:
         if not self.url and self.secret:
-            url = await secret.resolve(self.url, self.secret, self.host)
+            url = with_host(await secret.resolve(self.url, self.secret), self.host)
             # Calls that came together each read the secret: the first to come back makes the
             # pool. A second pool replacing it after it was opened was never opened itself, and
             # every call of the container failed on it ('pool is not open yet': sam local).

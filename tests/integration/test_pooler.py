@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 
 from infra import keys
 from infra.adapters.postgres import PostgresStore, migrate
 from infra.adapters.postgres.keys import KEYS_POLL_S
-from infra.adapters.postgres.pool import LOCK_TIMEOUT_S, Pool
+from infra.adapters.postgres.pool import IDLE_IN_TRANSACTION_S, LOCK_TIMEOUT_S, Pool
 from infra.clock import utc_now
-from infra.errors import SettingsError
+from infra.counters import Counter
+from infra.errors import SettingsError, StoreError
 from tests.pgbouncer import pgbouncer
 
 pytestmark = pytest.mark.slow  # PgBouncer may have to be installed first (tests/tools.py)
@@ -69,3 +72,29 @@ async def test_key_changes_are_polled_behind_a_pooler(pooled_url: str) -> None:
     finally:
         await changes.aclose()
         await store.close()
+
+
+async def test_a_transaction_left_open_through_the_pooler_ends_and_frees_its_rows(
+    pooled_url: str,
+) -> None:
+    """A process stopped inside a frame (SIGSTOP) behind PgBouncer: the idle-in-transaction
+    limit its transaction set ends the server session, so its rows are free for the batcher
+    that takes over, within the limit rather than never."""
+    store = PostgresStore(pooled_url, max_size=2, pooled=True)
+    await store.create(Counter("held"))
+    try:
+        async with store.db.connection() as frozen, frozen.transaction():
+            await frozen.execute("SELECT FROM counters WHERE name = 'held' FOR UPDATE")
+            began = time.monotonic()
+            async with store.db.connection() as other:  # waits behind the lock, then gets it
+                update = other.execute("UPDATE counters SET start = start WHERE name = 'held'")
+                await asyncio.wait_for(update, IDLE_IN_TRANSACTION_S * 3)
+            waited = time.monotonic() - began
+            assert waited < IDLE_IN_TRANSACTION_S + LOCK_TIMEOUT_S
+            with pytest.raises(psycopg.Error):  # the frozen one's session was ended
+                await frozen.execute("SELECT 1")
+    except StoreError:
+        pass  # leaving the ended transaction: its rollback finds the session gone
+    finally:
+        await store.close()
+    assert waited >= IDLE_IN_TRANSACTION_S - 0.5

@@ -1,8 +1,9 @@
 """The Lambda entry point: the Starlette app wrapped by Mangum, built once per container.
 
 `/next` puts a record on Kinesis and awaits its reply in DynamoDB; it never touches Postgres (the
-batcher tells an unknown counter apart). Counter CRUD opens one Postgres connection per container,
-on first use, and answers 503 when it cannot.
+batcher tells an unknown counter apart). Counter CRUD and the API keys' reloads each open a
+Postgres connection and close it when done, and answer 503 when they cannot: a container keeps
+none while it is frozen between invocations (docs/architecture.md, "Connections").
 
 Logs are Powertools' structured JSON with the invocation's request id, the app's own loggers
 included. A request that works writes no line (Mangum's access line at INFO is off); a server
@@ -58,6 +59,9 @@ class LazyStore:
                 settings.database.database_url,
                 max_size=1,
                 secret=settings.database.database_secret_arn,
+                pooled=settings.database.pooled,
+                per_use=True,
+                host=settings.database.database_host,
             )
         return getattr(self.made, name)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import ClassVar, get_type_hints
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from infra.errors import SettingsError
 
@@ -94,6 +94,17 @@ def beats_for(edge: str, environ: Mapping[str, str]) -> ReadBeats:
     return ReadBeats.PHASED if edge == "lambda" else ReadBeats.SHARED
 
 
+class Pooler(StrEnum):
+    """What stands between numerator and Postgres (docs/deploy.md, "Behind a pooler")."""
+
+    NONE = "none"
+    """Nothing, or a pooler in session mode: a connection is one server session."""
+    TRANSACTION = "transaction"
+    """PgBouncer in transaction pooling mode, or RDS Proxy: each transaction may run on another
+    server session, so numerator keeps no state in a session (no startup options, no prepared
+    statements, its limits set in each transaction, key changes polled instead of LISTEN)."""
+
+
 class Auth(StrEnum):
     """Who checks callers."""
 
@@ -132,6 +143,17 @@ class DatabaseSettings(Group):
     # DATABASE_SECRET_ARN: a Secrets Manager secret holding either, read on first use (Lambda)
     database_secret_arn: str = ""
     pool_max: int = 4  # POOL_MAX: Postgres connections per process
+    # DATABASE_POOLER: none, or transaction (PgBouncer in transaction mode, RDS Proxy)
+    database_pooler: Pooler = Pooler.NONE
+    # DATABASE_HOST: the host to reach Postgres at instead of the one DATABASE_URL or the secret
+    # names (an RDS Proxy's endpoint, where the secret names the instance)
+    database_host: str = ""
+
+    def __post_init__(self) -> None:
+        if self.database_host and self.database_url:
+            object.__setattr__(
+                self, "database_url", with_host(self.database_url, self.database_host)
+            )
 
     POSITIVE = ("pool_max",)
 
@@ -139,6 +161,11 @@ class DatabaseSettings(Group):
         Group.check(self)
         if self.database_url and not self.database_url.startswith(("postgres://", "postgresql://")):
             raise SettingsError("DATABASE_URL", "must start with postgresql://")
+
+    @property
+    def pooled(self) -> bool:
+        """Whether a transaction pooler stands in front: no state may be kept in a session."""
+        return self.database_pooler is Pooler.TRANSACTION
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,3 +501,16 @@ def database_url_of(raw: str) -> str:
             f"postgresql://{user}:{password}@/{name}?host={quote(str(host), safe='')}&port={port}"
         )
     return f"postgresql://{user}:{password}@{host}:{port}/{name}"
+
+
+def with_host(url: str, host: str) -> str:
+    """`url` with its host (and nothing else) replaced by `host` (DATABASE_HOST); as it was
+    without one. Its port stays: an RDS Proxy listens on the instance's."""
+    if not host:
+        return url
+    parts = urlsplit(url)
+    user = parts.netloc.rpartition("@")[0]
+    port = f":{parts.port}" if parts.port else ""
+    netloc = (user + "@" if user else "") + host + port
+    query = "&".join(q for q in parts.query.split("&") if q and not q.startswith("host="))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))

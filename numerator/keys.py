@@ -31,9 +31,11 @@ def run(args: argparse.Namespace) -> None:
 
 async def direct(args: argparse.Namespace, action: str) -> None:
     from infra.adapters.postgres import PostgresStore, migrate
+    from infra.settings import Settings
 
-    await migrate(args.database_url)
-    store = PostgresStore(args.database_url, max_size=1)
+    pooled = Settings.from_env().database.pooled  # DATABASE_POOLER, as the service reads it
+    await migrate(args.database_url, pooled)
+    store = PostgresStore(args.database_url, max_size=1, pooled=pooled)
     try:
         if action == "create":
             try:

@@ -20,7 +20,7 @@ from infra.adapters.postgres import migrate, migrations
 from infra.errors import Refused, StoreUnavailable
 from infra.faults import Faults
 from infra.run.embedded import Postgres, default_data_dir, embedded, ephemeral
-from infra.settings import LOOPBACK_ONLY, Auth, Mode, Settings, beats_for, loopback
+from infra.settings import LOOPBACK_ONLY, Auth, Mode, Settings, beats_for, loopback, with_host
 
 EMBEDDED_APP = "numerator.stack:app_from_env"
 LAMBDA_APP = "numerator.lambdaedge:app_from_env"
@@ -89,13 +89,13 @@ def run_serve(args: argparse.Namespace) -> None:
     serve_http(args, settings, "the database at DATABASE_URL", env=aws)
 
 
-async def migrate_when_ready(url: str, patience: float) -> None:
+async def migrate_when_ready(url: str, patience: float, pooled: bool = False) -> None:
     """Apply migrations, waiting up to `patience` seconds for a Postgres that is starting up
-    or recovering (after a crash, say) to take connections."""
+    or recovering (after a crash, say) to take connections; `pooled`: DATABASE_POOLER."""
     deadline = time.monotonic() + patience
     while True:
         try:
-            await migrate(url)
+            await migrate(url, pooled)
             return
         except StoreUnavailable:
             if time.monotonic() >= deadline:
@@ -134,7 +134,11 @@ def serve_aws(args: argparse.Namespace, settings: Settings, where: str) -> None:
             # handed to them in their environment, never put on the stream.
             settings = settings.but(push_keys=new_key())
         made = create(clients(settings, aws), settings)
-        asyncio.run(migrate_when_ready(settings.database.database_url, args.wait_for_db))
+        asyncio.run(
+            migrate_when_ready(
+                settings.database.database_url, args.wait_for_db, settings.database.pooled
+            )
+        )
         batchers = local.batchers(args.batchers, {**settings.to_env(), **aws})
         children.extend(running.enter_context(batchers))
         what = "moto server" if args.aws == "moto" else "the endpoint"
@@ -171,7 +175,7 @@ def serve_http(
     from infra.run.server import serve
 
     url = settings.database.database_url
-    asyncio.run(migrate_when_ready(url, args.wait_for_db))
+    asyncio.run(migrate_when_ready(url, args.wait_for_db, settings.database.pooled))
     auth = asyncio.run(who_may_call(url, args.host, settings))
     quiet_loggers()
     frames, front = settings.frames, ""
@@ -213,7 +217,7 @@ async def who_may_call(url: str, host: str, settings: Settings) -> str:
         return f"AUTH=none ({settings.edge.authorizer or 'loopback only'})"
     from infra.adapters.postgres import PostgresStore
 
-    store = PostgresStore(url, max_size=1)
+    store = PostgresStore(url, max_size=1, pooled=settings.database.pooled)
     try:
         found = await store.keys()
     finally:
@@ -243,7 +247,7 @@ def run_batcher(args: argparse.Namespace) -> None:
         )
     if not settings.database.database_url:
         raise Refused("numerator batcher needs --database-url or DATABASE_URL")
-    asyncio.run(migrate_when_ready(settings.database.database_url, 10.0))
+    asyncio.run(migrate_when_ready(settings.database.database_url, 10.0, settings.database.pooled))
     quiet_loggers()
     batcherprocess.main(settings, args.host, args.port, args.owner, Faults.from_env())
 
@@ -256,11 +260,12 @@ def run_migrate(args: argparse.Namespace) -> None:
 
     async def apply() -> None:
         url = await secret.resolve(database.database_url, database.database_secret_arn)
+        url = with_host(url, database.database_host)  # an env's DATABASE_URL has it already
         if not url:
             raise Refused(
                 "numerator migrate needs --database-url, DATABASE_URL or DATABASE_SECRET_ARN"
             )
-        await migrate_when_ready(url, 30.0)
+        await migrate_when_ready(url, 30.0, database.pooled)
 
     asyncio.run(apply())
     versions = [version for version, _ in migrations()]

@@ -79,7 +79,10 @@ class BatcherStack:
         self.metrics = Metrics()
         describe(self.metrics, settings, self.role)
         self.store = PostgresStore(
-            settings.database.database_url, settings.database.pool_max, faults=faults
+            settings.database.database_url,
+            settings.database.pool_max,
+            faults=faults,
+            pooled=settings.database.pooled,
         )
         self.aws: AwsPorts | None = None
         self.stream, self.replies = self.ports()
@@ -121,7 +124,7 @@ class BatcherStack:
             self.pusher.keys = await self.running.enter_async_context(held(self.settings.aws))
             if self.pusher.keys is None:
                 log.warning("no PUSH_KEYS or PUSH_KEY_SECRET_ARN: replies are not pushed")
-        await migrate(self.settings.database.database_url)
+        await migrate(self.settings.database.database_url, self.settings.database.pooled)
         await self.store.open()
         await self.batcher.start()
         return self
@@ -191,7 +194,11 @@ class EdgeStack:
         self.metrics = Metrics()
         describe(self.metrics, settings, "edge")
         self.aws: AwsPorts = aws_ports(settings, self.metrics, found)
-        self.store = PostgresStore(settings.database.database_url, settings.database.pool_max)
+        self.store = PostgresStore(
+            settings.database.database_url,
+            settings.database.pool_max,
+            pooled=settings.database.pooled,
+        )
         self.edge = Edge(
             stream=self.aws.stream,
             replies=self.aws.replies,

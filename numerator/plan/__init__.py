@@ -12,7 +12,8 @@ import orjson
 from batcher.worker import SHARDS_EVERY_S as LISTS_EVERY_S
 from infra.adapters.kinesis import SHARDS_EVERY_S
 from infra.settings import ReadBeats, Settings
-from numerator.plan.cost import Bill, Prices, bill, fan_out, per_record
+from numerator.plan.connections import Budget, connection_budget, proxy_line
+from numerator.plan.cost import INSTANCES, Bill, Prices, bill, fan_out, per_record
 from numerator.plan.latency import Hop, budget, p50
 from numerator.plan.model import (
     LAMBDA_MEMORY_MB,
@@ -46,6 +47,7 @@ class Plan:
     hops: list[Hop] = field(default_factory=list)  # the latency budget, reading by GetRecords
     fan_out_hops: list[Hop] = field(default_factory=list)  # ... with enhanced fan-out
     fan_out: dict[str, float] = field(default_factory=dict)  # what enhanced fan-out costs, saves
+    connections: Budget | None = None  # Postgres's (none for the atomic counter)
 
     def to_json(self) -> dict[str, Any]:
         sizing = self.sizing
@@ -94,6 +96,7 @@ class Plan:
             if self.hops
             else None,
             "cost": self.bill.to_json(),
+            "postgres_connections": self.connections.to_json() if self.connections else None,
         }
 
 
@@ -153,6 +156,25 @@ def through_url(
     )
 
 
+def postgres(sizing: Sizing, commits: float, prices: Prices) -> Budget | None:
+    """The instance class for the commits a second and their CPU (whole.instance_class), then
+    for the connections, which may call for a larger one or RDS Proxy
+    (numerator/plan/connections.py); None without Postgres."""
+    sizing.instance_class = instance_class(sizing, commits, prices)
+    if sizing.edge is EdgeKind.ATOMIC:
+        return None
+    connections = connection_budget(sizing, INSTANCES, prices.usd)
+    sizing.instance_class = connections.instance
+    return connections
+
+
+def priced(connections: Budget | None, month: Bill, prices: Prices) -> Budget | None:
+    """`connections`, with RDS Proxy's line on the bill when they put one in front."""
+    if connections:
+        month.lines.update(proxy_line(connections, prices.usd, prices.hours))
+    return connections
+
+
 def plan(
     load: Load,
     edge: EdgeKind,
@@ -175,7 +197,7 @@ def plan(
     sizing = size(load, runs, record, defaults.edge.front_frame_ms, interval, cpu, memory, *front)
     sizing.url = url and edge is not EdgeKind.SERVER
     commits = float(data["commits_per_s"])
-    sizing.instance_class = instance_class(sizing, commits, prices)
+    connections = postgres(sizing, commits, prices)
     calls = runs.calls(load.rps, sizing.units(), interval)
     if edge is EdgeKind.LAMBDA:
         # each container lists the shards when it starts and every SHARDS_EVERY_S (a bench's
@@ -195,6 +217,7 @@ def plan(
     out = Plan(
         edge, load, sizing, calls, limits(sizing, commits, month.provisioned_replies), month, units
     )
+    out.connections = priced(connections, out.bill, prices)
     if sizing.invocation_cpu_s and edge is not EdgeKind.SERVER and others:
         out.bill.notes += memories(load, edge, prices, data, memory, url)
     if edge is not EdgeKind.SERVER and others and not url:

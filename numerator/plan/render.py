@@ -183,6 +183,7 @@ def text(load: Load, plans: list[Plan], prices: Prices, measured: dict[str, Any]
     lines += columns(rows, heads)
     for p in plans:
         lines += [f"  {p.edge}: {note}" for note in p.bill.notes]
+    lines += connection_lines(plans)
     lines += ["", "Limits"]
     for p in plans:
         for limit in p.limits:
@@ -294,3 +295,17 @@ def when(measured: dict[str, Any]) -> str:
     if len(set(days.values())) <= 1:
         return str(measured["measured_at"][:10])
     return ", ".join(f"{edge} {day}" for edge, day in days.items())
+
+
+def connection_lines(plans: list[Plan]) -> list[str]:
+    """Each edge's Postgres connections, by holder, against its instance's max_connections
+    (numerator/plan/connections.py)."""
+    out = []
+    for p in plans:
+        if p.connections:
+            out += [
+                "",
+                f"Postgres connections, {p.edge} edge (at the peak)",
+                *p.connections.lines(),
+            ]
+    return out

@@ -545,3 +545,24 @@ async def test_the_local_lambda_edge_answers_a_body_that_never_ends_408() -> Non
     assert sent[0]["status"] == 408 and not edge.containers
     assert json.loads(sent[1]["body"])["type"] == "urn:numerator:problem:body-timeout"
     edge.pool.shutdown()
+
+
+def test_a_container_keeps_no_postgres_connection_between_invocations(
+    batcher: Settings, name: str, containers: list[Container]
+) -> None:
+    """A Lambda container is frozen between invocations with whatever it holds: the counter
+    routes open a connection each and close it (docs/architecture.md, "Connections"), so a
+    fleet of idle containers holds none of the instance's max_connections."""
+    import psycopg
+
+    url = batcher.database.database_url
+    tagged = url + ("&" if "?" in url else "?") + "application_name=lambda-container"
+    lam = Container({**environment(batcher), "DATABASE_URL": tagged})
+    containers.append(lam)
+    assert lam(event("http-api-create.json", name))["statusCode"] == 201
+    assert lam(event("http-api-get.json", name))["statusCode"] == 200
+    with psycopg.connect(url, autocommit=True) as conn:
+        held = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'lambda-container'"
+        ).fetchone()
+    assert held == (0,)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from infra.errors import SettingsError
-from infra.settings import VARIABLES, Auth, Mode, Policy, Settings
+from infra.settings import VARIABLES, Auth, Mode, Policy, Settings, with_host
 
 
 def test_defaults() -> None:
@@ -76,7 +76,7 @@ def test_database_url_takes_an_rds_secret_as_ecs_hands_it_over() -> None:
 
 def test_each_setting_belongs_to_one_group_and_round_trips_by_its_variable() -> None:
     seen = set(VARIABLES)
-    assert "MODE" in seen and "WORKERS" in seen and len(seen) == 47
+    assert "MODE" in seen and "WORKERS" in seen and len(seen) == 49
     for variable, (group, name, _) in VARIABLES.items():
         value = getattr(getattr(Settings.of(), group), name) if group else Settings.of().mode
         assert Settings.from_env({variable: str(value)}) == Settings.of(), variable
@@ -124,3 +124,21 @@ def test_reply_push_must_be_one_address_of_this_host(value: str, says: str) -> N
         Settings.from_env({"REPLY_PUSH": value})
     for good in ("auto", "off", "127.0.0.1"):
         assert Settings.from_env({"REPLY_PUSH": good}).edge.reply_push == good
+
+
+def test_database_pooler_says_its_choices() -> None:
+    assert not Settings.of().database.pooled
+    assert Settings.from_env({"DATABASE_POOLER": "transaction"}).database.pooled
+    with pytest.raises(SettingsError, match="DATABASE_POOLER: must be one of none, transaction"):
+        Settings.from_env({"DATABASE_POOLER": "session"})
+
+
+def test_database_host_replaces_the_host_the_url_or_the_secret_names() -> None:
+    secret = '{"username": "u", "password": "p", "host": "db.internal", "port": 5432}'
+    moved = Settings.from_env({"DATABASE_URL": secret, "DATABASE_HOST": "proxy.internal"})
+    assert moved.database.database_url == "postgresql://u:p@proxy.internal:5432/postgres"
+    assert Settings.from_env(moved.to_env()) == moved  # to a child, once
+    assert with_host("postgresql://u@/db?host=%2Ftmp%2Fs&port=5433", "h") == (
+        "postgresql://u@h/db?port=5433"
+    )
+    assert with_host("postgresql://u@db:6432/n", "") == "postgresql://u@db:6432/n"

@@ -27,11 +27,18 @@ class PostgresStore(PostgresCounters, PostgresKeys, PostgresLeases, PostgresFram
         timeout: float = 2.0,
         secret: str = "",
         faults: Faults | None = None,
+        pooled: bool = False,
+        per_use: bool = False,
+        host: str = "",
     ) -> None:
         """`secret`: a Secrets Manager secret to read the URL from on first use, when `url` is
-        empty (DATABASE_SECRET_ARN, in Lambda); `faults`: the crash tests' switches."""
+        empty (DATABASE_SECRET_ARN, in Lambda); `faults`: the crash tests' switches; `pooled`:
+        a transaction pooler stands in front (DATABASE_POOLER=transaction); `per_use`: a
+        connection opened for each use and closed after it, none kept (a Lambda container);
+        `host`: where to reach the secret's Postgres instead (DATABASE_HOST)."""
         # Every role's __init__ only keeps the pool; the frames' also keeps the faults.
-        PostgresFrames.__init__(self, Pool(url, max_size, timeout, secret), faults)
+        pool = Pool(url, max_size, timeout, secret, pooled, per_use, host)
+        PostgresFrames.__init__(self, pool, faults)
 
     async def open(self) -> None:
         await self.db.open()

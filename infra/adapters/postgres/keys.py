@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -14,6 +15,9 @@ from infra.errors import KeyExists, StoreUnavailable
 from infra.keys import Key
 
 KEYS_CHANNEL = "numerator_keys"  # NOTIFY'd when a key is created or revoked
+# Behind a transaction pooler, where a LISTEN holds no session: how often the keys are looked at
+# for a change instead (a revoked key stops within this on every long-running edge).
+KEYS_POLL_S = 1.0
 
 KEY_COLUMNS = "id, name, digest, scopes, created_at, last_used_at, revoked_at"
 
@@ -69,7 +73,11 @@ class PostgresKeys:
     async def key_changes(self) -> AsyncIterator[None]:
         """Once listening, and again whenever a key is created or revoked through any
         numerator (NOTIFY on KEYS_CHANNEL), on a connection of its own; StoreUnavailable when
-        that connection cannot be made or is lost."""
+        that connection cannot be made or is lost. Behind a transaction pooler, polled."""
+        if self.db.pooled:
+            async for _ in self._polled():
+                yield
+            return
         if not self.db.url:
             raise StoreUnavailable("no Postgres URL to listen on for key changes")
         try:
@@ -86,6 +94,17 @@ class PostgresKeys:
                     yield
             except psycopg.Error as exc:
                 raise StoreUnavailable(f"lost the connection for key changes: {exc}") from exc
+
+    async def _polled(self) -> AsyncIterator[None]:
+        """Once, and again whenever the number of keys or of revoked keys has moved, looked up
+        every KEYS_POLL_S: keys are never deleted, so each create and each revoke moves one."""
+        seen: tuple[Any, ...] | None = None
+        while True:
+            found = (await self.db.fetch("SELECT count(*), count(revoked_at) FROM api_keys", ()))[0]
+            if found != seen:
+                seen = found
+                yield
+            await asyncio.sleep(KEYS_POLL_S)
 
     async def touch_keys(self, used: Mapping[str, datetime]) -> None:
         if used:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from importlib import resources
 from typing import Any
 
@@ -11,11 +11,13 @@ import orjson
 import psycopg
 import psycopg_pool
 from psycopg import errors as pgerrors
+from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
 from infra.adapters import secret
 from infra.adapters.postgres import versions
-from infra.errors import StoreError, StoreUnavailable
+from infra.errors import SettingsError, StoreError, StoreUnavailable
+from infra.settings import with_host
 from infra.spans import plain
 
 Connection = psycopg.AsyncConnection[tuple[Any, ...]]
@@ -46,6 +48,38 @@ OPTIONS = (
     f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_S * 1000:.0f}"
     f" -c lock_timeout={LOCK_TIMEOUT_S * 1000:.0f}"
 )
+# The same limits for one transaction, for a connection through a transaction pooler: PgBouncer
+# refuses the `options` startup parameter, and RDS Proxy pins a session that SETs anything. A
+# transaction's own settings end with it, so the server session goes back to the pooler clean.
+# SET, not set_config(): a SELECT takes the transaction's snapshot, after which it can no longer
+# SET TRANSACTION ISOLATION LEVEL (the audit trail's verify does).
+LIMITS = (
+    f"SET LOCAL idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_S * 1000:.0f};"
+    f" SET LOCAL lock_timeout = {LOCK_TIMEOUT_S * 1000:.0f}"
+)
+
+# What PgBouncer's refusal of the startup options (above) means to the user.
+POOLER_NEEDED = (
+    "the server at DATABASE_URL refuses startup options, as PgBouncer in transaction mode does:"
+    ' set DATABASE_POOLER=transaction (docs/deploy.md, "Behind a pooler")'
+)
+
+
+class Pooled(psycopg.AsyncConnection[tuple[Any, ...]]):
+    """A connection through a transaction pooler (DATABASE_POOLER=transaction): every
+    transaction opened on it sets numerator's limits first (LIMITS), as the startup options do
+    on a connection of its own. A statement outside a transaction block holds no lock past its
+    own end, so the limits of the transactions that hold locks bound its wait too."""
+
+    @asynccontextmanager
+    async def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> AsyncIterator[psycopg.AsyncTransaction]:
+        outermost = self.info.transaction_status is TransactionStatus.IDLE
+        async with super().transaction(savepoint_name, force_rollback) as tx:
+            if outermost:
+                await self.execute(LIMITS)
+            yield tx
 
 
 def rows(items: Iterable[Sequence[Any]]) -> str:
@@ -66,15 +100,26 @@ def migrations() -> list[tuple[int, str]]:
     return sorted(found)
 
 
-async def migrate(url: str) -> list[int]:
+def session(pooled: bool) -> dict[str, Any]:
+    """What a connection asks of its server session: numerator's limits as startup options; or,
+    through a transaction pooler, nothing kept in it — no prepared statements either, as the next
+    transaction may run on a server session that holds another client's of the same name."""
+    return {"prepare_threshold": None} if pooled else {"options": OPTIONS}
+
+
+async def migrate(url: str, pooled: bool = False) -> list[int]:
     """Apply the migrations not yet applied; safe to run from several processes at once. A
-    server of a version numerator does not run on is refused first (versions.check)."""
+    server of a version numerator does not run on is refused first (versions.check).
+    `pooled`: a transaction pooler stands in front (DATABASE_POOLER=transaction)."""
     try:
-        connect = psycopg.AsyncConnection.connect(url, connect_timeout=10)
+        kind = Pooled if pooled else psycopg.AsyncConnection
+        connect = kind.connect(url, connect_timeout=10, **session(pooled))
         async with await connect as conn:
             versions.check(conn.info.server_version, f"{conn.info.host}:{conn.info.port}")
             return await _migrate(conn)
     except RETRYABLE as exc:
+        if "unsupported startup parameter" in str(exc):
+            raise SettingsError("DATABASE_POOLER", POOLER_NEEDED) from None
         raise StoreUnavailable(f"cannot reach Postgres to migrate: {exc}") from exc
     except psycopg.Error as exc:
         raise StoreError(f"Postgres refused the migrations: {exc}") from exc
@@ -108,10 +153,24 @@ class Pool:
     """A small pool of connections to one Postgres, opened by `open()` or else on first use;
     psycopg errors leave it as StoreUnavailable (worth a retry) or StoreError."""
 
-    def __init__(self, url: str, max_size: int = 4, timeout: float = 2.0, secret: str = "") -> None:
+    def __init__(
+        self,
+        url: str,
+        max_size: int = 4,
+        timeout: float = 2.0,
+        secret: str = "",
+        pooled: bool = False,
+        per_use: bool = False,
+        host: str = "",
+    ) -> None:
         """`secret`: a Secrets Manager secret to read the URL from on first use, when `url` is
-        empty (DATABASE_SECRET_ARN, in Lambda)."""
-        self.url, self.secret = url, secret
+        empty (DATABASE_SECRET_ARN, in Lambda); `pooled`: a transaction pooler stands in front
+        (DATABASE_POOLER=transaction); `per_use`: no connection kept, one opened for each use
+        and closed after it (a Lambda container, frozen between invocations with whatever it
+        holds: docs/architecture.md, "Connections"); `host`: where to reach the secret's
+        Postgres instead of the host it names (DATABASE_HOST: an RDS Proxy's endpoint)."""
+        self.url, self.secret, self.pooled, self.per_use = url, secret, pooled, per_use
+        self.host = host
         self.max_size, self.timeout = max_size, timeout
         self._opened = False
         self.pool = self._pool()
@@ -119,6 +178,7 @@ class Pool:
     def _pool(self) -> psycopg_pool.AsyncConnectionPool[Connection]:
         return psycopg_pool.AsyncConnectionPool(
             self.url,
+            connection_class=Pooled if self.pooled else psycopg.AsyncConnection,
             min_size=1,
             max_size=self.max_size,
             timeout=self.timeout,
@@ -130,7 +190,7 @@ class Pool:
                 "autocommit": True,
                 "connect_timeout": 2,
                 "row_factory": tuple_row,
-                "options": OPTIONS,
+                **session(self.pooled),
             },
             # A background reconnect gives up at once; the pool connects again on demand, so
             # a request waits at most `timeout`, never behind a long reconnect backoff.
@@ -147,7 +207,7 @@ class Pool:
     @asynccontextmanager
     async def connection(self, timeout: float | None = None) -> AsyncIterator[Connection]:
         if not self.url and self.secret:
-            url = await secret.resolve(self.url, self.secret)
+            url = with_host(await secret.resolve(self.url, self.secret), self.host)
             # Calls that came together each read the secret: the first to come back makes the
             # pool. A second pool replacing it after it was opened was never opened itself, and
             # every call of the container failed on it ('pool is not open yet': sam local).
@@ -156,10 +216,10 @@ class Pool:
                 self.pool = self._pool()
         if not self.url:
             raise StoreUnavailable("no Postgres is configured here: set DATABASE_URL")
-        if not self._opened:  # opened on first use where nothing opened it (a Lambda container)
+        if not self._opened and not self.per_use:  # opened on first use where nothing opened it
             await self.open()
         try:
-            async with self.pool.connection(timeout) as conn:
+            async with self._checkout(timeout) as conn:
                 yield conn
         except RETRYABLE as exc:
             raise StoreUnavailable(f"Postgres is unavailable: {exc}") from exc
@@ -167,6 +227,23 @@ class Pool:
             raise
         except psycopg.Error as exc:
             raise StoreError(f"Postgres refused: {exc}") from exc
+
+    def _checkout(self, timeout: float | None) -> AbstractAsyncContextManager[Connection]:
+        return self._own() if self.per_use else self.pool.connection(timeout)
+
+    @asynccontextmanager
+    async def _own(self) -> AsyncIterator[Connection]:
+        """A connection of its own for one use, closed after it."""
+        kind = Pooled if self.pooled else psycopg.AsyncConnection
+        conn = await kind.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=max(2, round(self.timeout)),
+            row_factory=tuple_row,
+            **session(self.pooled),
+        )
+        async with conn:
+            yield conn
 
     async def fetch(
         self, sql: str, params: Sequence[Any] | Mapping[str, Any]

@@ -60,6 +60,7 @@ class Applier:
         interval = settings.aws.read_interval_ms / 1000
         self.gather = Gather(replies.publish, gather_s, reads, interval, reply_lag(settings))
         self.push = Pusher()  # replies to the edges whose records name an inbox, committed
+        self.rewound: dict[tuple[str, str], int] = {}  # periods found rewound, and said so
 
     async def apply(self, frame: Frame, lease: Lease, token: object = None) -> Lease | None:
         """Apply the frame until it commits, then publish (with the frames applying beside it:
@@ -70,6 +71,8 @@ class Applier:
         if not isinstance(outcome, Outcome):
             return outcome
         self._count(outcome)
+        if outcome.rewound:
+            await self._rewound(outcome.rewound)
         self.recent.remember(outcome.taken)
         self.known.taken(span for _, span in outcome.taken)
         frame.applied(outcome.replies)
@@ -138,6 +141,29 @@ class Applier:
         metrics.records_expired.inc(outcome.expired)
         metrics.records_cancelled.inc(outcome.cancelled)
         metrics.values_abandoned.inc(outcome.abandoned)
+        metrics.records_rewound.inc(outcome.refused)
+
+    async def _rewound(self, rewound: Mapping[tuple[str, str], int]) -> None:
+        """Say, once per period and floor, that a frame found its counter below values already
+        handed out (its records were refused), and record it in Postgres: a batcher started
+        later (its memory of what it handed out gone) refuses it too, and `numerator counters
+        mend` finds it."""
+        new = {pair: held for pair, held in rewound.items() if self.rewound.get(pair) != held}
+        if not new:
+            return
+        for (name, period), held in sorted(new.items()):
+            log.error(
+                "REWOUND: counter %r period %r is below %d, a value already handed out (Postgres "
+                "forgot commits: a failover to a standby that lacked them?); refusing it until an "
+                "operator runs `numerator counters mend %s` (docs/runbook.md)",
+                name, period, held, name,
+            )  # fmt: skip
+        try:
+            await self.frames.rewound([(n, p, held) for (n, p), held in new.items()])
+        except NumeratorError as exc:  # said again with the next frame refused
+            log.warning("could not record the rewind in Postgres: %s", exc)
+            return
+        self.rewound.update(new)
 
     async def _lost(self, frame: Frame, lease: Lease) -> bool:
         """Whether a try of `frame` that failed had in fact committed (Postgres went away as it

@@ -272,7 +272,8 @@ def add_rewinds(actions: Any) -> None:
         "handed out (or to --past, when higher), and forget the rewind: the batchers serve it "
         "again from the next value. Writes Postgres (--database-url or DATABASE_URL).",
     )
-    mend.add_argument("name", help="the counter's name")
+    mend.add_argument("name", nargs="?", help="the counter's name")
+    mend.add_argument("--all", action="store_true", help="every rewound counter (no NAME)")
     mend.add_argument("--period", help=f"{PERIOD_HELP}; default: every rewound period")
     mend.add_argument(
         "--past",

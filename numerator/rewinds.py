@@ -31,7 +31,17 @@ def run_rewinds(args: argparse.Namespace) -> None:
 
 
 def run_mend(args: argparse.Namespace) -> None:
-    mended = asyncio.run(_mend(_url(args), args.name, args.period, args.past))
+    if (args.name is None) == (not args.all):
+        raise Refused("name one counter, or give --all (every rewound counter)")
+    url = _url(args)
+    if args.all:
+        names = sorted({w.counter for w in asyncio.run(_rewinds(url))})
+        if not names:
+            print("no counter is rewound")
+            return
+    else:
+        names = [args.name]
+    mended = [m for name in names for m in asyncio.run(_mend(url, name, args.period, args.past))]
     lines = []
     for m in mended:
         said = f"{m.counter} period {m.period!r}: last value {m.before} -> {m.after}"

@@ -18,9 +18,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +35,7 @@ import pytest
 from numerator import local
 from tests.e2e.service import Service
 from tests.e2e.test_matrix import Timeline
-from tests.history import Client, asked, settle
+from tests.history import Client, answers, asked, holders, ordered, settle, unique
 from tests.postgres import Cluster, binaries
 
 pytestmark = pytest.mark.slow
@@ -158,3 +162,87 @@ def test_failover_to_a_synchronous_standby(path: str) -> None:
         assert red and red[0] < DECIDE_S, "/healthz was not red during the failover"
         assert line.health[-1][1] == 200
         assert served > done.promoted, "a value was handed out while no primary was up"
+
+
+RUNBOOK = Path(__file__).parents[2] / "docs" / "runbook.md"
+
+
+def runbook_block() -> str:
+    """The command block of the runbook's NumeratorCounterRewound section, as a user copies it."""
+    section = RUNBOOK.read_text().split("## NumeratorCounterRewound")[1].split("\n## ")[0]
+    return section.split("```sh\n")[1].split("```")[0]
+
+
+def test_a_rewind_after_a_failover_to_an_asynchronous_standby_is_refused_until_mended() -> None:
+    counters = ["rw-a", "rw-b"]
+    with pair(synchronous=False) as (primary, standby), contextlib.ExitStack() as running:
+        url = multi_host(primary, standby)
+        service = up("embedded", url, running)
+        with httpx.Client(base_url=service.url, timeout=30) as http:
+            for name in counters:
+                assert asked(http, "/counters", "POST", json={"name": name}).status_code == 201
+        client = Client(service.port, counters, seed=50)
+        line = Timeline(time.monotonic(), [])
+
+        async def run() -> Failover:
+            load = asyncio.create_task(client.run(CLIENTS, 60))
+            done = await fail_over(primary, standby, line, service.url, detach=True)
+            await asyncio.sleep(AFTER_S)
+            client.stop()
+            await load
+            return done
+
+        done = asyncio.run(run())
+        before = [a for a in client.history if a.delivered]
+        held = {c: max(v for a in before if a.counter == c for v in a.values) for c in counters}
+        assert not [a for a in before if a.sent > done.promoted], "a rewound counter served"
+        with httpx.Client(base_url=service.url, timeout=30) as http:
+            refused = http.post(f"/counters/{counters[0]}/next")
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["type"] == "urn:numerator:problem:rewound"
+            assert "retry-after" in refused.headers
+            assert http.get("/healthz").status_code == 200  # the other counters serve
+        metrics = httpx.get(service.url + "/metrics", timeout=10).text
+        rewound = sum(
+            float(row.split()[-1])
+            for row in metrics.splitlines()
+            if row.startswith("numerator_records_rewound_total")
+        )
+        assert rewound > 0, "numerator_records_rewound_total did not count the refusals"
+        assert "REWOUND: counter 'rw-a'" in service.said()
+        last = {c: int(standby.sql(f"SELECT allocated FROM counter_values WHERE counter = '{c}'"))
+                for c in counters}  # fmt: skip
+        env = {**os.environ, "DATABASE_URL": url}
+        env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+        mended = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", runbook_block()],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert mended.returncode == 0, mended.stderr
+        listed = {
+            name: (int(up_to), int(says))
+            for name, up_to, says in re.findall(
+                r"^(\S+) period '': handed out up to (\d+), Postgres says (\d+)",
+                mended.stdout,
+                re.M,
+            )
+        }
+        assert set(listed) == set(counters), mended.stdout
+        for name in counters:
+            assert listed[name][1] == last[name] < held[name] <= listed[name][0], (name, listed)
+        after = Client(service.port, counters, seed=51)
+        asyncio.run(after.run(CLIENTS // 2, 2.0))
+        history = client.history + after.history
+        for name in counters:
+            got = [v for a in after.history if a.delivered and a.counter == name for v in a.values]
+            assert got and min(got) == listed[name][0] + 1, (name, min(got, default=None))
+        assert unique(holders(history)) == []
+        assert ordered(history)[0] == []
+        assert answers(history) == []
+        statuses = Counter(str(a.status) for a in history)
+        print(f"\nREWIND async: {dict(statuses)} answers; values clients held that the new "
+              f"primary had forgotten: { {c: held[c] - last[c] for c in counters} }; refused "
+              f"{rewound:.0f} records until mended")  # fmt: skip
+        print("  " + mended.stdout.replace("\n", "\n  "))
+        for said in line.said:
+            print(f"  {said}")

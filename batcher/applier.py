@@ -10,6 +10,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import cast
 
 from batcher.allocation import Basis, Outcome, apply, decode_replies
@@ -31,6 +32,25 @@ from infra.spans import Span
 from infra.wire import Cancel, Demand, Record, Reply, ReplyError, Void, reply_key
 
 log = logging.getLogger("numerator.batcher")
+
+
+def read_past(frame: Frame, lease: Lease) -> Lease:
+    """The lease read past every record `frame` was given: those it gave up on after its last
+    one allocate nothing (answered 'unavailable'), and read again before their deadline they
+    would allocate values for no one. Its checkpoint in Postgres stays where it is: a replay
+    finds them expired."""
+    if not frame.end or (lease.sequence is not None and int(lease.sequence) >= int(frame.end)):
+        return lease
+    return Lease(lease.stream, lease.shard, lease.owner, lease.epoch, frame.end, lease.applied)
+
+
+@dataclass
+class Doubt:
+    """A try of a frame whose commit may have happened unseen (Postgres went away before its
+    answer): the checkpoint it would have moved to, and the records given up on since."""
+
+    sequence: str
+    given_up: list[Demand] = field(default_factory=list)
 
 
 class Applier:
@@ -61,6 +81,7 @@ class Applier:
         self.gather = Gather(replies.publish, gather_s, reads, interval, reply_lag(settings))
         self.push = Pusher()  # replies to the edges whose records name an inbox, committed
         self.rewound: dict[tuple[str, str], int] = {}  # periods found rewound, and said so
+        self.doubts: dict[str, Doubt] = {}  # by shard: a try of an emptied frame, unsettled
 
     async def apply(self, frame: Frame, lease: Lease, token: object = None) -> Lease | None:
         """Apply the frame until it commits, then publish (with the frames applying beside it:
@@ -77,7 +98,7 @@ class Applier:
         self.known.taken(span for _, span in outcome.taken)
         frame.applied(outcome.replies)
         self.metrics.pushes_sent.inc(self.push.send(frame.entries, outcome.replies))
-        lease = self._past(frame, lease)
+        lease = read_past(frame, self._past(frame.last_sequence, lease))
         self.shares.published.pop(lease.shard, None)  # marked in this frame's transaction
         if self.faults.pause_before_publish_s:
             log.warning(
@@ -103,13 +124,22 @@ class Applier:
     async def _commit_retried(self, frame: Frame, lease: Lease) -> Outcome | Lease | None:
         """The frame's outcome once a try commits; or, with no outcome to count, the lease to go
         on with (the frame emptied by giving up on its records, or found committed by a try
-        whose answer was lost), or None (the lease lost)."""
+        whose answer was lost), or None (the lease lost). A try whose commit may have happened
+        unseen (`Doubt`) is settled before any other: a frame emptied meanwhile leaves its doubt
+        to the shard's next frame, which settles it before its own first try."""
         backoff: Backoff | None = None
+        doubt = self.doubts.pop(lease.shard, None)
+        own = False  # whether `doubt` is a try of this frame
         while True:
             began = time.monotonic()
             try:
-                if backoff is not None and await self._lost(frame, lease):
-                    return self._past(frame, lease)
+                if doubt is not None:
+                    if await self._lost(frame if own else None, lease, doubt):
+                        lease = self._past(doubt.sequence, lease)
+                        if own:
+                            return read_past(frame, lease)
+                    doubt = None
+                doubt, own = Doubt(frame.last_sequence), True
                 outcome = await self._commit(frame, lease)
                 break
             except LeaseLost as exc:
@@ -123,9 +153,13 @@ class Applier:
                 log.warning(
                     "frame of %d records not applied (%s); retry in %.2fs", len(frame), exc, delay
                 )
-                await self._give_up_on(frame, time.time() + delay + 0.25, str(exc))
+                given_up = await self._give_up_on(frame, time.time() + delay + 0.25, str(exc))
+                if doubt is not None and own:
+                    doubt.given_up += given_up
                 if not len(frame):
-                    return lease
+                    if doubt is not None:
+                        self.doubts[lease.shard] = doubt
+                    return read_past(frame, lease)
                 await asyncio.sleep(delay)
         self.trouble.discard("frames")
         self.metrics.frame_commit_seconds.observe(time.monotonic() - began)
@@ -165,53 +199,62 @@ class Applier:
             return
         self.rewound.update(new)
 
-    async def _lost(self, frame: Frame, lease: Lease) -> bool:
-        """Whether a try of `frame` that failed had in fact committed (Postgres went away as it
-        committed, and its answer with it); if so, make it whole. On a durable stream its
-        replies were held in its transaction: published now. Else no one has its values: they
-        become void, abandoned (on this shard's own stream), and its records are answered
-        'unavailable', for their clients to ask again — a second try would allocate again and
-        leave the first values issued to no one."""
-        spans = await self.frames.committed(lease, frame.last_sequence)
+    async def _lost(self, frame: Frame | None, lease: Lease, doubt: Doubt) -> bool:
+        """Whether the try `doubt` names (of `frame`, or of an earlier frame emptied since) had
+        in fact committed (Postgres went away as it committed, and its answer with it); if so,
+        make it whole. The records given up on since were answered 'unavailable': their values
+        go to no one, and are voided, abandoned (a cancel each, on this shard's own stream). On
+        a durable stream the frame's replies were held in its transaction: the others' are
+        published now. Else no one has its values: they become void, abandoned, and its
+        records are answered 'unavailable', for their clients to ask again — a second try
+        would allocate again and leave the first values issued to no one."""
+        spans = await self.frames.committed(lease, doubt.sequence)
         if spans is None:
             return False
         log.warning(
             "the frame up to %s committed as Postgres went away; %s",
-            frame.last_sequence,
+            doubt.sequence,
             "publishing its held replies" if self.stream.durable else "voiding its values",
         )
+        given_up = [r for r in doubt.given_up if isinstance(r, Record)]
         if self.stream.durable:
             await self.shares.republish(lease)
+            if given_up:
+                await self.stream.put(
+                    [Cancel(r.key, r.counter, r.idempotency_key, "") for r in given_up]
+                )
             return True
         voids: list[Demand] = [
             Void(reply_key(), name, first, last, VoidReason.ABANDONED, period, "")
             for name, period, first, last in spans
         ]
         # A keyed record's claim holds its values for retries: its cancel frees it.
+        entries = frame.entries if frame is not None else []
+        records = given_up + [e.record for e in entries if isinstance(e.record, Record)]
         frees = [
-            Cancel(e.record.key, e.record.counter, e.record.idempotency_key, "")
-            for e in frame.entries
-            if isinstance(e.record, Record) and e.record.idempotency_key is not None
+            Cancel(r.key, r.counter, r.idempotency_key, "")
+            for r in records
+            if r.idempotency_key is not None
         ]
         await self.stream.put([*voids, *frees])
-        problem = "the frame's commit was cut off by a Postgres outage; ask again"
-        await self._give_up_on(frame, math.inf, problem)
+        if frame is not None:
+            problem = "the frame's commit was cut off by a Postgres outage; ask again"
+            await self._give_up_on(frame, math.inf, problem)
         return True
 
-    def _past(self, frame: Frame, lease: Lease) -> Lease:
-        """The lease once `frame` is behind it."""
-        applied = max(lease.applied or 0, int(frame.last_sequence)) if self.stream.durable else None
-        return Lease(
-            lease.stream, lease.shard, lease.owner, lease.epoch, frame.last_sequence, applied
-        )
+    def _past(self, sequence: str, lease: Lease) -> Lease:
+        """The lease once the frame up to `sequence` is behind it."""
+        applied = max(lease.applied or 0, int(sequence)) if self.stream.durable else None
+        return Lease(lease.stream, lease.shard, lease.owner, lease.epoch, sequence, applied)
 
-    async def _give_up_on(self, frame: Frame, cutoff: float, problem: str) -> None:
+    async def _give_up_on(self, frame: Frame, cutoff: float, problem: str) -> list[Demand]:
         """Answer 'unavailable' now to the records whose clients will have stopped waiting before
-        the next try, and take them out of the frame: they allocate nothing. On a durable stream
-        a replay finds them expired, so they never allocate later either."""
+        the next try, and take them out of the frame: they allocate nothing (unless a try in
+        doubt committed them: see `_lost`). On a durable stream a replay finds them
+        expired, so they never allocate later either."""
         doomed = frame.drop(cutoff)
         if not doomed:
-            return
+            return []
         try:
             await self.replies.publish(
                 [
@@ -221,8 +264,9 @@ class Applier:
             )
         except NumeratorError as exc:  # their edges answer 504 and cancel: nothing allocated
             log.warning("could not answer %d records 'unavailable': %s", len(doomed), exc)
-            return
+            return doomed
         self.metrics.records_out.inc(len(doomed))
+        return doomed
 
     async def _commit(self, frame: Frame, lease: Lease) -> Outcome:
         durable = self.stream.durable

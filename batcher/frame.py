@@ -45,6 +45,8 @@ class Frame:
         self.entries: list[Entry] = entries or []
         self.state = State.OPEN
         self.replies: list[Reply] = []
+        self.end = self.entries[-1].sequence if self.entries else ""
+        """The sequence of the last record it was given, dropped or not: read past."""
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -52,6 +54,8 @@ class Frame:
     def add(self, entries: list[Entry]) -> None:
         self._require(State.OPEN, "add records to")
         self.entries.extend(entries)
+        if entries:
+            self.end = entries[-1].sequence
 
     def drop(self, cutoff: float) -> list[Demand]:
         """Take out the records whose deadline falls before `cutoff`; return them."""

@@ -158,9 +158,12 @@ def test_failover_to_a_synchronous_standby(path: str) -> None:
         )
         for said in line.said:
             print(f"  {said}")
+        if broken:
+            print(service.said()[-12000:])
         assert not broken, "\n".join(broken[:40])
         assert waited > DECIDE_S, "no request spanned the failover"
-        assert red and red[0] < DECIDE_S, "/healthz was not red during the failover"
+        # Red within seconds (guarantee 9; seen 0.1-1.7 s after the kill), before it is green.
+        assert red and red[0] < 5.0, "/healthz was not red during the failover"
         assert line.health[-1][1] == 200
         assert served > done.promoted, "a value was handed out while no primary was up"
 

@@ -44,7 +44,7 @@ pytestmark = pytest.mark.slow
 CLIENTS = 8
 DECIDE_S = 2.0  # the primary dead this long before the standby is promoted: a failover
 # manager's detection (RDS Multi-AZ takes 30-120 s in all; the service's part is what follows)
-AFTER_S = 3.0  # load kept on once /healthz is green again
+AFTER_S = 2.0  # load kept on once /healthz is green again
 
 
 @contextlib.contextmanager
@@ -98,11 +98,11 @@ async def fail_over(
     """Under load: (when `detach`, the standby cut off a second before,) the primary killed,
     the standby promoted DECIDE_S later, then until /healthz is green again."""
     done = Failover()
-    await asyncio.sleep(1.5)
+    await asyncio.sleep(1.0)
     if detach:
         await asyncio.to_thread(standby.detach)
         line.note("standby cut off from its primary")
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.0)
     stop = asyncio.Event()
     sampling = asyncio.create_task(line.sample(url, stop))
     await asyncio.to_thread(primary.kill)
@@ -248,7 +248,7 @@ def test_a_rewind_after_a_failover_to_an_asynchronous_standby_is_refused_until_m
         for name in counters:
             assert listed[name][1] == last[name] < held[name] <= listed[name][0], (name, listed)
         after = Client(service.port, counters, seed=51)
-        asyncio.run(after.run(CLIENTS // 2, 2.0))
+        asyncio.run(after.run(CLIENTS // 2, 1.0))
         history = client.history + after.history
         for name in counters:
             got = [v for a in after.history if a.delivered and a.counter == name for v in a.values]

@@ -102,7 +102,7 @@ async def fail_over(
     if detach:
         await asyncio.to_thread(standby.detach)
         line.note("standby cut off from its primary")
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.5)  # on moto a counter takes a few dozen values a second
     stop = asyncio.Event()
     sampling = asyncio.create_task(line.sample(url, stop))
     await asyncio.to_thread(primary.kill)

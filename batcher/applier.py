@@ -10,14 +10,14 @@ import logging
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import cast
 
 from batcher.allocation import Basis, Outcome, apply, decode_replies
-from batcher.frame import Frame
+from batcher.frame import Doubt, Frame, read_past
 from batcher.gather import Gather, Reads
 from batcher.known import Known
 from batcher.recent import Recent
+from batcher.rewinds import Rewinds
 from batcher.shares import Shares
 from infra.adapters.beats import reply_lag
 from infra.adapters.push import Pusher
@@ -32,25 +32,6 @@ from infra.spans import Span
 from infra.wire import Cancel, Demand, Record, Reply, ReplyError, Void, reply_key
 
 log = logging.getLogger("numerator.batcher")
-
-
-def read_past(frame: Frame, lease: Lease) -> Lease:
-    """The lease read past every record `frame` was given: those it gave up on after its last
-    one allocate nothing (answered 'unavailable'), and read again before their deadline they
-    would allocate values for no one. Its checkpoint in Postgres stays where it is: a replay
-    finds them expired."""
-    if not frame.end or (lease.sequence is not None and int(lease.sequence) >= int(frame.end)):
-        return lease
-    return Lease(lease.stream, lease.shard, lease.owner, lease.epoch, frame.end, lease.applied)
-
-
-@dataclass
-class Doubt:
-    """A try of a frame whose commit may have happened unseen (Postgres went away before its
-    answer): the checkpoint it would have moved to, and the records given up on since."""
-
-    sequence: str
-    given_up: list[Demand] = field(default_factory=list)
 
 
 class Applier:
@@ -80,7 +61,7 @@ class Applier:
         interval = settings.aws.read_interval_ms / 1000
         self.gather = Gather(replies.publish, gather_s, reads, interval, reply_lag(settings))
         self.push = Pusher()  # replies to the edges whose records name an inbox, committed
-        self.rewound: dict[tuple[str, str], int] = {}  # periods found rewound, and said so
+        self.rewinds = Rewinds(frames)
         self.doubts: dict[str, Doubt] = {}  # by shard: a try of an emptied frame, unsettled
 
     async def apply(self, frame: Frame, lease: Lease, token: object = None) -> Lease | None:
@@ -93,7 +74,7 @@ class Applier:
             return outcome
         self._count(outcome)
         if outcome.rewound:
-            await self._rewound(outcome.rewound)
+            await self.rewinds.found(outcome.rewound)
         self.recent.remember(outcome.taken)
         self.known.taken(span for _, span in outcome.taken)
         frame.applied(outcome.replies)
@@ -176,28 +157,6 @@ class Applier:
         metrics.records_cancelled.inc(outcome.cancelled)
         metrics.values_abandoned.inc(outcome.abandoned)
         metrics.records_rewound.inc(outcome.refused)
-
-    async def _rewound(self, rewound: Mapping[tuple[str, str], int]) -> None:
-        """Say, once per period and floor, that a frame found its counter below values already
-        handed out (its records were refused), and record it in Postgres: a batcher started
-        later (its memory of what it handed out gone) refuses it too, and `numerator counters
-        mend` finds it."""
-        new = {pair: held for pair, held in rewound.items() if self.rewound.get(pair) != held}
-        if not new:
-            return
-        for (name, period), held in sorted(new.items()):
-            log.error(
-                "REWOUND: counter %r period %r is below %d, a value already handed out (Postgres "
-                "forgot commits: a failover to a standby that lacked them?); refusing it until an "
-                "operator runs `numerator counters mend %s` (docs/runbook.md)",
-                name, period, held, name,
-            )  # fmt: skip
-        try:
-            await self.frames.rewound([(n, p, held) for (n, p), held in new.items()])
-        except NumeratorError as exc:  # said again with the next frame refused
-            log.warning("could not record the rewind in Postgres: %s", exc)
-            return
-        self.rewound.update(new)
 
     async def _lost(self, frame: Frame | None, lease: Lease, doubt: Doubt) -> bool:
         """Whether the try `doubt` names (of `frame`, or of an earlier frame emptied since) had

@@ -95,7 +95,7 @@ def up(path: str, url: str, running: contextlib.ExitStack) -> Service:
 async def fail_over(
     primary: Cluster, standby: Cluster, line: Timeline, url: str, detach: bool = False
 ) -> Failover:
-    """Under load: (when `detach`, the standby cut off a second before,) the primary killed,
+    """Under load: (when `detach`, the standby cut off 1.5 s before,) the primary killed,
     the standby promoted DECIDE_S later, then until /healthz is green again."""
     done = Failover()
     await asyncio.sleep(1.0)

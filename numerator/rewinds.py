@@ -50,7 +50,7 @@ def run_mend(args: argparse.Namespace) -> None:
         elif m.after > m.before:
             said += (
                 f"; values {m.before + 1} to {m.held} were handed out before the failover and "
-                "are not in the ledger (the report shows them as a gap)"
+                "are not in the ledger (the report names them an unexplained gap)"
             )
         lines.append(said)
     body = [vars(m) for m in mended]

@@ -68,6 +68,14 @@ async def test_a_rewind_is_refused_recorded_and_mended(
             assert "last value 2 -> 5; values 3 to 5 were handed out" in mended.stdout
             answer = await take(fresh)
             assert answer.status_code == 200 and answer.json()["value"] == 6, answer.text
+            # What docs/runbook.md says of the values Postgres forgot: the report names them
+            # a gap no audit row explains; the chains that are left verify.
+            app = httpx.ASGITransport(app=fresh.app())
+            async with httpx.AsyncClient(transport=app, base_url="http://127.0.0.1") as client:
+                report = (await client.get(f"/counters/{NAME}/report")).json()
+                verify = (await client.get("/audit/verify")).json()
+            assert report["gaps"] == [[3, 5]] and report["unexplained_gaps"] == 3, report
+            assert verify["ok"] is True, verify
         assert await store.rewinds() == []
     finally:
         await store.close()

@@ -44,6 +44,10 @@ class Outcome:
     taken: list[tuple[str, Span]] = field(default_factory=list)
     """Each taking record's reply key and (counter, period, first, last): what a later cancel
     voids."""
+    rewound: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Periods refused because their counter is below their floor (a rewind), with the floor;
+    `refused`: the records answered so."""
+    refused: int = 0
 
     def add(self, handed: Handed) -> None:
         self.replies.extend(handed.replies)
@@ -429,27 +433,25 @@ def refuse(
     out: Outcome,
 ) -> tuple[list[Live], dict[tuple[str, str], list[int]]]:
     """Answer the takers of periods the store would not add to (their `counter_values` row is
-    below what the trail holds) with a refusal, and say so; the takers and demand left."""
+    below the floor: values the audit trail holds, or this batcher handed out, or a rewind
+    recorded) with a refusal, `rewound`, noted in `out` (the applier says so, once); the
+    takers and demand left."""
     refused = {pair for pair in wanted if pair not in totals}
     if not refused:
         return list(takers), dict(wanted)
-    for name, period in sorted(refused):
-        log.error(
-            "refusing to allocate %s %r: counter_values is below %d, the highest value its "
-            "audit trail holds; it would hand values out again (see numerator audit verify)",
-            name,
-            period,
-            basis.floors.get((name, period), 0),
-        )
+    for pair in refused:
+        out.rewound[pair] = basis.floors.get(pair, 0)
     for one in takers:
         pair = (one.counter.name, one.period)
         if pair in refused:
             why = (
-                f"counter {pair[0]!r} period {pair[1]!r} is below the highest value its audit "
-                f"trail holds ({basis.floors.get(pair)}): refused, so that none is handed out "
-                "twice; an operator must mend counter_values (numerator audit verify names it)"
+                f"counter {pair[0]!r} period {pair[1]!r} is below {out.rewound[pair]}, a value "
+                "already handed out (Postgres forgot commits, or counter_values was moved "
+                "back): refused, so that none is handed out twice, until an operator runs "
+                "`numerator counters mend` (see numerator audit verify)"
             )
-            out.replies.append(error(one.record.key, pair[0], ReplyError.UNAVAILABLE, why))
+            out.replies.append(error(one.record.key, pair[0], ReplyError.REWOUND, why))
+            out.refused += 1
     left = [one for one in takers if (one.counter.name, one.period) not in refused]
     return left, {k: v for k, v in wanted.items() if k not in refused}
 

@@ -13,10 +13,11 @@ from collections.abc import Mapping
 from typing import cast
 
 from batcher.allocation import Basis, Outcome, apply, decode_replies
-from batcher.frame import Frame
+from batcher.frame import Doubt, Frame, read_past
 from batcher.gather import Gather, Reads
 from batcher.known import Known
 from batcher.recent import Recent
+from batcher.rewinds import Rewinds
 from batcher.shares import Shares
 from infra.adapters.beats import reply_lag
 from infra.adapters.push import Pusher
@@ -63,6 +64,8 @@ class Applier:
         interval = settings.aws.read_interval_ms / 1000
         self.gather = Gather(replies.publish, gather_s, reads, interval, reply_lag(settings))
         self.push = push or Pusher(None)
+        self.rewinds = Rewinds(frames)
+        self.doubts: dict[str, Doubt] = {}  # by shard: a try of an emptied frame, unsettled
 
     async def apply(self, frame: Frame, lease: Lease, token: object = None) -> Lease | None:
         """Apply the frame until it commits, then publish (with the frames applying beside it:
@@ -73,11 +76,13 @@ class Applier:
         if not isinstance(outcome, Outcome):
             return outcome
         self._count(outcome)
+        if outcome.rewound:
+            await self.rewinds.found(outcome.rewound)
         self.recent.remember(outcome.taken)
         self.known.taken(span for _, span in outcome.taken)
         frame.applied(outcome.replies)
         self.metrics.pushes_sent.inc(self.push.send(frame.entries, outcome.replies))
-        lease = self._past(frame, lease)
+        lease = read_past(frame, self._past(frame.last_sequence, lease))
         self.shares.published.pop(lease.shard, None)  # marked in this frame's transaction
         if self.faults.pause_before_publish_s:
             log.warning(
@@ -102,14 +107,23 @@ class Applier:
 
     async def _commit_retried(self, frame: Frame, lease: Lease) -> Outcome | Lease | None:
         """The frame's outcome once a try commits; or, with no outcome to count, the lease to go
-        on with, past the frame (emptied by giving up on its records, or found committed by a
-        try whose answer was lost), or None (the lease lost)."""
+        on with (the frame emptied by giving up on its records, or found committed by a try
+        whose answer was lost), or None (the lease lost). A try whose commit may have happened
+        unseen (`Doubt`) is settled before any other: a frame emptied meanwhile leaves its doubt
+        to the shard's next frame, which settles it before its own first try."""
         backoff: Backoff | None = None
+        doubt = self.doubts.pop(lease.shard, None)
+        own = False  # whether `doubt` is a try of this frame
         while True:
             began = time.monotonic()
             try:
-                if backoff is not None and await self._lost(frame, lease):
-                    return self._past(frame, lease)
+                if doubt is not None:
+                    if await self._lost(frame if own else None, lease, doubt):
+                        lease = self._past(doubt.sequence, lease)
+                        if own:
+                            return read_past(frame, lease)
+                    doubt = None
+                doubt, own = Doubt(frame.last_sequence), True
                 outcome = await self._commit(frame, lease)
                 break
             except LeaseLost as exc:
@@ -123,10 +137,13 @@ class Applier:
                 log.warning(
                     "frame of %d records not applied (%s); retry in %.2fs", len(frame), exc, delay
                 )
-                last = frame.last_sequence
-                await self._give_up_on(frame, time.time() + delay + 0.25, str(exc))
-                if not len(frame):  # read on past it: read again, its records are still live
-                    return self._past_sequence(last, lease)
+                given_up = await self._give_up_on(frame, time.time() + delay + 0.25, str(exc))
+                if doubt is not None and own:
+                    doubt.given_up += given_up
+                if not len(frame):
+                    if doubt is not None:
+                        self.doubts[lease.shard] = doubt
+                    return read_past(frame, lease)
                 await asyncio.sleep(delay)
         self.trouble.discard("frames")
         self.metrics.frame_commit_seconds.observe(time.monotonic() - began)
@@ -142,55 +159,64 @@ class Applier:
         metrics.records_expired.inc(outcome.expired)
         metrics.records_cancelled.inc(outcome.cancelled)
         metrics.values_abandoned.inc(outcome.abandoned)
+        metrics.records_rewound.inc(outcome.refused)
 
-    async def _lost(self, frame: Frame, lease: Lease) -> bool:
-        """Whether a try of `frame` that failed had in fact committed (Postgres went away as it
-        committed, and its answer with it); if so, make it whole. On a durable stream its
-        replies were held in its transaction: published now. Else no one has its values: they
-        become void, abandoned (on this shard's own stream), and its records are answered
-        'unavailable', for their clients to ask again — a second try would allocate again and
-        leave the first values issued to no one."""
-        spans = await self.frames.committed(lease, frame.last_sequence)
+    async def _lost(self, frame: Frame | None, lease: Lease, doubt: Doubt) -> bool:
+        """Whether the try `doubt` names (of `frame`, or of an earlier frame emptied since) had
+        in fact committed (Postgres went away as it committed, and its answer with it); if so,
+        make it whole. The records given up on since were answered 'unavailable': their values
+        go to no one, and are voided, abandoned (a cancel each, on this shard's own stream). On
+        a durable stream the frame's replies were held in its transaction: the others' are
+        published now. Else no one has its values: they become void, abandoned, and its
+        records are answered 'unavailable', for their clients to ask again — a second try
+        would allocate again and leave the first values issued to no one."""
+        spans = await self.frames.committed(lease, doubt.sequence)
         if spans is None:
             return False
         log.warning(
             "the frame up to %s committed as Postgres went away; %s",
-            frame.last_sequence,
+            doubt.sequence,
             "publishing its held replies" if self.stream.durable else "voiding its values",
         )
+        given_up = [r for r in doubt.given_up if isinstance(r, Record)]
         if self.stream.durable:
             await self.shares.republish(lease)
+            if given_up:
+                await self.stream.put(
+                    [Cancel(r.key, r.counter, r.idempotency_key, "") for r in given_up]
+                )
             return True
         voids: list[Demand] = [
             Void(reply_key(), name, first, last, VoidReason.ABANDONED, period, "")
             for name, period, first, last in spans
         ]
         # A keyed record's claim holds its values for retries: its cancel frees it.
+        entries = frame.entries if frame is not None else []
+        records = given_up + [e.record for e in entries if isinstance(e.record, Record)]
         frees = [
-            Cancel(e.record.key, e.record.counter, e.record.idempotency_key, "")
-            for e in frame.entries
-            if isinstance(e.record, Record) and e.record.idempotency_key is not None
+            Cancel(r.key, r.counter, r.idempotency_key, "")
+            for r in records
+            if r.idempotency_key is not None
         ]
         await self.stream.put([*voids, *frees])
-        problem = "the frame's commit was cut off by a Postgres outage; ask again"
-        await self._give_up_on(frame, math.inf, problem)
+        if frame is not None:
+            problem = "the frame's commit was cut off by a Postgres outage; ask again"
+            await self._give_up_on(frame, math.inf, problem)
         return True
 
-    def _past(self, frame: Frame, lease: Lease) -> Lease:
-        """The lease once `frame` is behind it."""
-        return self._past_sequence(frame.last_sequence, lease)
+    def _past(self, sequence: str, lease: Lease) -> Lease:
+        """The lease once the frame up to `sequence` is behind it."""
+        applied = max(lease.applied or 0, int(sequence)) if self.stream.durable else None
+        return Lease(lease.stream, lease.shard, lease.owner, lease.epoch, sequence, applied)
 
-    def _past_sequence(self, last: str, lease: Lease) -> Lease:
-        applied = max(lease.applied or 0, int(last)) if self.stream.durable else None
-        return Lease(lease.stream, lease.shard, lease.owner, lease.epoch, last, applied)
-
-    async def _give_up_on(self, frame: Frame, cutoff: float, problem: str) -> None:
+    async def _give_up_on(self, frame: Frame, cutoff: float, problem: str) -> list[Demand]:
         """Answer 'unavailable' now to the records whose clients will have stopped waiting before
-        the next try, and take them out of the frame: they allocate nothing. On a durable stream
-        a replay finds them expired, so they never allocate later either."""
+        the next try, and take them out of the frame: they allocate nothing (unless a try in
+        doubt committed them: see `_lost`). On a durable stream a replay finds them
+        expired, so they never allocate later either."""
         doomed = frame.drop(cutoff)
         if not doomed:
-            return
+            return []
         try:
             await self.replies.publish(
                 [
@@ -200,8 +226,9 @@ class Applier:
             )
         except NumeratorError as exc:  # their edges answer 504 and cancel: nothing allocated
             log.warning("could not answer %d records 'unavailable': %s", len(doomed), exc)
-            return
+            return doomed
         self.metrics.records_out.inc(len(doomed))
+        return doomed
 
     async def _commit(self, frame: Frame, lease: Lease) -> Outcome:
         durable = self.stream.durable

@@ -204,7 +204,10 @@ def answer_problem(reply: Reply, retry_after: int) -> Problem:
         return bad_reply(f"the batcher answered an error this edge does not know: {reply.error}")
     if kind is Kind.UNAVAILABLE:
         return unavailable(reply.detail or reply.error.value, retry_after)
-    return Problem(kind, reply.detail)
+    problem = Problem(kind, reply.detail)
+    if kind.status == 503:
+        problem.headers["Retry-After"] = str(retry_after)
+    return problem
 
 
 JSON_HEADERS = [(b"content-type", b"application/json")]

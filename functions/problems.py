@@ -44,6 +44,7 @@ class Kind(Enum):
     VALUE_NOT_ISSUED = "value-not-issued", 409, "The values have not been handed out"
     VALUE_ALREADY_VOID = "value-already-void", 409, "The values are void already"
     CONFIRM_NOT_REQUIRED = "confirm-not-required", 409, "The counter does not take confirmations"
+    REWOUND = "rewound", 503, "The counter is behind values already handed out"
     KEY_EXISTS = "key-exists", 409, "An API key with this name exists"
     KEY_NOT_FOUND = "key-not-found", 404, "No such API key"
     TOO_MANY_IDEMPOTENCY_KEYS = (
@@ -114,6 +115,7 @@ REPLY_PROBLEMS: dict[ReplyError, Kind] = {
     ReplyError.NOT_ISSUED: Kind.VALUE_NOT_ISSUED,
     ReplyError.ALREADY_VOID: Kind.VALUE_ALREADY_VOID,
     ReplyError.NOT_CONFIRMABLE: Kind.CONFIRM_NOT_REQUIRED,
+    ReplyError.REWOUND: Kind.REWOUND,
 }
 """Each reply error's problem: the one table the edge answers from."""
 

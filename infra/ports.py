@@ -264,6 +264,38 @@ class Leases(Protocol):
     async def ended(self, stream: str, shard: str) -> bool: ...
 
 
+@dataclass(frozen=True)
+class Rewind:
+    """A period a batcher found below values it had handed out: `held` the highest of them,
+    `last` the last value Postgres now says was handed out."""
+
+    counter: str
+    period: str
+    held: int
+    last: int
+    detected_at: datetime
+
+
+@dataclass(frozen=True)
+class Mend:
+    """What `Rewinds.mend` did: the rewind's `held` (None: none was recorded), and the
+    period's last value handed out before and after."""
+
+    counter: str
+    period: str
+    held: int | None
+    before: int
+    after: int
+
+
+class Rewinds(Protocol):
+    """Rewinds recorded by the batchers, and their mending by an operator."""
+
+    async def rewinds(self, name: str | None = None) -> list[Rewind]: ...
+
+    async def mend(self, name: str, period: str, past: int | None) -> Mend | None: ...
+
+
 class Frames(Protocol):
     """A frame's one transaction, and the replies durable streams hold until published."""
 
@@ -284,7 +316,13 @@ class Frames(Protocol):
 
     async def highest(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """The highest value the audit trail holds for each (counter, period), among the
-        counter's newest rows: the floor below which a batcher refuses to allocate."""
+        counter's newest rows, or a rewind recorded and not mended holds: the floor below which
+        a batcher refuses to allocate."""
+
+    async def rewound(self, marks: Sequence[tuple[str, str, int]]) -> None:
+        """Record that each (counter, period) is below `held`, the highest value a batcher
+        knows was handed out (kept at the greater of two records): a rewind, refused until
+        an operator mends it."""
 
     async def committed(self, lease: Lease, sequence: str) -> list[Span] | None:
         """The (counter, period, first, last) ranges of the frame `lease` committed up to

@@ -92,6 +92,9 @@ class ReplyError(Enum):
     NOT_ISSUED = "not-issued"
     ALREADY_VOID = "already-void"
     NOT_CONFIRMABLE = "not-confirmable"
+    REWOUND = "rewound"
+    """The counter is below values already handed out (Postgres forgot commits): refused
+    until an operator mends it."""
 
 
 class BadReply(ValueError):

@@ -326,7 +326,41 @@ def add_counters(commands: Any) -> Any:
     listing.add_argument("--after", help="start after this name (the 'more' hint of a page)")
     talking(listing)
     listing.set_defaults(run=later("numerator.console:run_list"))
+    add_rewinds(actions)
     return actions
+
+
+def add_rewinds(actions: Any) -> None:
+    rewinds = actions.add_parser(
+        "rewinds",
+        help="the counters refused because Postgres forgot values already handed out",
+        description="List the counters (and periods) a batcher found below values it had handed "
+        "out, as after a failover to a standby that lacked the primary's last commits: they are "
+        "refused until mended. Reads Postgres (--database-url or DATABASE_URL).",
+    )
+    database(rewinds)
+    rewinds.add_argument("--json", action="store_true", help="print JSON")
+    rewinds.set_defaults(run=later("numerator.rewinds:run_rewinds"))
+    mend = actions.add_parser(
+        "mend",
+        help="raise a rewound counter past the values handed out, so that it is served again",
+        description="Raise the counter's last value to the highest value its rewind says was "
+        "handed out (or to --past, when higher), and forget the rewind: the batchers serve it "
+        "again from the next value. Writes Postgres (--database-url or DATABASE_URL).",
+    )
+    mend.add_argument("name", nargs="?", help="the counter's name")
+    mend.add_argument("--all", action="store_true", help="every rewound counter (no NAME)")
+    mend.add_argument("--period", help=f"{PERIOD_HELP}; default: every rewound period")
+    mend.add_argument(
+        "--past",
+        type=int,
+        metavar="VALUE",
+        help="raise it to at least VALUE: a value clients may hold that no batcher saw (from "
+        "the reply table, your own records, or `numerator audit verify --heads`)",
+    )
+    database(mend)
+    mend.add_argument("--json", action="store_true", help="print JSON")
+    mend.set_defaults(run=later("numerator.rewinds:run_mend"))
 
 
 def add_next(commands: Any) -> None:

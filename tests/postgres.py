@@ -20,6 +20,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.tools import debian_tool
@@ -156,6 +157,31 @@ class Cluster:
 
     def promote(self) -> None:
         self.run("pg_ctl", "-D", str(self.data), "-w", "promote")
+
+    def kill(self) -> None:
+        """SIGKILL to the postmaster and every process it started, at once: the host is gone,
+        nothing is flushed or sent to a standby after it."""
+        pid = int((self.data / "postmaster.pid").read_text().split()[0])
+        server = psutil.Process(pid)
+        for process in [*server.children(recursive=True), server]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
+        psutil.wait_procs([server], timeout=10)
+
+    def sql(self, statement: str) -> str:
+        """`statement` run by psql as the superuser; what it printed (unaligned, no headers)."""
+        out = self.run(
+            "psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", "postgres",
+            "-AtX", "-v", "ON_ERROR_STOP=1", "-c", statement,
+        )  # fmt: skip
+        return out.stdout.strip()
+
+    def detach(self) -> None:
+        """A standby cut off from its primary: its walreceiver is pointed at a port nothing
+        listens on (primary_conninfo is reloadable), so it receives no WAL from here on."""
+        nowhere = f"host=127.0.0.1 port={free_port()} user=postgres connect_timeout=1"
+        self.sql(f"ALTER SYSTEM SET primary_conninfo = '{nowhere}'")
+        self.sql("SELECT pg_reload_conf()")
 
     def version(self) -> int:
         out = self.run("postgres", "--version").stdout  # "postgres (PostgreSQL) 15.18 (Debian …)"

@@ -262,6 +262,10 @@ class Metrics:
     values_abandoned: Total = metric(
         "Values voided as abandoned: their edge gave up after the record was applied."
     )
+    records_rewound: Total = metric(
+        "Records refused because their counter is below values already handed out (a rewind: "
+        "Postgres forgot commits); refused until `numerator counters mend` (docs/runbook.md).",
+    )
     replies_republished: Total = metric(
         "Replies published again by a shard's next owner after a crash before publishing."
     )

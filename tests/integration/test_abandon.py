@@ -391,3 +391,43 @@ async def test_records_given_up_in_an_outage_are_not_allocated_after_it(
     assert failed and first.status_code == 503, first.text
     assert second.json()["value"] == 1, "the given-up record took no value"
     assert found["issued"] == 1 and found["voided"] == {}, found
+
+
+async def test_a_lost_commit_whose_records_were_given_up_is_settled_by_the_next_frame(
+    settings: Settings, name: str, monkeypatch: Any
+) -> None:
+    """As above, but the record's client would stop waiting before the next try: the record is
+    given up (answered 503) and its frame left empty, with the commit in doubt. Returning then
+    left the committed values issued to no one, neither void nor delivered (seen in
+    tests/e2e/test_failover.py: a primary killed as its synchronous standby confirmed a
+    commit). The shard's next frame settles the doubt first: the values are void, abandoned."""
+    from infra.adapters.postgres import PostgresStore
+    from infra.errors import StoreUnavailable
+
+    real = PostgresStore.allocate_plain
+    lost: list[bool] = []
+
+    async def committed_then_lost(self: PostgresStore, *args: Any) -> Any:
+        totals = await real(self, *args)
+        if not lost:
+            lost.append(True)
+            raise StoreUnavailable("Postgres is unavailable: the connection was closed")
+        return totals
+
+    monkeypatch.setattr(PostgresStore, "allocate_plain", committed_then_lost)
+    async with EmbeddedStack(settings.but(reply_timeout_s=0.2)) as stack:
+        transport = httpx.ASGITransport(app=stack.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name})
+            first = await client.post(f"/counters/{name}/next")
+            second = await client.post(f"/counters/{name}/next")
+
+            async def voided() -> bool:
+                return (await report(client, name))["voided"] == {"abandoned": 1}
+
+            await until(voided, within=5)
+            found = await report(client, name)
+            rows = (await client.get(f"/counters/{name}/audit")).json()["rows"]
+    assert lost and first.status_code == 503, first.text
+    assert second.json()["value"] == 2, (second.text, first.text, found, rows)
+    assert found["issued"] == 2 and found["delivered"] == 1 and found["unexplained_gaps"] == 0

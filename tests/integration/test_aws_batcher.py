@@ -21,6 +21,7 @@ from infra.counters import Counter
 from infra.observe.metrics import Metrics
 from infra.settings import Settings
 from infra.wire import Record, Reply, ReplyError
+from tests.checks import until
 
 
 def record(key: str, counter: str) -> Record:
@@ -274,3 +275,53 @@ async def test_the_frames_of_a_batchers_shards_read_at_one_beat_write_one_item_p
     # GATHER_MS.
     print(f"reply items by REPLY_GATHER_MS: {items}")
     assert items[0.0] == 2 * beats and items[GATHER_MS] <= beats + 1, items
+
+
+async def test_a_lost_commit_whose_records_were_given_up_is_voided_by_the_next_frame(
+    aws: tuple[Settings, Any], store: PostgresStore, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frame commits, its answer is lost (a primary killed as its synchronous standby
+    confirmed the commit), and its record's client stops waiting before the next try: the
+    record is answered 'unavailable' and the frame left empty. The shard's next frame finds the
+    commit: the given-up record's values are void, abandoned (its cancel), not issued to no one
+    nor handed out again (tests/e2e/test_failover.py found it on this path)."""
+    from contextlib import asynccontextmanager
+
+    from infra.errors import StoreUnavailable
+
+    settings, found = aws
+    await store.create(Counter(name))
+    real = PostgresStore.frame
+    lost: list[bool] = []
+
+    @asynccontextmanager
+    async def committed_then_lost(self: PostgresStore) -> Any:
+        async with real(self) as tx:
+            yield tx
+        if not lost:
+            lost.append(True)
+            raise StoreUnavailable("Postgres is unavailable: the connection was closed")
+
+    monkeypatch.setattr(PostgresStore, "frame", committed_then_lost)
+    batcher, ports = await started(settings, found, store)
+    try:
+        ports.replies.expect("x1")
+        now = time.time()
+        await ports.stream.put([Record("x1", name, 1, None, now + 0.2, now)])
+        (first,) = (await answers(ports, ["x1"])).values()
+        ports.replies.expect("x2")
+        await ports.stream.put([record("x2", name)])
+        (second,) = (await answers(ports, ["x2"])).values()
+        await until(lambda: voided(store, name), within=15)
+    finally:
+        await batcher.stop()
+    assert lost and first.error is ReplyError.UNAVAILABLE, first
+    assert (second.first, second.last) == (2, 2), second
+    assert [(v.first, v.last, v.reason) for v in await store.voids(name, "")] == [
+        (1, 1, "abandoned")
+    ]
+    assert await store.allocated(name, "") == 2
+
+
+async def voided(store: PostgresStore, name: str) -> bool:
+    return bool(await store.voids(name, ""))

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from batcher.frame import Frame, IllegalStep, State
-from infra.ports import Entry
+from batcher.frame import Frame, IllegalStep, State, read_past
+from infra.ports import Entry, Lease
 from infra.wire import Record
 
 
@@ -70,3 +70,19 @@ def test_a_cap_on_transactions_holds_frames_apart_whatever_the_policy() -> None:
     for policy in Policy:
         wait = collect_for(policy, 0.010, 0.0, 1.0, 0.0, spacing=0.1, since_start=0.02)
         assert wait == pytest.approx(0.08)
+
+
+def test_the_lease_is_read_past_the_records_a_frame_gave_up_on() -> None:
+    """Records dropped after the frame's last kept one were answered 'unavailable': read again
+    before their deadline they would allocate values for no one (a frame emptied by a Postgres
+    outage did so). The checkpoint's `applied` stays: nothing was applied past it."""
+    lease = Lease("memory", "s", "me", 1, "0", applied=None)
+    frame = Frame([entry(1, deadline=100.0), entry(2, deadline=5.0)])
+    frame.add([entry(3, deadline=5.0)])
+    assert [r.key for r in frame.drop(cutoff=10.0)] == ["k2", "k3"]
+    assert frame.last_sequence == "1" and frame.end == "3"
+    moved = read_past(frame, lease)
+    assert (moved.sequence, moved.applied, moved.epoch) == ("3", None, 1)
+    assert read_past(frame, Lease("memory", "s", "me", 1, "7")).sequence == "7"  # never back
+    frame.drop(cutoff=1000.0)
+    assert len(frame) == 0 and read_past(frame, lease).sequence == "3"

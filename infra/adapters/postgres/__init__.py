@@ -1,7 +1,7 @@
 """The Store port on Postgres (psycopg 3, async pool), one module per role of infra/ports.py:
 `pool` (connections, retryable errors, migrations), `counters`, `keys`, `leases` (and edges),
 `frames` (with `frame`, the FrameTransaction, and `statements` the two share), `ledger` (with
-`trail`, the audit trail's own statements). psycopg errors never leave this package."""
+`trail`, the audit trail's own statements), `rewinds`. psycopg errors never leave this package."""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ from infra.adapters.postgres.keys import PostgresKeys
 from infra.adapters.postgres.leases import PostgresLeases
 from infra.adapters.postgres.ledger import PostgresLedger
 from infra.adapters.postgres.pool import IDLE_IN_TRANSACTION_S, Pool, migrate, migrations
+from infra.adapters.postgres.rewinds import PostgresRewinds
 from infra.faults import Faults
 
 __all__ = ["IDLE_IN_TRANSACTION_S", "Pool", "PostgresStore", "migrate", "migrations"]
 
 
-class PostgresStore(PostgresCounters, PostgresKeys, PostgresLeases, PostgresFrames, PostgresLedger):
+class PostgresStore(
+    PostgresCounters, PostgresKeys, PostgresLeases, PostgresFrames, PostgresLedger, PostgresRewinds
+):
     """Every role on one pool: what a process that uses several roles opens and closes once.
     Each role's class also stands alone on a Pool (`PostgresCounters(Pool(url))`)."""
 

@@ -197,12 +197,23 @@ class PostgresFrames:
     async def highest(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         # The counter's newest rows hold its period's highest value (ranges rise in commit
         # order); a period no recent row holds has no floor, and is not refused.
+        # A rewind recorded and not yet mended holds the floor up as well.
         found = await self.db.fetch(
-            "SELECT p->>0, p->>1, (SELECT max((r->>3)::bigint) FROM (SELECT f.ranges"
+            "SELECT p->>0, p->>1, GREATEST((SELECT max((r->>3)::bigint) FROM (SELECT f.ranges"
             "  FROM allocation_frames f WHERE f.counters @> ARRAY[p->>0]"
             "  ORDER BY f.id DESC LIMIT 20) AS f, json_array_elements(f.ranges) AS r"
-            "  WHERE r->>0 = p->>0 AND r->>1 = p->>1)"
+            "  WHERE r->>0 = p->>0 AND r->>1 = p->>1),"
+            " (SELECT w.held FROM counter_rewinds w WHERE w.counter = p->>0 AND w.period = p->>1))"
             " FROM json_array_elements(%s::json) AS p",
             (rows(pairs),),
         )
         return {(c, p): int(top) for c, p, top in found if top is not None}
+
+    async def rewound(self, marks: Sequence[tuple[str, str, int]]) -> None:
+        await self.db.fetch(
+            "INSERT INTO counter_rewinds AS w (counter, period, held)"
+            " SELECT m->>0, m->>1, (m->>2)::bigint FROM json_array_elements(%s::json) AS m"
+            " ON CONFLICT (counter, period) DO UPDATE SET held = GREATEST(w.held, excluded.held)"
+            " RETURNING 1",
+            (rows(marks),),
+        )

@@ -27,6 +27,7 @@ from functions.problems import Kind, Problem, invalid
 from infra import ledger
 from infra.counters import Counter
 from infra.observe.health import EDGE_DEAD_S
+from infra.trail import Anchor, anchors_of
 from infra.wire import MAX_VOID, Confirm, Void, reply_key
 
 REASON = re.compile(bodies.REASON)
@@ -188,14 +189,20 @@ async def verify(request: Request) -> Response:
     return JSON(found, status_code=200 if found["ok"] else 409)
 
 
-def anchored_heads(body: object) -> dict[str, dict[str, Any]]:
+def anchored_heads(body: object) -> list[Anchor]:
     """The heads of a verify request: {"heads": {chain: {"row": id, "hash": hex}}}, as
-    `numerator audit heads --json` prints them and the anchor sinks keep them."""
+    `numerator audit heads --json` prints them, or {"heads": [{"chain", "row", "hash", "at",
+    "by"}, ...]}, every head of an anchor sink's records (`numerator audit verify --heads`)."""
     heads = validation.checked(bodies.Heads, body).heads
-    for chain, head in heads.items():
-        if not HASH.fullmatch(head.hash):  # searched by the model: "…\n" would pass it
-            raise invalid("heads", f"{chain}: hash must be 64 hex digits")
-    return {chain: msgspec.to_builtins(head) for chain, head in heads.items()}
+    given = (
+        [{"chain": c, **msgspec.to_builtins(h)} for c, h in heads.items()]
+        if isinstance(heads, dict)
+        else [msgspec.to_builtins(h) for h in heads]
+    )
+    for head in given:
+        if not HASH.fullmatch(head["hash"]):  # searched by the model: "…\n" would pass it
+            raise invalid("heads", f"{head['chain']}: hash must be 64 hex digits")
+    return anchors_of(given)
 
 
 async def heads(request: Request) -> Response:

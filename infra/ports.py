@@ -12,6 +12,7 @@ from infra.counters import Counter
 from infra.keys import Key
 from infra.ledger import EdgeEnd, Link, VoidRow
 from infra.spans import Span
+from infra.trail import Anchor, Breach
 from infra.wire import BadRecord, Demand, Reply, ReplyError, decode_record
 
 
@@ -331,7 +332,7 @@ class Ledger(Protocol):
     async def swept(self, name: str, upto: datetime) -> None: ...
 
     async def verify(
-        self, name: str | None, anchors: Mapping[str, Mapping[str, Any]] | None = None
+        self, name: str | None, anchors: Sequence[Anchor] | None = None
     ) -> dict[str, Any]:
         """Check the hash chains holding the counter's rows (every chain, for None), and the
         tables beside them against the chains (infra/trail.py); with `anchors` (heads kept
@@ -339,6 +340,11 @@ class Ledger(Protocol):
 
     async def heads(self) -> dict[str, dict[str, Any]]:
         """Each chain's head: {chain: {"row", "hash", "at"}}."""
+
+    async def holds(self, anchors: Sequence[Anchor]) -> list[Breach]:
+        """What is wrong with the anchored heads against the trail now: each still a row of its
+        chain with that hash (which covers its content), or pruned past; none for a trail
+        that holds them all."""
 
     async def mark_edges(self, stream: str, silent: float, keep_s: float) -> int:
         """Chain the ends of the edges that ended or died and have none yet; how many."""
@@ -350,6 +356,11 @@ class Anchors(Protocol):
 
     async def keep(self, record: Mapping[str, Any]) -> None:
         """Append one record: {"at": time, "by": batcher, "heads": {chain: {row, hash, at}}}."""
+
+    async def since(self, mark: str) -> tuple[list[dict[str, Any]], str]:
+        """The records kept after `mark` (any batcher's), and the mark after them: "" for
+        the latest ones (at least the last day's), so that a batcher starting reads back
+        what was anchored before it."""
 
 
 class Keys(Protocol):

@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from infra import trail
 from numerator import client, console
 
 
@@ -106,8 +107,14 @@ def run_verify(args: argparse.Namespace) -> None:
     if args.heads is None:
         found = console.call(talk, "GET", "/audit/verify", params=params, ok=(409,))
     else:
-        kept = {"heads": anchors(args.heads.read_text())}
-        found = console.call(talk, "POST", "/audit/verify", params=params, ok=(409,), json=kept)
+        given = anchors(args.heads.read_text())
+        found = merged(
+            [
+                console.call(talk, "POST", "/audit/verify", params=params, ok=(409,), json=part)
+                for part in parts(given)
+            ],
+            [b.to_json() for b in trail.conflicts(trail.anchors_of(given))],
+        )
     if found["ok"]:
         lines = [f"sound: {found['rows']} rows in {found['chains']} chain(s)"]
     else:
@@ -125,24 +132,53 @@ def run_verify(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
-def anchors(text: str) -> dict[str, dict[str, Any]]:
-    """The heads in a file: one JSON object ({"heads": ...}, as `audit heads --json` prints),
-    or JSON lines of them (an anchor sink's file); per chain the newest, since a chain that
-    holds its newest anchored head holds every earlier one (each hash covers all before it)."""
+def anchors(text: str) -> list[dict[str, Any]]:
+    """Every head in a file: one JSON object ({"heads": ...}, as `audit heads --json` prints),
+    or JSON lines of them (an anchor sink's file, or its bucket's objects one after another),
+    as {"chain", "row", "hash", "at", "by"}: each distinct head once, named by the first record
+    that holds it. Not only each chain's newest: a rewrite that a batcher anchored after the
+    true head would make the newest a forged one, and the earlier heads show it."""
     text = text.strip()
     try:
         whole = json.loads(text)
         records = whole if isinstance(whole, list) else [whole]
     except json.JSONDecodeError:
         records = [json.loads(line) for line in text.splitlines() if line.strip()]
-    newest: dict[str, dict[str, Any]] = {}
+    found: dict[tuple[str, int, str], dict[str, Any]] = {}
     for record in records:
         for chain, head in (record.get("heads") or {}).items():
-            if chain not in newest or head["row"] > newest[chain]["row"]:
-                newest[chain] = {"row": head["row"], "hash": head["hash"]}
-    if not newest:
+            said = {k: str(record[k]) for k in ("at", "by") if record.get(k)}
+            one = {"chain": chain, "row": head["row"], "hash": head["hash"], **said}
+            found.setdefault((chain, head["row"], head["hash"]), one)
+    if not found:
         raise SystemExit("no heads in that file")
-    return newest
+    return [found[k] for k in sorted(found)]
+
+
+PART = 50  # heads per request: a request's body is at most MAX_BODY_BYTES (16 KiB)
+
+
+def parts(given: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The request bodies that carry every head, PART at a time."""
+    return [{"heads": given[i : i + PART]} for i in range(0, len(given), PART)]
+
+
+def merged(found: list[dict[str, Any]], conflicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several verifies' answers (one per part of the heads) as one, with the conflicts
+    between anchors that fell into different parts."""
+    out = dict(found[0])
+    breaches = {json.dumps(b, sort_keys=True): b for f in found for b in f["breaches"]}
+    breaches.update({json.dumps(b, sort_keys=True): b for b in conflicts})
+    pruned = sorted({c for f in found for c in f["anchors"]["pruned"]})
+    bad = {b.get("chain") for b in breaches.values()}
+    held = sorted({c for f in found for c in f["anchors"]["held"]} - bad)
+    out.update(
+        ok=not breaches,
+        breaches=list(breaches.values()),
+        first_bad=next(iter(breaches.values()), None),
+        anchors={"held": held, "pruned": pruned},
+    )
+    return out
 
 
 def run_heads(args: argparse.Namespace) -> None:

@@ -90,7 +90,7 @@ class BatcherStack:
             anchors_to(settings.retention.anchor_to),
             faults,
         )
-        self.health = Health(self.checks())
+        self.health = Health(self.checks(), alerts=self.batcher.alerts)
 
     def checks(self) -> dict[str, Check]:
         """What this process's /healthz checks: Postgres, the batcher's own loops, and the

@@ -4,7 +4,7 @@ roles."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,7 +63,7 @@ def row(found: tuple[Any, ...]) -> trail.Row:
 
 
 async def verify(
-    conn: Connection, name: str | None, anchors: Mapping[str, Mapping[str, Any]] | None
+    conn: Connection, name: str | None, anchors: Sequence[trail.Anchor] | None
 ) -> dict[str, Any]:
     """Every check of infra/trail.py over one snapshot of the trail and the tables beside it."""
     return trail.verdict(await snapshot(conn, name), name, anchors)
@@ -107,6 +107,26 @@ async def snapshot(conn: Connection, name: str | None) -> trail.Snapshot:
                 f" {US.format('ended_at')}, marked FROM edges"
             ),
         )
+
+
+async def holds(conn: Connection, anchors: Sequence[trail.Anchor]) -> list[trail.Breach]:
+    """The anchored heads against the trail now (infra/trail.py `anchored`): only their rows,
+    and where retention left their chains, are read."""
+    if not anchors:
+        return []
+    cur = await conn.execute(
+        "SELECT id, chain, hash, hash = sha256(prev || ledger_content_text(stream, shard,"
+        " sequence, ranges, detail::text, committed_at, keep_until))"
+        " FROM allocation_frames WHERE id = ANY(%s)",
+        (sorted({a.row for a in anchors}),),
+    )
+    rows = {int(i): trail.Held(c, bytes(h), bool(s)) for i, c, h, s in await cur.fetchall()}
+    cur = await conn.execute(
+        "SELECT chain, after_id, after_hash FROM chain_starts WHERE chain = ANY(%s)",
+        (sorted({a.chain for a in anchors}),),
+    )
+    starts = {c: trail.Start(int(i), bytes(h)) for c, i, h in await cur.fetchall()}
+    return trail.anchored(anchors, rows, starts)[0]
 
 
 async def heads(conn: Connection) -> dict[str, dict[str, Any]]:

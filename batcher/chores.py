@@ -127,9 +127,8 @@ class Trail:
         wrong = await self.ledger.holds(self.last)
         if wrong:
             first = wrong[0]
-            alert = (
-                f"not anchoring: chain {first.chain} row {first.row} {first.why}"
-                + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
+            alert = f"not anchoring: chain {first.chain} row {first.row} {first.why}" + (
+                f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
             )
             if self.alerts.get("trail") != alert:
                 log.error("the trail no longer holds the heads anchored before it: %s", alert)

@@ -116,7 +116,6 @@ class S3Anchors:
             name = type(exc).__name__
             raise AwsRefused(name, f"cannot keep the heads in s3://{self.bucket}: {exc}") from exc
 
-
     async def since(self, mark: str) -> tuple[list[dict[str, Any]], str]:
         """Records whose keys come after key `mark`; for "", those of the last day, or when
         there are none (no batcher anchored for a day: each refused, or none ran), every one."""

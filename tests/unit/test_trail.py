@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from infra import trail
+from infra.adapters.anchors import FileAnchors
 from infra.counters import Reset
 from numerator.ledger import anchors
 
@@ -160,3 +162,19 @@ def test_a_heads_file_gives_every_head_once() -> None:
     assert [h["chain"] for h in anchors(json.dumps(older))] == ["a/0/c", "b/0/c"]
     with pytest.raises(SystemExit):
         anchors("{}")
+
+
+async def test_a_file_sink_is_read_back_from_its_mark_on(tmp_path: Path) -> None:
+    sink = FileAnchors(tmp_path / "heads.jsonl")
+    assert await sink.since("") == ([], "")
+    one, two = ({"at": str(i), "by": "b", "heads": {"c": {"row": i}}} for i in (1, 2))
+    await sink.keep(one)
+    found, mark = await sink.since("")
+    assert found == [one]
+    with sink.path.open("ab") as out:
+        out.write(b'{"at": "3", "he')  # a record cut short as it is written: not read yet
+    assert await sink.since(mark) == ([], mark)
+    assert (await sink.since("0"))[0] == [one]
+    sink.path.write_bytes(sink.path.read_bytes()[: int(mark)])
+    await sink.keep(two)
+    assert (await sink.since(mark))[0] == [two]

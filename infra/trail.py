@@ -409,14 +409,23 @@ class Snapshot:
     values: list[tuple[Any, ...]] = field(default_factory=list)
     pruned: list[tuple[Any, ...]] = field(default_factory=list)
     edges: list[tuple[Any, ...]] = field(default_factory=list)
+    keys: list[tuple[Any, ...]] = field(default_factory=list)
+    """The live `idempotency_keys`: (counter, key, count, first, last, day)."""
+    counters: list[tuple[Any, ...]] = field(default_factory=list)
+    """The `counters`: (name, start, reset, timezone)."""
+    runs: dict[int, list[list[Any]]] = field(default_factory=dict)
+    """`detail.r` of the rows of counters with live keys, by row id."""
 
 
 def verdict(
-    seen: Snapshot, name: str | None, anchors: Sequence[Anchor] | None = None
+    seen: Snapshot,
+    name: str | None,
+    anchors: Sequence[Anchor] | None = None,
+    more: Sequence[Breach] = (),
 ) -> dict[str, Any]:
     """Every check above over one snapshot (of the counter `name`'s chains, or all for None),
-    and with `anchors`, that the chains still hold the heads kept outside Postgres: what
-    `audit verify` answers."""
+    and with `anchors`, that the chains still hold the heads kept outside Postgres, with `more`
+    (infra/answers.py: the tables the batchers answer from): what `audit verify` answers."""
     rows = seen.rows
     pruned = {(c, p): int(u) for c, p, u in seen.pruned}
     breaches = [
@@ -425,6 +434,7 @@ def verdict(
         *confirmations(rows, seen.confirmations, seen.now, name),
         *counter_values(rows, seen.values, pruned, name),
         *edges(rows, seen.edges),
+        *more,
     ]
     out: dict[str, Any] = {}
     if anchors is not None:

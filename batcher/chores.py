@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 from typing import Any
 
 from batcher.stopping import Stopping
@@ -15,7 +16,7 @@ from infra.ledger import VoidReason
 from infra.observe.metrics import Metrics
 from infra.ports import Anchors, Frames, Ledger, Stream
 from infra.settings import RetentionSettings
-from infra.trail import Anchor, anchored_in, newest
+from infra.trail import Anchor, Start, anchored_in, newest
 from infra.wire import MAX_VOID, Void, reply_key
 
 log = logging.getLogger("numerator.batcher")
@@ -145,16 +146,42 @@ class Trail:
 
 class Prune:
     """Drop what retention lets go: expired idempotency keys, old audit rows, dead letters and
-    held replies."""
+    held replies. Where a prune leaves each chain is anchored (when ANCHOR_TO names where):
+    `audit verify --heads` holds `chain_starts` to it, so that rows deleted with the start
+    forged to match do not pass for retention's work."""
 
-    def __init__(self, frames: Frames, retention: RetentionSettings, stopping: Stopping) -> None:
+    def __init__(
+        self,
+        frames: Frames,
+        retention: RetentionSettings,
+        stopping: Stopping,
+        anchors: Anchors | None = None,
+        owner: str = "",
+    ) -> None:
         self.frames, self.retention, self.stopping = frames, retention, stopping
+        self.anchors, self.owner = anchors, owner
+        self.unanchored: dict[str, Start] = {}  # pruned, not yet kept in the sink
 
     async def run(self) -> None:
         while await self.stopping.pause(PRUNE_EVERY_S):
             try:
-                await self.frames.prune(
-                    utc_now(), self.retention.audit_retention_s, self.retention.reply_ttl_s
-                )
+                await self.once()
             except NumeratorError as exc:
                 log.warning("cannot prune expired keys and old audit rows: %s", exc)
+
+    async def once(self, now: datetime | None = None) -> dict[str, Any] | None:
+        """Prune as of `now`; the anchor record of where the chains now start, if any were
+        pruned."""
+        now = now or utc_now()
+        self.unanchored.update((await self.frames.prune_chains(now))[1])
+        record = None
+        if self.anchors is not None and self.unanchored:
+            starts = {
+                chain: {"after_id": s.after_id, "after_hash": s.after_hash.hex()}
+                for chain, s in sorted(self.unanchored.items())
+            }
+            record = {"at": now.isoformat(), "by": self.owner, "heads": {}, "starts": starts}
+            await self.anchors.keep(record)
+            self.unanchored.clear()
+        await self.frames.prune(now, self.retention.audit_retention_s, self.retention.reply_ttl_s)
+        return record

@@ -81,8 +81,9 @@ class Batcher:
         self.trail = Trail(
             stream, store, anchors, self.owner, retention, self.stopping, metrics, self.alerts
         )
+        self.prune = Prune(store, retention, self.stopping, anchors, self.owner)
         self._chores = {
-            "prune": Prune(store, retention, self.stopping).run,
+            "prune": self.prune.run,
             "confirmations": Sweep(stream, store, retention, self.stopping).run,
             "trail": self.trail.run,
         }

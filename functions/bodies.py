@@ -137,13 +137,23 @@ class AnchoredHead(Struct, kw_only=True):
     by: str | UnsetType = UNSET
 
 
+class AnchoredStart(Struct):
+    """A prune a batcher anchored: retention removed a chain's rows up to `after_id`, whose
+    hash was `after_hash`."""
+
+    after_id: Annotated[int, Meta(ge=0, le=MAX_VALUE)]
+    after_hash: Annotated[str, Meta(pattern=HASH)]
+
+
 class Heads(Struct):
-    """{chain: head}, one per chain (`audit heads --json`); or a list of every head kept."""
+    """{chain: head}, one per chain (`audit heads --json`); or a list of every head kept, with
+    each chain's newest anchored prune (`starts`)."""
 
     heads: (
         Annotated[dict[str, Head], Meta(min_length=1)]
         | Annotated[list[AnchoredHead], Meta(min_length=1)]
     )
+    starts: dict[str, AnchoredStart] | UnsetType = UNSET
 
 
 class NewKey(Struct):

@@ -12,7 +12,7 @@ from infra.counters import Counter
 from infra.keys import Key
 from infra.ledger import EdgeEnd, Link, VoidRow
 from infra.spans import Span
-from infra.trail import Anchor, Breach
+from infra.trail import Anchor, Breach, Start
 from infra.wire import BadRecord, Demand, Reply, ReplyError, decode_record
 
 
@@ -307,6 +307,11 @@ class Frames(Protocol):
         """Drop idempotency keys past their expiry, allocation rows and dead letters older than
         `audit_retention` seconds, and held replies older than `reply_retention`; how many went."""
 
+    async def prune_chains(self, now: datetime) -> tuple[int, dict[str, Start]]:
+        """Drop the audit rows past their keep_until (`prune` does this first); how many went,
+        and where each chain it pruned now starts (what a batcher anchors: a prune is an
+        anchored event)."""
+
 
 class Ledger(Protocol):
     """The audit trail: voids, confirmations and the hash chains."""
@@ -332,11 +337,15 @@ class Ledger(Protocol):
     async def swept(self, name: str, upto: datetime) -> None: ...
 
     async def verify(
-        self, name: str | None, anchors: Sequence[Anchor] | None = None
+        self,
+        name: str | None,
+        anchors: Sequence[Anchor] | None = None,
+        pruned_at: Mapping[str, Start] | None = None,
     ) -> dict[str, Any]:
         """Check the hash chains holding the counter's rows (every chain, for None), and the
         tables beside them against the chains (infra/trail.py); with `anchors` (heads kept
-        outside Postgres), that the chains still hold them and only extend them."""
+        outside Postgres), that the chains still hold them and only extend them; with
+        `pruned_at` (each chain's newest anchored prune), that `chain_starts` agrees."""
 
     async def heads(self) -> dict[str, dict[str, Any]]:
         """Each chain's head: {chain: {"row", "hash", "at"}}."""

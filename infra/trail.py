@@ -381,6 +381,34 @@ def anchored(
     return out, sorted(held - bad), sorted(pruned)
 
 
+def starts_anchored(
+    given: Mapping[str, Start], starts: Mapping[str, Start], past: Iterable[str]
+) -> list[Breach]:
+    """Where retention left each chain (`chain_starts`) against the prunes the batchers
+    anchored (each chain's newest, `given`): a prune is an anchored event, so a start that
+    differs from the anchored one, or one with none for a chain an anchor was pruned past
+    (`past`), is rows deleted and the start forged to match (with `pruned` to hide the gap)."""
+    out: list[Breach] = []
+    past = set(past)
+    for chain, start in sorted(starts.items()):
+        kept = given.get(chain)
+        if kept == start or (kept is None and chain not in past):
+            continue
+        if kept is None:
+            why = (
+                f"says retention pruned up to row {start.after_id}, past an anchored head, but "
+                "no anchored prune says so: rows were deleted and the start forged (or the "
+                "prune was not anchored: no ANCHOR_TO, or the sink unreachable then)"
+            )
+        else:
+            why = (
+                f"says retention pruned up to row {start.after_id}; the newest anchored prune "
+                f"says up to row {kept.after_id}: rows were deleted and the start forged"
+            )
+        out.append(Breach("chain_starts", chain, why, chain))
+    return out
+
+
 def _anchor(anchor: Anchor, row: Held | None, start: Start | None) -> str | None:
     if row is not None and row.chain == anchor.chain and row.hash.hex() == anchor.hash:
         if row.sound:
@@ -422,10 +450,12 @@ def verdict(
     name: str | None,
     anchors: Sequence[Anchor] | None = None,
     more: Sequence[Breach] = (),
+    pruned_at: Mapping[str, Start] | None = None,
 ) -> dict[str, Any]:
     """Every check above over one snapshot (of the counter `name`'s chains, or all for None),
     and with `anchors`, that the chains still hold the heads kept outside Postgres, with `more`
-    (infra/answers.py: the tables the batchers answer from): what `audit verify` answers."""
+    (infra/answers.py: the tables the batchers answer from), and with `pruned_at` (each
+    chain's newest anchored prune), `chain_starts` against it: what `audit verify` answers."""
     rows = seen.rows
     pruned = {(c, p): int(u) for c, p, u in seen.pruned}
     breaches = [
@@ -443,6 +473,9 @@ def verdict(
         by_id = {r.id: Held(r.chain, r.hash, r.sound) for r in rows}
         late, held, gone = anchored(mine, by_id, seen.starts)
         breaches += late
+        if pruned_at is not None:
+            mine_starts = {c: s for c, s in seen.starts.items() if not name or c in named}
+            breaches += starts_anchored(pruned_at, mine_starts, gone)
         out["anchors"] = {"held": held, "pruned": gone}
     found = heads(rows)
     return {

@@ -107,11 +107,12 @@ def run_verify(args: argparse.Namespace) -> None:
     if args.heads is None:
         found = console.call(talk, "GET", "/audit/verify", params=params, ok=(409,))
     else:
-        given = anchors(args.heads.read_text())
+        text = args.heads.read_text()
+        given = anchors(text)
         found = merged(
             [
                 console.call(talk, "POST", "/audit/verify", params=params, ok=(409,), json=part)
-                for part in parts(given)
+                for part in parts(given, prunes(text))
             ],
             [b.to_json() for b in trail.conflicts(trail.anchors_of(given))],
         )
@@ -138,14 +139,8 @@ def anchors(text: str) -> list[dict[str, Any]]:
     as {"chain", "row", "hash", "at", "by"}: each distinct head once, named by the first record
     that holds it. Not only each chain's newest: a rewrite that a batcher anchored after the
     true head would make the newest a forged one, and the earlier heads show it."""
-    text = text.strip()
-    try:
-        whole = json.loads(text)
-        records = whole if isinstance(whole, list) else [whole]
-    except json.JSONDecodeError:
-        records = [json.loads(line) for line in text.splitlines() if line.strip()]
     found: dict[tuple[str, int, str], dict[str, Any]] = {}
-    for record in records:
+    for record in records(text):
         for chain, head in (record.get("heads") or {}).items():
             said = {k: str(record[k]) for k in ("at", "by") if record.get(k)}
             one = {"chain": chain, "row": head["row"], "hash": head["hash"], **said}
@@ -155,12 +150,52 @@ def anchors(text: str) -> list[dict[str, Any]]:
     return [found[k] for k in sorted(found)]
 
 
-PART = 50  # heads per request: a request's body is at most MAX_BODY_BYTES (16 KiB)
+def records(text: str) -> list[dict[str, Any]]:
+    """The records of a heads file: one JSON object or array, or JSON lines."""
+    text = text.strip()
+    try:
+        whole = json.loads(text)
+        return whole if isinstance(whole, list) else [whole]
+    except json.JSONDecodeError:
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def parts(given: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The request bodies that carry every head, PART at a time."""
-    return [{"heads": given[i : i + PART]} for i in range(0, len(given), PART)]
+def prunes(text: str) -> dict[str, dict[str, Any]] | None:
+    """Each chain's newest anchored prune in an anchor sink's records ({chain: {"after_id",
+    "after_hash"}}), which `chain_starts` must agree with; None for a file no batcher wrote
+    (`audit heads --json`: a snapshot of heads holds no prunes)."""
+    found = records(text)
+    if not any(r.get("by") for r in found):
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for record in found:
+        for chain, start in (record.get("starts") or {}).items():
+            if chain not in out or start["after_id"] > out[chain]["after_id"]:
+                out[chain] = {"after_id": start["after_id"], "after_hash": start["after_hash"]}
+    return out
+
+
+PART_BYTES = 15_000  # a request's body is at most MAX_BODY_BYTES (16 KiB by default)
+
+
+def parts(
+    given: list[dict[str, Any]], starts: dict[str, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The request bodies that carry every head, as many as fit in PART_BYTES each, each with
+    the prunes."""
+    more = {} if starts is None else {"starts": starts}
+    room = PART_BYTES - len(json.dumps(more))
+    out: list[dict[str, Any]] = []
+    part: list[dict[str, Any]] = []
+    used = 0
+    for head in given:
+        size = len(json.dumps(head)) + 2
+        if part and used + size > room:
+            out.append({"heads": part, **more})
+            part, used = [], 0
+        part.append(head)
+        used += size
+    return [*out, {"heads": part, **more}] if part else out
 
 
 def merged(found: list[dict[str, Any]], conflicts: list[dict[str, Any]]) -> dict[str, Any]:

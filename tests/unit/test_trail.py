@@ -12,7 +12,7 @@ import pytest
 from infra import trail
 from infra.adapters.anchors import FileAnchors
 from infra.counters import Reset
-from numerator.ledger import anchors
+from numerator.ledger import anchors, parts, prunes
 
 NOW = datetime(2026, 12, 2, tzinfo=UTC)
 
@@ -178,3 +178,45 @@ async def test_a_file_sink_is_read_back_from_its_mark_on(tmp_path: Path) -> None
     sink.path.write_bytes(sink.path.read_bytes()[: int(mark)])
     await sink.keep(two)
     assert (await sink.since(mark))[0] == [two]
+
+
+def test_chain_starts_against_the_anchored_prunes() -> None:
+    start = trail.Start(4, bytes([4]))
+    assert trail.starts_anchored({"s/0/c": start}, {"s/0/c": start}, ["s/0/c"]) == []
+    assert trail.starts_anchored({}, {"s/0/c": start}, []) == [], "nothing anchored was cut"
+    (hit,) = trail.starts_anchored({}, {"s/0/c": start}, ["s/0/c"])
+    assert hit.table == "chain_starts" and "no anchored prune" in hit.why
+    older = trail.Start(2, bytes([2]))
+    (hit,) = trail.starts_anchored({"s/0/c": older}, {"s/0/c": start}, [])
+    assert "says up to row 2" in hit.why
+
+
+def test_the_heads_go_in_parts_that_fit_a_request_with_the_prunes() -> None:
+    lines = [
+        {"at": f"{i}", "by": "b", "heads": {"s/0/c": {"row": i, "hash": f"{i:064x}"}}}
+        for i in range(1, 301)
+    ]
+    lines.append(
+        {
+            "at": "x",
+            "by": "b",
+            "heads": {},
+            "starts": {"s/0/c": {"after_id": 3, "after_hash": "03"}},
+        }
+    )
+    lines.append(
+        {
+            "at": "y",
+            "by": "b",
+            "heads": {},
+            "starts": {"s/0/c": {"after_id": 9, "after_hash": "09"}},
+        }
+    )
+    text = "\n".join(json.dumps(r) for r in lines)
+    starts = prunes(text)
+    assert starts == {"s/0/c": {"after_id": 9, "after_hash": "09"}}
+    sent = parts(anchors(text), starts)
+    assert len(sent) > 1 and all(len(json.dumps(p)) <= 16_384 for p in sent)
+    assert [h["row"] for p in sent for h in p["heads"]] == list(range(1, 301))
+    assert all(p["starts"] == starts for p in sent)
+    assert prunes(json.dumps({"heads": {"s/0/c": {"row": 1, "hash": "01"}}})) is None

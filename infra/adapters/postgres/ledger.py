@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -13,7 +13,7 @@ from infra.adapters.postgres.counters import COUNTER_COLUMNS, counter_of
 from infra.adapters.postgres.pool import Pool
 from infra.counters import Counter
 from infra.ledger import Link, VoidRow, subtract
-from infra.trail import Anchor, Breach
+from infra.trail import Anchor, Breach, Start
 
 
 class PostgresLedger:
@@ -107,10 +107,13 @@ class PostgresLedger:
         return [VoidRow(*row) for row in rows]
 
     async def verify(
-        self, name: str | None, anchors: Sequence[Anchor] | None = None
+        self,
+        name: str | None,
+        anchors: Sequence[Anchor] | None = None,
+        pruned_at: Mapping[str, Start] | None = None,
     ) -> dict[str, Any]:
         async with self.db.connection() as conn:
-            return await trail.verify(conn, name, anchors)
+            return await trail.verify(conn, name, anchors, pruned_at)
 
     async def heads(self) -> dict[str, dict[str, Any]]:
         async with self.db.connection() as conn:

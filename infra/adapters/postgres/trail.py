@@ -4,7 +4,7 @@ roles."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,11 +63,14 @@ def row(found: tuple[Any, ...]) -> trail.Row:
 
 
 async def verify(
-    conn: Connection, name: str | None, anchors: Sequence[trail.Anchor] | None
+    conn: Connection,
+    name: str | None,
+    anchors: Sequence[trail.Anchor] | None,
+    pruned_at: Mapping[str, trail.Start] | None = None,
 ) -> dict[str, Any]:
     """Every check of infra/trail.py over one snapshot of the trail and the tables beside it."""
     seen = await snapshot(conn, name)
-    return trail.verdict(seen, name, anchors, answers.checked(seen))
+    return trail.verdict(seen, name, anchors, answers.checked(seen), pruned_at)
 
 
 async def snapshot(conn: Connection, name: str | None) -> trail.Snapshot:

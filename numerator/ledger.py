@@ -151,13 +151,26 @@ def anchors(text: str) -> list[dict[str, Any]]:
 
 
 def records(text: str) -> list[dict[str, Any]]:
-    """The records of a heads file: one JSON object or array, or JSON lines."""
-    text = text.strip()
-    try:
-        whole = json.loads(text)
-        return whole if isinstance(whole, list) else [whole]
-    except json.JSONDecodeError:
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    """The records of a heads file: JSON objects one after another — one object or array, JSON
+    lines, or a bucket's objects put together by `cat heads/*.json` (each without a newline
+    at its end) — or a one-sentence exit naming where the file stops being JSON."""
+    out: list[dict[str, Any]] = []
+    decoder, at = json.JSONDecoder(), 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            return out
+        try:
+            found, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as exc:
+            raise SystemExit(
+                f"the heads file is not JSON at line {exc.lineno}: {exc.msg}"
+            ) from None
+        items = found if isinstance(found, list) else [found]
+        if not all(isinstance(r, dict) for r in items):
+            raise SystemExit("the heads file holds something other than JSON objects")
+        out.extend(items)
 
 
 def prunes(text: str) -> dict[str, dict[str, Any]] | None:

@@ -97,7 +97,7 @@ class S3Anchors:
 
     async def keep(self, record: Mapping[str, Any]) -> None:
         key = f"{self.prefix}{record['at']}-{record['by']}.json"
-        body = orjson.dumps(record)
+        body = orjson.dumps(record) + b"\n"  # `cat heads/*.json` then makes JSON lines
         try:
             await asyncio.to_thread(
                 self.client.put_object,

@@ -220,3 +220,14 @@ def test_the_heads_go_in_parts_that_fit_a_request_with_the_prunes() -> None:
     assert [h["row"] for p in sent for h in p["heads"]] == list(range(1, 301))
     assert all(p["starts"] == starts for p in sent)
     assert prunes(json.dumps({"heads": {"s/0/c": {"row": 1, "hash": "01"}}})) is None
+
+
+def test_a_buckets_objects_put_together_by_cat_are_read() -> None:
+    """docs/invoices.md's procedure: `cat heads/*.json > heads.jsonl`, objects that (before
+    issue 51) ended without a newline, so that cat put them on one line."""
+    one = {"at": "1", "by": "b", "heads": {"a": {"row": 1, "hash": "01"}}}
+    two = {"at": "2", "by": "b", "heads": {"a": {"row": 2, "hash": "02"}}}
+    assert [h["row"] for h in anchors(json.dumps(one) + json.dumps(two))] == [1, 2]
+    assert [h["row"] for h in anchors(json.dumps([one, two]))] == [1, 2]
+    with pytest.raises(SystemExit, match="not JSON at line 2"):
+        anchors(json.dumps(one) + "\n{oops")

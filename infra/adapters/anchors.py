@@ -27,7 +27,8 @@ from infra.errors import AwsRefused, AwsUnavailable
 log = logging.getLogger("numerator.batcher")
 
 TAIL_BYTES = 1 << 20  # a file's latest records: its last MiB
-LOOK_BACK = timedelta(days=1)  # a bucket's latest records: the last day's
+LOOK_BACK = timedelta(days=1)  # a bucket's latest records: the last day's,
+NEWEST = 200  # the newest of them at most (each record holds every chain's head)
 
 
 def records(lines: list[bytes], where: str) -> list[dict[str, Any]]:
@@ -117,13 +118,15 @@ class S3Anchors:
             raise AwsRefused(name, f"cannot keep the heads in s3://{self.bucket}: {exc}") from exc
 
     async def since(self, mark: str) -> tuple[list[dict[str, Any]], str]:
-        """Records whose keys come after key `mark`; for "", those of the last day, or when
-        there are none (no batcher anchored for a day: each refused, or none ran), every one."""
+        """Records whose keys come after key `mark`; for "", the newest NEWEST of the last
+        day's, or when there are none (no batcher anchored for a day: each refused, or none
+        ran), of all."""
         start = mark or f"{self.prefix}{(utc_now() - LOOK_BACK).isoformat()}"
+        newest = None if mark else NEWEST
         try:
-            found = await asyncio.to_thread(self._read, start)
+            found = await asyncio.to_thread(self._read, start, newest)
             if not mark and not found[0]:
-                found = await asyncio.to_thread(self._read, self.prefix)
+                found = await asyncio.to_thread(self._read, self.prefix, newest)
             return found
         except ConnectionError as exc:
             raise AwsUnavailable(f"cannot read the heads in s3://{self.bucket}: {exc}") from exc
@@ -134,12 +137,13 @@ class S3Anchors:
             name = type(exc).__name__
             raise AwsRefused(name, f"cannot read the heads in s3://{self.bucket}: {exc}") from exc
 
-    def _read(self, start: str) -> tuple[list[dict[str, Any]], str]:
+    def _read(self, start: str, newest: int | None) -> tuple[list[dict[str, Any]], str]:
         pages = self.client.get_paginator("list_objects_v2").paginate(
             Bucket=self.bucket, Prefix=self.prefix, StartAfter=start
         )
-        keys = [o["Key"] for page in pages for o in page.get("Contents", ())]
-        bodies = [self.client.get_object(Bucket=self.bucket, Key=k)["Body"].read() for k in keys]
+        keys = sorted(o["Key"] for page in pages for o in page.get("Contents", ()))
+        read = keys[-newest:] if newest else keys
+        bodies = [self.client.get_object(Bucket=self.bucket, Key=k)["Body"].read() for k in read]
         return records(bodies, f"s3://{self.bucket}"), max(keys, default=start)
 
 

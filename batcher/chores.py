@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import logging
 import time
+from datetime import datetime
 from typing import Any
 
 from batcher.stopping import Stopping
 from infra.clock import utc_now
 from infra.errors import NumeratorError
 from infra.ledger import VoidReason
+from infra.observe.metrics import Metrics
 from infra.ports import Anchors, Frames, Ledger, Stream
 from infra.settings import RetentionSettings
+from infra.trail import Anchor, Start, anchored_in, newest
 from infra.wire import MAX_VOID, Void, reply_key
 
 log = logging.getLogger("numerator.batcher")
@@ -76,7 +79,11 @@ class Sweep:
 class Trail:
     """Chain the ends of edges that ended or died (the report reads them from the chain), and
     keep the chains' heads outside Postgres every ANCHOR_EVERY_S (when ANCHOR_TO names where):
-    from then on a rewrite of the trail before those heads shows."""
+    from then on a rewrite of the trail before those heads shows. Before it anchors, it proves
+    the trail still holds the heads anchored last, by any batcher (read back from the sink);
+    when it does not, it anchors nothing — a rewrite's forged heads never join the true ones —
+    and raises the alert: numerator_anchors_refused_total, a log line, and /healthz's
+    `alerts` naming the chain and row."""
 
     def __init__(
         self,
@@ -86,9 +93,15 @@ class Trail:
         owner: str,
         retention: RetentionSettings,
         stopping: Stopping,
+        metrics: Metrics | None = None,
+        alerts: dict[str, str] | None = None,
     ) -> None:
         self.stream, self.ledger, self.anchors, self.owner = stream, ledger, anchors, owner
         self.retention, self.stopping = retention, stopping
+        self.metrics = metrics or Metrics()
+        self.alerts = {} if alerts is None else alerts
+        self.mark = ""  # how far the sink was read back
+        self.last: list[Anchor] = []  # each chain's newest anchored heads
 
     async def run(self) -> None:
         due = 0.0
@@ -106,27 +119,69 @@ class Trail:
             except NumeratorError as exc:
                 log.warning("cannot keep the audit heads in %r: %s", self.anchors, exc)
 
-    async def anchor(self) -> dict[str, Any]:
-        """Keep the chains' heads in the anchor sink now; the record kept."""
+    async def anchor(self) -> dict[str, Any] | None:
+        """Keep the chains' heads in the anchor sink now, once the trail is proven to hold
+        those anchored last; the record kept, or None when the trail does not hold them."""
         assert self.anchors is not None
+        found, self.mark = await self.anchors.since(self.mark)
+        self.last = newest([*self.last, *(a for r in found for a in anchored_in(r))])
+        wrong = await self.ledger.holds(self.last)
+        if wrong:
+            first = wrong[0]
+            alert = f"not anchoring: chain {first.chain} row {first.row} {first.why}" + (
+                f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else ""
+            )
+            if self.alerts.get("trail") != alert:
+                log.error("the trail no longer holds the heads anchored before it: %s", alert)
+            self.alerts["trail"] = alert
+            self.metrics.anchors_refused.inc()
+            return None
+        self.alerts.pop("trail", None)
         heads = await self.ledger.heads()
         record = {"at": utc_now().isoformat(), "by": self.owner, "heads": heads}
         await self.anchors.keep(record)
+        self.last = newest([*self.last, *anchored_in(record)])
         return record
 
 
 class Prune:
     """Drop what retention lets go: expired idempotency keys, old audit rows, dead letters and
-    held replies."""
+    held replies. Where a prune leaves each chain is anchored (when ANCHOR_TO names where):
+    `audit verify --heads` holds `chain_starts` to it, so that rows deleted with the start
+    forged to match do not pass for retention's work."""
 
-    def __init__(self, frames: Frames, retention: RetentionSettings, stopping: Stopping) -> None:
+    def __init__(
+        self,
+        frames: Frames,
+        retention: RetentionSettings,
+        stopping: Stopping,
+        anchors: Anchors | None = None,
+        owner: str = "",
+    ) -> None:
         self.frames, self.retention, self.stopping = frames, retention, stopping
+        self.anchors, self.owner = anchors, owner
+        self.unanchored: dict[str, Start] = {}  # pruned, not yet kept in the sink
 
     async def run(self) -> None:
         while await self.stopping.pause(PRUNE_EVERY_S):
             try:
-                await self.frames.prune(
-                    utc_now(), self.retention.audit_retention_s, self.retention.reply_ttl_s
-                )
+                await self.once()
             except NumeratorError as exc:
                 log.warning("cannot prune expired keys and old audit rows: %s", exc)
+
+    async def once(self, now: datetime | None = None) -> dict[str, Any] | None:
+        """Prune as of `now`; the anchor record of where the chains now start, if any were
+        pruned."""
+        now = now or utc_now()
+        self.unanchored.update((await self.frames.prune_chains(now))[1])
+        record = None
+        if self.anchors is not None and self.unanchored:
+            starts = {
+                chain: {"after_id": s.after_id, "after_hash": s.after_hash.hex()}
+                for chain, s in sorted(self.unanchored.items())
+            }
+            record = {"at": now.isoformat(), "by": self.owner, "heads": {}, "starts": starts}
+            await self.anchors.keep(record)
+            self.unanchored.clear()
+        await self.frames.prune(now, self.retention.audit_retention_s, self.retention.reply_ttl_s)
+        return record

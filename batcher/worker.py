@@ -82,9 +82,13 @@ class Batcher:
         self.supervisor = Supervisor(
             loop, self.shares, metrics, self.stopping, self._trouble, restarts
         )
-        self.trail = Trail(stream, store, anchors, self.owner, retention, self.stopping)
+        self.alerts: dict[str, str] = {}  # what a person must look at: /healthz's `alerts`
+        self.trail = Trail(
+            stream, store, anchors, self.owner, retention, self.stopping, metrics, self.alerts
+        )
+        self.prune = Prune(store, retention, self.stopping, anchors, self.owner)
         self._chores = {
-            "prune": Prune(store, retention, self.stopping).run,
+            "prune": self.prune.run,
             "confirmations": Sweep(stream, store, retention, self.stopping).run,
             "trail": self.trail.run,
         }

@@ -127,8 +127,33 @@ class Head(Struct):
     at: str | UnsetType = UNSET
 
 
+class AnchoredHead(Struct, kw_only=True):
+    """One head of an anchor sink's records: which chain, and which record said so."""
+
+    chain: Annotated[str, Meta(min_length=1, max_length=512)]
+    row: Annotated[int, Meta(ge=1, le=MAX_VALUE)]
+    hash: Annotated[str, Meta(pattern=HASH)]
+    at: str | UnsetType = UNSET
+    by: str | UnsetType = UNSET
+
+
+class AnchoredStart(Struct):
+    """A prune a batcher anchored: retention removed a chain's rows up to `after_id`, whose
+    hash was `after_hash`."""
+
+    after_id: Annotated[int, Meta(ge=0, le=MAX_VALUE)]
+    after_hash: Annotated[str, Meta(pattern=HASH)]
+
+
 class Heads(Struct):
-    heads: Annotated[dict[str, Head], Meta(min_length=1)]
+    """{chain: head}, one per chain (`audit heads --json`); or a list of every head kept, with
+    each chain's newest anchored prune (`starts`)."""
+
+    heads: (
+        Annotated[dict[str, Head], Meta(min_length=1)]
+        | Annotated[list[AnchoredHead], Meta(min_length=1)]
+    )
+    starts: dict[str, AnchoredStart] | UnsetType = UNSET
 
 
 class NewKey(Struct):

@@ -29,6 +29,7 @@ from functions.problems import Kind, Problem, invalid
 from infra import ledger
 from infra.counters import Counter
 from infra.observe.health import EDGE_DEAD_S
+from infra.trail import Anchor, Start, anchors_of
 from infra.wire import MAX_VOID, Confirm, Void, reply_key
 
 REASON = re.compile(bodies.REASON)
@@ -198,22 +199,38 @@ async def verify(request: Request) -> Response:
     name = request.query_params.get("counter")
     if name is not None:
         validation.name(name)
-    anchors = None
+    anchors, starts = None, None
     if request.method == "POST":
         body = await validation.json_body(request, edge.settings)
-        anchors = anchored_heads(body)
-    found = await edge.store.verify(name, anchors)
+        anchors, starts = anchored_heads(body)
+    found = await edge.store.verify(name, anchors, starts)
     return JSON(found, status_code=200 if found["ok"] else 409)
 
 
-def anchored_heads(body: object) -> dict[str, dict[str, Any]]:
+def anchored_heads(body: object) -> tuple[list[Anchor], dict[str, Start] | None]:
     """The heads of a verify request: {"heads": {chain: {"row": id, "hash": hex}}}, as
-    `numerator audit heads --json` prints them and the anchor sinks keep them."""
-    heads = validation.checked(bodies.Heads, body).heads
-    for chain, head in heads.items():
-        if not HASH.fullmatch(head.hash):  # searched by the model: "…\n" would pass it
-            raise invalid("heads", f"{chain}: hash must be 64 hex digits")
-    return {chain: msgspec.to_builtins(head) for chain, head in heads.items()}
+    `numerator audit heads --json` prints them, or {"heads": [{"chain", "row", "hash", "at",
+    "by"}, ...], "starts": {chain: {"after_id", "after_hash"}}}, every head of an anchor sink's
+    records and each chain's newest anchored prune (`numerator audit verify --heads`)."""
+    checked = validation.checked(bodies.Heads, body)
+    heads = checked.heads
+    starts = None
+    if checked.starts is not UNSET:
+        for chain, start in checked.starts.items():
+            if not HASH.fullmatch(start.after_hash):
+                raise invalid("starts", f"{chain}: after_hash must be 64 hex digits")
+        starts = {
+            c: Start(s.after_id, bytes.fromhex(s.after_hash)) for c, s in checked.starts.items()
+        }
+    given = (
+        [{"chain": c, **msgspec.to_builtins(h)} for c, h in heads.items()]
+        if isinstance(heads, dict)
+        else [msgspec.to_builtins(h) for h in heads]
+    )
+    for head in given:
+        if not HASH.fullmatch(head["hash"]):  # searched by the model: "…\n" would pass it
+            raise invalid("heads", f"{head['chain']}: hash must be 64 hex digits")
+    return anchors_of(given), starts
 
 
 async def heads(request: Request) -> Response:

@@ -131,7 +131,7 @@ async def healthz(request: Request) -> Response:
     naming what does not: a load balancer stops sending within seconds."""
     health = edge_of(request).health
     assert health is not None
-    status, body = verdict(await health.report())
+    status, body = verdict(await health.report(), health.alerts)
     return JSON(body, status_code=status)
 
 

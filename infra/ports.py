@@ -12,6 +12,7 @@ from infra.counters import Counter
 from infra.keys import Key
 from infra.ledger import EdgeEnd, Link, VoidRow
 from infra.spans import Span
+from infra.trail import Anchor, Breach, Start
 from infra.wire import BadRecord, Demand, Reply, ReplyError, decode_record
 
 
@@ -344,6 +345,11 @@ class Frames(Protocol):
         """Drop idempotency keys past their expiry, allocation rows and dead letters older than
         `audit_retention` seconds, and held replies older than `reply_retention`; how many went."""
 
+    async def prune_chains(self, now: datetime) -> tuple[int, dict[str, Start]]:
+        """Drop the audit rows past their keep_until (`prune` does this first); how many went,
+        and where each chain it pruned now starts (what a batcher anchors: a prune is an
+        anchored event)."""
+
 
 class Ledger(Protocol):
     """The audit trail: voids, confirmations and the hash chains."""
@@ -369,14 +375,23 @@ class Ledger(Protocol):
     async def swept(self, name: str, upto: datetime) -> None: ...
 
     async def verify(
-        self, name: str | None, anchors: Mapping[str, Mapping[str, Any]] | None = None
+        self,
+        name: str | None,
+        anchors: Sequence[Anchor] | None = None,
+        pruned_at: Mapping[str, Start] | None = None,
     ) -> dict[str, Any]:
         """Check the hash chains holding the counter's rows (every chain, for None), and the
         tables beside them against the chains (infra/trail.py); with `anchors` (heads kept
-        outside Postgres), that the chains still hold them and only extend them."""
+        outside Postgres), that the chains still hold them and only extend them; with
+        `pruned_at` (each chain's newest anchored prune), that `chain_starts` agrees."""
 
     async def heads(self) -> dict[str, dict[str, Any]]:
         """Each chain's head: {chain: {"row", "hash", "at"}}."""
+
+    async def holds(self, anchors: Sequence[Anchor]) -> list[Breach]:
+        """What is wrong with the anchored heads against the trail now: each still a row of its
+        chain with that hash (which covers its content), or pruned past; none for a trail
+        that holds them all."""
 
     async def mark_edges(self, stream: str, silent: float, keep_s: float) -> int:
         """Chain the ends of the edges that ended or died and have none yet; how many."""
@@ -388,6 +403,11 @@ class Anchors(Protocol):
 
     async def keep(self, record: Mapping[str, Any]) -> None:
         """Append one record: {"at": time, "by": batcher, "heads": {chain: {row, hash, at}}}."""
+
+    async def since(self, mark: str) -> tuple[list[dict[str, Any]], str]:
+        """The records kept after `mark` (any batcher's), and the mark after them: "" for
+        the latest ones (at least the last day's), so that a batcher starting reads back
+        what was anchored before it."""
 
 
 class Keys(Protocol):

@@ -273,38 +273,155 @@ def edges(rows: Sequence[Row], table: Sequence[tuple[Any, ...]]) -> list[Breach]
     return out
 
 
-def anchored(
-    given: Mapping[str, Mapping[str, Any]],
-    rows: Sequence[Row],
-    starts: Mapping[str, Start],
-) -> tuple[list[Breach], list[str], list[str]]:
-    """Heads anchored earlier ({chain: {"row": id, "hash": hex}}) against the trail: each must
-    still be a row of its chain with the same hash (the chain then extends it, as `chains`
-    checks every row follows the one before); one retention has pruned past is `pruned`.
-    Returns the breaches, the chains whose anchor holds, and those pruned past it."""
-    by_id = {row.id: row for row in rows}
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """One head kept outside Postgres: chain `chain`'s row `row` had hash `hash` (hex); `said`
+    names the anchor record that says so (its time and batcher), when known."""
+
+    chain: str
+    row: int
+    hash: str
+    said: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What the trail holds now for an anchored row: its chain, its hash, and whether that hash
+    still covers the row's content and the hash before it (`sound`)."""
+
+    chain: str
+    hash: bytes
+    sound: bool = True
+
+
+def anchors_of(
+    given: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]],
+) -> list[Anchor]:
+    """Anchored heads as verify takes them: {chain: {"row", "hash"}} (one per chain, as `audit
+    heads --json` prints them) or a list of {"chain", "row", "hash", "at"?, "by"?} (every head
+    of an anchor sink's records)."""
+    if isinstance(given, Mapping):
+        return [Anchor(c, int(h["row"]), str(h["hash"]).lower()) for c, h in given.items()]
+    return [
+        Anchor(
+            str(h["chain"]),
+            int(h["row"]),
+            str(h["hash"]).lower(),
+            " by ".join(str(h[k]) for k in ("at", "by") if h.get(k)),
+        )
+        for h in given
+    ]
+
+
+def conflicts(given: Iterable[Anchor]) -> list[Breach]:
+    """Two anchors that disagree on one row's hash: at most one of them can be true, and a
+    rewrite anchored after the true head is how such a pair comes about."""
+    first: dict[tuple[str, int], Anchor] = {}
     out: list[Breach] = []
-    held: list[str] = []
-    pruned: list[str] = []
-    for chain, head in sorted(given.items()):
-        row_id, digest = int(head["row"]), str(head["hash"]).lower()
-        row = by_id.get(row_id)
-        if row is not None and row.chain == chain and row.hash.hex() == digest:
-            held.append(chain)
-            continue
-        start = starts.get(chain)
-        if row is None and start is not None and start.after_id >= row_id:
-            pruned.append(chain)
-        elif row is None:
+    for anchor in given:
+        seen = first.setdefault((anchor.chain, anchor.row), anchor)
+        if seen.hash != anchor.hash:
+            one, other = seen.said or "one anchor", anchor.said or "another"
             why = (
-                f"the anchored head, row {row_id}, is gone: the chain was truncated or its "
-                "last rows deleted"
+                f"anchored twice with different hashes: {seen.hash[:16]}… ({one}) and "
+                f"{anchor.hash[:16]}… ({other}): the trail was rewritten between them, or "
+                "one anchor is forged"
             )
-            out.append(Breach("allocation_frames", row_id, why, chain))
+            out.append(Breach("anchors", anchor.row, why, anchor.chain))
+    return out
+
+
+def anchored_in(record: Mapping[str, Any]) -> list[Anchor]:
+    """The heads an anchor sink's record holds, each naming the record (its time and batcher)."""
+    said = " by ".join(str(record[k]) for k in ("at", "by") if record.get(k))
+    return [
+        Anchor(chain, int(head["row"]), str(head["hash"]).lower(), said)
+        for chain, head in (record.get("heads") or {}).items()
+    ]
+
+
+def newest(given: Iterable[Anchor]) -> list[Anchor]:
+    """Each chain's newest anchored heads: those of its highest row (more than one when
+    anchors disagree on it). A trail that holds them holds every earlier head that was proven
+    before them, as the batchers prove each before they anchor the next."""
+    top: dict[str, list[Anchor]] = {}
+    for anchor in given:
+        found = top.get(anchor.chain)
+        if found is None or anchor.row > found[0].row:
+            top[anchor.chain] = [anchor]
+        elif anchor.row == found[0].row and all(a.hash != anchor.hash for a in found):
+            found.append(anchor)
+    return [a for chain in sorted(top) for a in top[chain]]
+
+
+def anchored(
+    given: Sequence[Anchor], rows: Mapping[int, Held], starts: Mapping[str, Start]
+) -> tuple[list[Breach], list[str], list[str]]:
+    """Heads anchored earlier against the trail, every one of them (not only each chain's
+    newest: a rewrite anchored after the true head makes the newest a forged one): each must
+    still be a row of its chain with the same hash that covers its content (`chains` then
+    checks every row after it follows it), or one retention has pruned past (`pruned`); two
+    anchors that disagree on a row are a breach. Returns the breaches, the chains every
+    anchor of which holds, and those with an anchor pruned past."""
+    out = conflicts(given)
+    bad: set[str] = {b.chain for b in out if b.chain}
+    held: set[str] = set()
+    pruned: set[str] = set()
+    once = {(a.chain, a.row, a.hash): a for a in reversed(given)}  # each named by its first
+    for _, anchor in sorted(once.items()):
+        why = _anchor(anchor, rows.get(anchor.row), starts.get(anchor.chain))
+        if why is None:
+            held.add(anchor.chain)
+        elif why == "pruned":
+            pruned.add(anchor.chain)
         else:
-            why = f"is not the anchored head {digest[:16]}…: the chain was rewritten up to it"
-            out.append(Breach("allocation_frames", row_id, why, chain))
-    return out, held, pruned
+            bad.add(anchor.chain)
+            said = f" (anchored {anchor.said})" if anchor.said else ""
+            out.append(Breach("allocation_frames", anchor.row, why + said, anchor.chain))
+    return out, sorted(held - bad), sorted(pruned)
+
+
+def starts_anchored(
+    given: Mapping[str, Start], starts: Mapping[str, Start], past: Iterable[str]
+) -> list[Breach]:
+    """Where retention left each chain (`chain_starts`) against the prunes the batchers
+    anchored (each chain's newest, `given`): a prune is an anchored event, so a start that
+    differs from the anchored one, or one with none for a chain an anchor was pruned past
+    (`past`), is rows deleted and the start forged to match (with `pruned` to hide the gap)."""
+    out: list[Breach] = []
+    past = set(past)
+    for chain, start in sorted(starts.items()):
+        kept = given.get(chain)
+        if kept == start or (kept is None and chain not in past):
+            continue
+        if kept is None:
+            why = (
+                f"says retention pruned up to row {start.after_id}, past an anchored head, but "
+                "no anchored prune says so: rows were deleted and the start forged (or the "
+                "prune was not anchored: no ANCHOR_TO, or the sink unreachable then)"
+            )
+        else:
+            why = (
+                f"says retention pruned up to row {start.after_id}; the newest anchored prune "
+                f"says up to row {kept.after_id}: rows were deleted and the start forged"
+            )
+        out.append(Breach("chain_starts", chain, why, chain))
+    return out
+
+
+def _anchor(anchor: Anchor, row: Held | None, start: Start | None) -> str | None:
+    if row is not None and row.chain == anchor.chain and row.hash.hex() == anchor.hash:
+        if row.sound:
+            return None
+        return "is the anchored head, but its content no longer matches its hash"
+    if row is None and start is not None and start.after_id >= anchor.row:
+        return "pruned"
+    if row is None:
+        return (
+            f"the anchored head, row {anchor.row}, is gone: the chain was truncated or its "
+            "last rows deleted"
+        )
+    return f"is not the anchored head {anchor.hash[:16]}…: the chain was rewritten up to it"
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,14 +437,25 @@ class Snapshot:
     values: list[tuple[Any, ...]] = field(default_factory=list)
     pruned: list[tuple[Any, ...]] = field(default_factory=list)
     edges: list[tuple[Any, ...]] = field(default_factory=list)
+    keys: list[tuple[Any, ...]] = field(default_factory=list)
+    """The live `idempotency_keys`: (counter, key, count, first, last, day)."""
+    counters: list[tuple[Any, ...]] = field(default_factory=list)
+    """The `counters`: (name, start, reset, timezone)."""
+    runs: dict[int, list[list[Any]]] = field(default_factory=dict)
+    """`detail.r` of the rows of counters with live keys, by row id."""
 
 
 def verdict(
-    seen: Snapshot, name: str | None, anchors: Mapping[str, Mapping[str, Any]] | None = None
+    seen: Snapshot,
+    name: str | None,
+    anchors: Sequence[Anchor] | None = None,
+    more: Sequence[Breach] = (),
+    pruned_at: Mapping[str, Start] | None = None,
 ) -> dict[str, Any]:
     """Every check above over one snapshot (of the counter `name`'s chains, or all for None),
-    and with `anchors`, that the chains still hold the heads kept outside Postgres: what
-    `audit verify` answers."""
+    and with `anchors`, that the chains still hold the heads kept outside Postgres, with `more`
+    (infra/answers.py: the tables the batchers answer from), and with `pruned_at` (each
+    chain's newest anchored prune), `chain_starts` against it: what `audit verify` answers."""
     rows = seen.rows
     pruned = {(c, p): int(u) for c, p, u in seen.pruned}
     breaches = [
@@ -336,12 +464,18 @@ def verdict(
         *confirmations(rows, seen.confirmations, seen.now, name),
         *counter_values(rows, seen.values, pruned, name),
         *edges(rows, seen.edges),
+        *more,
     ]
     out: dict[str, Any] = {}
     if anchors is not None:
-        mine = {c: h for c, h in anchors.items() if not name or c in {r.chain for r in rows}}
-        late, held, gone = anchored(mine, rows, seen.starts)
+        named = {r.chain for r in rows}
+        mine = [a for a in anchors if not name or a.chain in named]
+        by_id = {r.id: Held(r.chain, r.hash, r.sound) for r in rows}
+        late, held, gone = anchored(mine, by_id, seen.starts)
         breaches += late
+        if pruned_at is not None:
+            mine_starts = {c: s for c, s in seen.starts.items() if not name or c in named}
+            breaches += starts_anchored(pruned_at, mine_starts, gone)
         out["anchors"] = {"held": held, "pruned": gone}
     found = heads(rows)
     return {

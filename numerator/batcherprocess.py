@@ -76,7 +76,7 @@ async def respond(stack: BatcherStack, path: str) -> tuple[str, bytes, str]:
         metrics = stack.metrics.health(await stack.health.recent())
         return "200 OK", metrics.render().encode(), "text/plain; version=0.0.4"
     if path == "/healthz":
-        status, body = verdict(await stack.health.report())
+        status, body = verdict(await stack.health.report(), stack.health.alerts)
         line = "200 OK" if status == 200 else "503 Service Unavailable"
         return line, json.dumps(body).encode(), "application/json"
     return "404 Not Found", b"no such path: /healthz or /metrics", "text/plain"

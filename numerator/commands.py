@@ -438,8 +438,9 @@ def add_ledger(commands: Any, counters: Any) -> None:
     verify.add_argument(
         "--heads",
         type=Path,
-        help="heads kept earlier (`audit heads --json`, or an anchor sink's JSON lines): "
-        "prove the chains still hold them and only extend them",
+        help="heads kept earlier (`audit heads --json`, or an anchor sink's records): prove "
+        "the chains still hold every one of them and only extend them, and that each chain "
+        "starts where the newest anchored prune left it",
     )
     talking(verify)
     verify.set_defaults(run=later("numerator.ledger:run_verify"))

@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from infra import trail
 from numerator import client, console
 
 
@@ -106,8 +107,15 @@ def run_verify(args: argparse.Namespace) -> None:
     if args.heads is None:
         found = console.call(talk, "GET", "/audit/verify", params=params, ok=(409,))
     else:
-        kept = {"heads": anchors(args.heads.read_text())}
-        found = console.call(talk, "POST", "/audit/verify", params=params, ok=(409,), json=kept)
+        text = args.heads.read_text()
+        given = anchors(text)
+        found = merged(
+            [
+                console.call(talk, "POST", "/audit/verify", params=params, ok=(409,), json=part)
+                for part in parts(given, prunes(text))
+            ],
+            [b.to_json() for b in trail.conflicts(trail.anchors_of(given))],
+        )
     if found["ok"]:
         lines = [f"sound: {found['rows']} rows in {found['chains']} chain(s)"]
     else:
@@ -125,24 +133,100 @@ def run_verify(args: argparse.Namespace) -> None:
         raise SystemExit(1)
 
 
-def anchors(text: str) -> dict[str, dict[str, Any]]:
-    """The heads in a file: one JSON object ({"heads": ...}, as `audit heads --json` prints),
-    or JSON lines of them (an anchor sink's file); per chain the newest, since a chain that
-    holds its newest anchored head holds every earlier one (each hash covers all before it)."""
-    text = text.strip()
-    try:
-        whole = json.loads(text)
-        records = whole if isinstance(whole, list) else [whole]
-    except json.JSONDecodeError:
-        records = [json.loads(line) for line in text.splitlines() if line.strip()]
-    newest: dict[str, dict[str, Any]] = {}
-    for record in records:
+def anchors(text: str) -> list[dict[str, Any]]:
+    """Every head in a file: one JSON object ({"heads": ...}, as `audit heads --json` prints),
+    or JSON lines of them (an anchor sink's file, or its bucket's objects one after another),
+    as {"chain", "row", "hash", "at", "by"}: each distinct head once, named by the first record
+    that holds it. Not only each chain's newest: a rewrite that a batcher anchored after the
+    true head would make the newest a forged one, and the earlier heads show it."""
+    found: dict[tuple[str, int, str], dict[str, Any]] = {}
+    for record in records(text):
         for chain, head in (record.get("heads") or {}).items():
-            if chain not in newest or head["row"] > newest[chain]["row"]:
-                newest[chain] = {"row": head["row"], "hash": head["hash"]}
-    if not newest:
+            said = {k: str(record[k]) for k in ("at", "by") if record.get(k)}
+            one = {"chain": chain, "row": head["row"], "hash": head["hash"], **said}
+            found.setdefault((chain, head["row"], head["hash"]), one)
+    if not found:
         raise SystemExit("no heads in that file")
-    return newest
+    return [found[k] for k in sorted(found)]
+
+
+def records(text: str) -> list[dict[str, Any]]:
+    """The records of a heads file: JSON objects one after another — one object or array, JSON
+    lines, or a bucket's objects put together by `cat heads/*.json` (each without a newline
+    at its end) — or a one-sentence exit naming where the file stops being JSON."""
+    out: list[dict[str, Any]] = []
+    decoder, at = json.JSONDecoder(), 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            return out
+        try:
+            found, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError as exc:
+            raise SystemExit(
+                f"the heads file is not JSON at line {exc.lineno}: {exc.msg}"
+            ) from None
+        items = found if isinstance(found, list) else [found]
+        if not all(isinstance(r, dict) for r in items):
+            raise SystemExit("the heads file holds something other than JSON objects")
+        out.extend(items)
+
+
+def prunes(text: str) -> dict[str, dict[str, Any]] | None:
+    """Each chain's newest anchored prune in an anchor sink's records ({chain: {"after_id",
+    "after_hash"}}), which `chain_starts` must agree with; None for a file no batcher wrote
+    (`audit heads --json`: a snapshot of heads holds no prunes)."""
+    found = records(text)
+    if not any(r.get("by") for r in found):
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    for record in found:
+        for chain, start in (record.get("starts") or {}).items():
+            if chain not in out or start["after_id"] > out[chain]["after_id"]:
+                out[chain] = {"after_id": start["after_id"], "after_hash": start["after_hash"]}
+    return out
+
+
+PART_BYTES = 15_000  # a request's body is at most MAX_BODY_BYTES (16 KiB by default)
+
+
+def parts(
+    given: list[dict[str, Any]], starts: dict[str, dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
+    """The request bodies that carry every head, as many as fit in PART_BYTES each, each with
+    the prunes."""
+    more = {} if starts is None else {"starts": starts}
+    room = PART_BYTES - len(json.dumps(more))
+    out: list[dict[str, Any]] = []
+    part: list[dict[str, Any]] = []
+    used = 0
+    for head in given:
+        size = len(json.dumps(head)) + 2
+        if part and used + size > room:
+            out.append({"heads": part, **more})
+            part, used = [], 0
+        part.append(head)
+        used += size
+    return [*out, {"heads": part, **more}] if part else out
+
+
+def merged(found: list[dict[str, Any]], conflicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several verifies' answers (one per part of the heads) as one, with the conflicts
+    between anchors that fell into different parts."""
+    out = dict(found[0])
+    breaches = {json.dumps(b, sort_keys=True): b for f in found for b in f["breaches"]}
+    breaches.update({json.dumps(b, sort_keys=True): b for b in conflicts})
+    pruned = sorted({c for f in found for c in f["anchors"]["pruned"]})
+    bad = {b.get("chain") for b in breaches.values()}
+    held = sorted({c for f in found for c in f["anchors"]["held"]} - bad)
+    out.update(
+        ok=not breaches,
+        breaches=list(breaches.values()),
+        first_bad=next(iter(breaches.values()), None),
+        anchors={"held": held, "pruned": pruned},
+    )
+    return out
 
 
 def run_heads(args: argparse.Namespace) -> None:

@@ -100,7 +100,7 @@ class BatcherStack:
             faults,
             self.pusher,
         )
-        self.health = Health(self.checks())
+        self.health = Health(self.checks(), alerts=self.batcher.alerts)
 
     def checks(self) -> dict[str, Check]:
         """What this process's /healthz checks: Postgres, the batcher's own loops, and the

@@ -38,8 +38,12 @@ class Health:
         timeout: float = TIMEOUT_S,
         fresh: float = FRESH_S,
         clock: Callable[[], float] = time.monotonic,
+        alerts: Mapping[str, str] | None = None,
     ) -> None:
+        """`alerts`: what a person must look at that does not stop values being handed out
+        (the trail rewritten under the anchors): shown beside the checks, never turning red."""
         self.checks, self.timeout, self.fresh, self.clock = dict(checks), timeout, fresh, clock
+        self.alerts: Mapping[str, str] = {} if alerts is None else alerts
         self._last: tuple[float, dict[str, str]] | None = None
         self._running: asyncio.Future[dict[str, str]] | None = None
 
@@ -120,12 +124,18 @@ def healthy(report: Mapping[str, str]) -> bool:
     return all(answer == OK for answer in report.values())
 
 
-def verdict(report: Mapping[str, str]) -> tuple[int, dict[str, str]]:
+def verdict(
+    report: Mapping[str, str], alerts: Mapping[str, str] | None = None
+) -> tuple[int, dict[str, object]]:
     """The /healthz answer of every numerator process, the edge's and the batcher's: 200 with
     status ok when every check answers, else 503 with status degraded; each check's answer
-    beside, so that a red one names what is down."""
+    beside, so that a red one names what is down; and `alerts`, when there are any, which
+    change neither."""
     ok = healthy(report)
-    return (200 if ok else 503), {"status": "ok" if ok else "degraded", **report}
+    body: dict[str, object] = {"status": "ok" if ok else "degraded", **report}
+    if alerts:
+        body["alerts"] = dict(alerts)
+    return (200 if ok else 503), body
 
 
 def responds(ping: Callable[[], Awaitable[None]]) -> Check:

@@ -280,6 +280,10 @@ class Metrics:
     front_frame_requests: Histogram = metric(
         "Requests one front frame answered with one counter's record.", buckets=SIZES
     )
+    anchors_refused: Total = metric(
+        "Times a batcher did not anchor the audit chains' heads because the trail no longer "
+        "holds the heads anchored before (a rewrite: see /healthz's alerts and the log).",
+    )
     batchers: Gauge = metric(
         "Live batchers sharing the stream's shards, as this one sees.", most=True
     )

@@ -54,6 +54,22 @@ async def test_a_kept_record_is_locked_in_compliance_mode(bucket: tuple[Any, str
     assert refused.value.response["Error"]["Code"] == "AccessDenied"
 
 
+async def test_the_heads_kept_are_read_back_from_the_mark_on(bucket: tuple[Any, str]) -> None:
+    """What a batcher reads before it anchors (batcher/chores.py Trail): every record kept
+    since its mark, any batcher's, and a mark past them."""
+    _, name = bucket
+    sink = anchors_to(f"s3://{name}/heads/")
+    assert isinstance(sink, S3Anchors)
+    assert await sink.since("") == ([], "heads/"), "an empty bucket"
+    one = {"at": "2026-12-02T00:00:00+00:00", "by": "b1", "heads": {"s/0/c": {"row": 1}}}
+    two = {"at": "2026-12-02T00:01:00+00:00", "by": "b2", "heads": {"s/0/c": {"row": 2}}}
+    await sink.keep(one)
+    found, mark = await sink.since("")  # older than a day: read from the start
+    assert found == [one]
+    await sink.keep(two)
+    assert await sink.since(mark) == ([two], "heads/2026-12-02T00:01:00+00:00-b2.json")
+
+
 async def test_the_batcher_anchors_to_s3_and_verify_holds_the_trail_to_it(
     bucket: tuple[Any, str], settings: Settings, fresh_database: str
 ) -> None:

@@ -478,8 +478,8 @@ async def test_the_batcher_keeps_heads_in_a_file_and_verify_holds_the_trail_to_t
 
             def kept() -> bool:
                 return sink.exists() and any(
-                    anchors(line)
-                    == {c: {"row": h["row"], "hash": h["hash"]} for c, h in head.items()}
+                    [(a["chain"], a["row"], a["hash"]) for a in anchors(line)]
+                    == [(c, h["row"], h["hash"]) for c, h in sorted(head.items())]
                     for line in sink.read_text().splitlines()
                 )
 

@@ -102,3 +102,15 @@ async def test_outcomes_are_red_while_a_call_last_failed_and_green_once_it_works
     outcomes.failed("put_record", "put_record: gave up after 6 tries")
     now[0] += OUTCOME_S
     assert await outcomes.check() is None, "a failure older than OUTCOME_S"
+
+
+def test_an_alert_is_shown_beside_the_checks_and_turns_nothing_red() -> None:
+    from infra.observe.health import verdict
+
+    alerts = {"trail": "not anchoring: chain s/0/c row 5 is not the anchored head"}
+    assert verdict({"store": "ok"}, alerts) == (
+        200,
+        {"status": "ok", "store": "ok", **{"alerts": alerts}},
+    )
+    assert verdict({"store": "ok"}, {}) == (200, {"status": "ok", "store": "ok"})
+    assert verdict({"store": "down: gone"}, alerts)[0] == 503

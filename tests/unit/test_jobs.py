@@ -136,7 +136,7 @@ def link(id: int, prev: bytes, **rest: Any) -> trail.Row:
 
 def test_verify_judges_a_snapshot_without_postgres() -> None:
     whole = trail.Snapshot(NOW, [link(1, b""), link(2, bytes([1]))], {})
-    found = trail.verdict(whole, None, {"s/0/c": {"row": 1, "hash": "01"}})
+    found = trail.verdict(whole, None, trail.anchors_of({"s/0/c": {"row": 1, "hash": "01"}}))
     assert found["ok"] and found["rows"] == 2 and found["chains"] == 1
     assert found["anchors"] == {"held": ["s/0/c"], "pruned": []}
     assert found["heads"]["s/0/c"]["row"] == 2

@@ -460,11 +460,13 @@ def test_the_fargate_edge_needs_numerators_keys_and_a_certificate() -> None:
 
 
 def test_the_anchor_bucket_locks_every_record_in_compliance_mode() -> None:
-    """The audit chains' heads (issue 29): Object Lock in compliance mode for the retention
-    chosen, the batchers may only put under heads/, and they are told where."""
+    """The audit chains' heads (issues 29, 51): every version kept, Object Lock in compliance
+    mode for the retention chosen, the batchers may put and read back under heads/ and do
+    nothing else (no delete, no retention change, no governance bypass), and are told where."""
     found = template()
     bucket = found["Resources"]["AnchorBucket"]
     assert bucket["DeletionPolicy"] == "Retain"
+    assert bucket["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
     lock = bucket["Properties"]["ObjectLockConfiguration"]
     assert bucket["Properties"]["ObjectLockEnabled"] is True
     assert lock["Rule"]["DefaultRetention"] == {
@@ -473,8 +475,13 @@ def test_the_anchor_bucket_locks_every_record_in_compliance_mode() -> None:
     }
     role = found["Resources"]["BatcherTaskRole"]["Properties"]["Policies"]
     (anchor,) = [p for p in role if p.get("PolicyName") == "anchor-heads"]  # one is an Fn::If
-    (statement,) = anchor["PolicyDocument"]["Statement"]
-    assert statement["Action"] == "s3:PutObject"
+    allowed = {s["Action"]: s for s in anchor["PolicyDocument"]["Statement"]}
+    assert sorted(allowed) == ["s3:GetObject", "s3:ListBucket", "s3:PutObject"]
+    assert all(s["Effect"] == "Allow" for s in allowed.values())
+    heads = {"Fn::Sub": "${AnchorBucket.Arn}/heads/*"}
+    assert allowed["s3:PutObject"]["Resource"] == allowed["s3:GetObject"]["Resource"] == heads
+    listed = allowed["s3:ListBucket"]
+    assert listed["Condition"] == {"StringLike": {"s3:prefix": "heads/*"}}
     env = variables()["batcher"]
     assert env["ANCHOR_TO"] == {"Fn::Sub": "s3://${AnchorBucket}/heads/"}
 

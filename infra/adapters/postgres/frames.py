@@ -14,6 +14,7 @@ from infra.adapters.postgres.statements import ADD, AUDIT, FENCED, FLOOR_HOLDS, 
 from infra.faults import Faults
 from infra.ports import Audit, Lease
 from infra.spans import Span
+from infra.trail import Start
 
 FRAME_CONNECT_S = 0.25
 
@@ -156,7 +157,23 @@ class PostgresFrames:
             ("dead_letters", "id", "created_at < %s", cutoff),
             ("frame_replies", "id", "committed_at < %s", now - timedelta(seconds=reply_retention)),
         ]
-        total = 0
+        total = (await self.prune_chains(now))[0]
+        for table, key, condition, bound in statements:
+            params = (bound,)
+            for _ in range(PRUNE_BATCHES):
+                rows = await self.db.fetch(
+                    f"WITH gone AS (DELETE FROM {table} WHERE {key} IN"
+                    f" (SELECT {key} FROM {table} WHERE {condition} LIMIT {PRUNE_BATCH})"
+                    " RETURNING 1) SELECT count(*) FROM gone",
+                    params,
+                )
+                total += int(rows[0][0])
+                if int(rows[0][0]) < PRUNE_BATCH:
+                    break
+        return total
+
+    async def prune_chains(self, now: datetime) -> tuple[int, dict[str, Start]]:
+        total, starts = 0, {}
         for _ in range(PRUNE_BATCHES):
             # The audit trail's oldest rows, noting how far each counter's period was pruned.
             found = await self.db.fetch(
@@ -173,26 +190,18 @@ class PostgresFrames:
                 " SELECT DISTINCT ON (chain) chain, id, hash FROM gone ORDER BY chain, id DESC"
                 " ON CONFLICT (chain) DO UPDATE SET after_id = excluded.after_id,"
                 " after_hash = excluded.after_hash, pruned_at = now()"
-                " WHERE chain_starts.after_id < excluded.after_id)"
-                " SELECT count(*) FROM gone",
+                " WHERE chain_starts.after_id < excluded.after_id"
+                " RETURNING chain, after_id, after_hash)"
+                " SELECT (SELECT count(*) FROM gone), chain, after_id, after_hash"
+                " FROM (SELECT 1) AS one LEFT JOIN starts ON true",
                 (now,),
             )
-            total += int(found[0][0])
-            if int(found[0][0]) < PRUNE_BATCH:
+            gone = int(found[0][0])
+            total += gone
+            starts.update({c: Start(int(i), bytes(h)) for _, c, i, h in found if c is not None})
+            if gone < PRUNE_BATCH:
                 break
-        for table, key, condition, bound in statements:
-            params = (bound,)
-            for _ in range(PRUNE_BATCHES):
-                rows = await self.db.fetch(
-                    f"WITH gone AS (DELETE FROM {table} WHERE {key} IN"
-                    f" (SELECT {key} FROM {table} WHERE {condition} LIMIT {PRUNE_BATCH})"
-                    " RETURNING 1) SELECT count(*) FROM gone",
-                    params,
-                )
-                total += int(rows[0][0])
-                if int(rows[0][0]) < PRUNE_BATCH:
-                    break
-        return total
+        return total, starts
 
     async def highest(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         # The counter's newest rows hold its period's highest value (ranges rise in commit

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -13,6 +13,7 @@ from infra.adapters.postgres.counters import COUNTER_COLUMNS, counter_of
 from infra.adapters.postgres.pool import Pool
 from infra.counters import Counter
 from infra.ledger import Link, VoidRow, subtract
+from infra.trail import Anchor, Breach, Start
 
 
 class PostgresLedger:
@@ -106,14 +107,21 @@ class PostgresLedger:
         return [VoidRow(*row) for row in rows]
 
     async def verify(
-        self, name: str | None, anchors: Mapping[str, Mapping[str, Any]] | None = None
+        self,
+        name: str | None,
+        anchors: Sequence[Anchor] | None = None,
+        pruned_at: Mapping[str, Start] | None = None,
     ) -> dict[str, Any]:
         async with self.db.connection() as conn:
-            return await trail.verify(conn, name, anchors)
+            return await trail.verify(conn, name, anchors, pruned_at)
 
     async def heads(self) -> dict[str, dict[str, Any]]:
         async with self.db.connection() as conn:
             return await trail.heads(conn)
+
+    async def holds(self, anchors: Sequence[Anchor]) -> list[Breach]:
+        async with self.db.connection() as conn:
+            return await trail.holds(conn, anchors)
 
     async def mark_edges(self, stream: str, silent: float, keep_s: float) -> int:
         async with self.db.connection() as conn:

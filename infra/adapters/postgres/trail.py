@@ -4,13 +4,13 @@ roles."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import orjson
 
-from infra import trail
+from infra import answers, trail
 from infra.adapters.postgres.pool import Connection
 from infra.ledger import EdgeEnd
 
@@ -63,10 +63,14 @@ def row(found: tuple[Any, ...]) -> trail.Row:
 
 
 async def verify(
-    conn: Connection, name: str | None, anchors: Mapping[str, Mapping[str, Any]] | None
+    conn: Connection,
+    name: str | None,
+    anchors: Sequence[trail.Anchor] | None,
+    pruned_at: Mapping[str, trail.Start] | None = None,
 ) -> dict[str, Any]:
     """Every check of infra/trail.py over one snapshot of the trail and the tables beside it."""
-    return trail.verdict(await snapshot(conn, name), name, anchors)
+    seen = await snapshot(conn, name)
+    return trail.verdict(seen, name, anchors, answers.checked(seen), pruned_at)
 
 
 async def snapshot(conn: Connection, name: str | None) -> trail.Snapshot:
@@ -76,8 +80,8 @@ async def snapshot(conn: Connection, name: str | None) -> trail.Snapshot:
         await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         params = {"name": name}
 
-        async def fetch(sql: str) -> list[tuple[Any, ...]]:
-            cur = await conn.execute(sql.encode(), params)
+        async def fetch(sql: str, **more: Any) -> list[tuple[Any, ...]]:
+            cur = await conn.execute(sql.encode(), {**params, **more})
             return await cur.fetchall()
 
         (now,) = (await fetch("SELECT now()"))[0]
@@ -106,7 +110,52 @@ async def snapshot(conn: Connection, name: str | None) -> trail.Snapshot:
                 f"SELECT id, {US.format('seen_at')}, {US.format('settled_at')},"
                 f" {US.format('ended_at')}, marked FROM edges"
             ),
+            *await answered(fetch, only),
         )
+
+
+async def answered(
+    fetch: Callable[..., Awaitable[list[tuple[Any, ...]]]], only: str
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], dict[int, list[list[Any]]]]:
+    """What infra/answers.py holds to the chain: the live idempotency keys, the counters, and
+    the runs (`detail.r`) of the rows of counters with live keys, which only those need."""
+    keys = await fetch(
+        "SELECT counter, key, count, first, last, day FROM idempotency_keys"
+        " WHERE expires_at > now()" + only.replace(" WHERE", " AND")
+    )
+    counters = await fetch(
+        "SELECT name, start, reset, timezone FROM counters" + only.replace("counter", "name")
+    )
+    keyed = sorted({k[0] for k in keys})
+    runs: dict[int, list[list[Any]]] = {}
+    if keyed:
+        found = await fetch(
+            "SELECT id, (detail -> 'r')::text FROM allocation_frames"
+            " WHERE counters && %(keyed)s::text[] AND detail IS NOT NULL",
+            keyed=keyed,
+        )
+        runs = {int(i): orjson.loads(r) for i, r in found if r}
+    return keys, counters, runs
+
+
+async def holds(conn: Connection, anchors: Sequence[trail.Anchor]) -> list[trail.Breach]:
+    """The anchored heads against the trail now (infra/trail.py `anchored`): only their rows,
+    and where retention left their chains, are read."""
+    if not anchors:
+        return []
+    cur = await conn.execute(
+        "SELECT id, chain, hash, hash = sha256(prev || ledger_content_text(stream, shard,"
+        " sequence, ranges, detail::text, committed_at, keep_until))"
+        " FROM allocation_frames WHERE id = ANY(%s)",
+        (sorted({a.row for a in anchors}),),
+    )
+    rows = {int(i): trail.Held(c, bytes(h), bool(s)) for i, c, h, s in await cur.fetchall()}
+    cur = await conn.execute(
+        "SELECT chain, after_id, after_hash FROM chain_starts WHERE chain = ANY(%s)",
+        (sorted({a.chain for a in anchors}),),
+    )
+    starts = {c: trail.Start(int(i), bytes(h)) for c, i, h in await cur.fetchall()}
+    return trail.anchored(anchors, rows, starts)[0]
 
 
 async def heads(conn: Connection) -> dict[str, dict[str, Any]]:

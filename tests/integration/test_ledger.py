@@ -473,20 +473,20 @@ async def test_a_void_of_scattered_values_is_answered_within_one_reply_timeout(
 
 
 async def test_a_refused_period_leaves_no_runs_in_its_frames_audit_row(
-    settings: Settings, database_url: str
+    settings: Settings, fresh_database: str
 ) -> None:
     """Issue 51, item 10: a plain frame's audit rows were built before the floor refused a
     period (its counter_values moved back by hand), so the hashed row named who 'took' values
     of a period that allocated none. One fixed frame holds a refused counter and a sound one."""
     refused, sound = f"r-{uuid.uuid4().hex[:8]}", f"s-{uuid.uuid4().hex[:8]}"
-    fixed = settings.but(frame_policy="fixed", back_frame_ms=300.0)
+    fixed = settings.but(database_url=fresh_database, frame_policy="fixed", back_frame_ms=300.0)
     async with EmbeddedStack(fixed) as stack:
         transport = httpx.ASGITransport(app=stack.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             for name in (refused, sound):
                 await client.post("/counters", json={"name": name})
                 await take(client, name, 5)
-            async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
+            async with await psycopg.AsyncConnection.connect(fresh_database, autocommit=True) as c:
                 await c.execute(
                     "UPDATE counter_values SET allocated = 2 WHERE counter = %s", (refused,)
                 )
@@ -494,7 +494,7 @@ async def test_a_refused_period_leaves_no_runs_in_its_frames_audit_row(
                 client.post(f"/counters/{refused}/next"), client.post(f"/counters/{sound}/next")
             )
     assert no.status_code == 503 and yes.json()["value"] == 6, (no.text, yes.text)
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+    async with await psycopg.AsyncConnection.connect(fresh_database, autocommit=True) as conn:
         cur = await conn.execute(
             "SELECT ranges, detail FROM allocation_frames WHERE %s = ANY(counters)"
             " ORDER BY id DESC LIMIT 1",
@@ -503,5 +503,3 @@ async def test_a_refused_period_leaves_no_runs_in_its_frames_audit_row(
         ranges, detail = await cur.fetchone()  # type: ignore[misc]
     assert [r[0] for r in ranges] == [sound]
     assert [r[0] for r in detail["r"]] == [sound], detail
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as c:
-        await c.execute("UPDATE counter_values SET allocated = 5 WHERE counter = %s", (refused,))

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 from batcher.allocation import Basis, Outcome, apply, decode_replies
@@ -21,7 +20,14 @@ from batcher.shares import Shares
 from infra.adapters.beats import reply_lag
 from infra.adapters.push import Pusher
 from infra.backoff import Backoff, Retries
-from infra.errors import AwsRefused, LeaseLost, NumeratorError, StoreError, Unavailable
+from infra.errors import (
+    AwsRefused,
+    LeaseLost,
+    NumeratorError,
+    ShardEnded,
+    StoreError,
+    Unavailable,
+)
 from infra.faults import Faults
 from infra.ledger import VoidReason
 from infra.observe.metrics import Metrics
@@ -31,6 +37,10 @@ from infra.spans import Span
 from infra.wire import Cancel, Demand, Record, Reply, ReplyError, Void, reply_key
 
 log = logging.getLogger("numerator.batcher")
+
+GIVE_UP_MARGIN_S = 0.25
+"""A record is given up (answered 'unavailable') this long before its client stops waiting, at
+the least: time for the reply to reach its edge."""
 
 
 class Applier:
@@ -74,7 +84,7 @@ class Applier:
         self.known.taken(span for _, span in outcome.taken)
         frame.applied(outcome.replies)
         self.metrics.pushes_sent.inc(self.push.send(frame.entries, outcome.replies))
-        lease = self._past(frame, lease)
+        lease = self._past(lease, frame.read_to, frame.last_sequence)
         self.shares.published.pop(lease.shard, None)  # marked in this frame's transaction
         if self.faults.pause_before_publish_s:
             log.warning(
@@ -99,14 +109,21 @@ class Applier:
 
     async def _commit_retried(self, frame: Frame, lease: Lease) -> Outcome | Lease | None:
         """The frame's outcome once a try commits; or, with no outcome to count, the lease to go
-        on with (the frame emptied by giving up on its records, or found committed by a try
-        whose answer was lost), or None (the lease lost)."""
+        on with (the frame emptied by giving up on its records), or None (the lease lost).
+        Between tries the frame takes in what its shard holds behind it (`_take_in`): through
+        an outage of minutes every record is answered 'unavailable' before its edge stops
+        waiting, and none piles up behind a frame that cannot commit."""
         backoff: Backoff | None = None
+        tried: str | None = None  # the checkpoint of the last try that failed
         while True:
             began = time.monotonic()
             try:
-                if backoff is not None and await self._lost(frame, lease):
-                    return self._past(frame, lease)
+                if tried is not None:  # had it in fact committed?
+                    lease = await self._lost(frame, lease, tried)
+                    tried = None
+                if not len(frame):  # every record given up: none committed
+                    return self._past(lease, frame.read_to or lease.sequence, None)
+                tried = frame.last_sequence
                 outcome = await self._commit(frame, lease)
                 break
             except LeaseLost as exc:
@@ -120,13 +137,39 @@ class Applier:
                 log.warning(
                     "frame of %d records not applied (%s); retry in %.2fs", len(frame), exc, delay
                 )
-                await self._give_up_on(frame, time.time() + delay + 0.25, str(exc))
-                if not len(frame):
-                    return lease
-                await asyncio.sleep(delay)
+                # The next try may fail as slowly as this one did (a connection refused at
+                # once, or the pool's timeout): a record is given up if its client will have
+                # stopped waiting by its end.
+                slack = time.monotonic() - began + GIVE_UP_MARGIN_S
+                await self._give_up_on(frame, time.time() + delay + slack, str(exc))
+                await self._take_in(frame, lease, delay, slack, str(exc))
         self.trouble.discard("frames")
         self.metrics.frame_commit_seconds.observe(time.monotonic() - began)
         return outcome
+
+    async def _take_in(
+        self, frame: Frame, lease: Lease, delay: float, slack: float, problem: str
+    ) -> None:
+        """Wait `delay` before the frame's next try, meanwhile reading into it what its shard
+        holds behind it (up to FRAME_MAX_RECORDS), each record given up as the frame's are:
+        when its client will have stopped waiting `slack` seconds after the wait."""
+        until = time.monotonic() + delay
+        limit = self.settings.frames.frame_max_records
+        while (left := until - time.monotonic()) > 0 and len(frame) < limit:
+            try:
+                after = frame.read_to or lease.sequence
+                more = await self.stream.read(lease.shard, after, limit - len(frame), left)
+            except (ShardEnded, Unavailable):  # the shard loop's next read says so
+                break
+            if more:
+                self.metrics.records_in.inc(len(more))
+                frame.add(more)
+                cutoff = time.time() + max(0.0, until - time.monotonic()) + slack
+                await self._give_up_on(frame, cutoff, problem)
+            behind = self.stream.lag(lease.shard)  # the backlog shows through the outage
+            if behind is not None:
+                self.metrics.batcher_lag_seconds.set(behind)
+        await asyncio.sleep(max(0.0, until - time.monotonic()))
 
     def _count(self, outcome: Outcome) -> None:
         metrics = self.metrics
@@ -139,51 +182,61 @@ class Applier:
         metrics.records_cancelled.inc(outcome.cancelled)
         metrics.values_abandoned.inc(outcome.abandoned)
 
-    async def _lost(self, frame: Frame, lease: Lease) -> bool:
-        """Whether a try of `frame` that failed had in fact committed (Postgres went away as it
-        committed, and its answer with it); if so, make it whole. On a durable stream its
-        replies were held in its transaction: published now. Else no one has its values: they
-        become void, abandoned (on this shard's own stream), and its records are answered
-        'unavailable', for their clients to ask again — a second try would allocate again and
-        leave the first values issued to no one."""
-        spans = await self.frames.committed(lease, frame.last_sequence)
+    async def _lost(self, frame: Frame, lease: Lease, tried: str) -> Lease:
+        """The lease to go on with once it is known whether the try of `frame` that failed,
+        up to `tried`, had in fact committed (Postgres went away as it committed, and its
+        answer with it): if so, its records are taken out of the frame and made whole. On a
+        durable stream their replies were held in its transaction: published now. Else no one
+        has their values: they become void, abandoned (on this shard's own stream), and the
+        records are answered 'unavailable', for their clients to ask again — a second try would
+        allocate again and leave the first values issued to no one. What the frame took in
+        after that try is tried on its own."""
+        spans = await self.frames.committed(lease, tried)
         if spans is None:
-            return False
+            return lease
         log.warning(
             "the frame up to %s committed as Postgres went away; %s",
-            frame.last_sequence,
+            tried,
             "publishing its held replies" if self.stream.durable else "voiding its values",
         )
+        through = frame.take_through(tried)
+        past = self._past(lease, tried, tried)
         if self.stream.durable:
             await self.shares.republish(lease)
-            return True
+            return past
         voids: list[Demand] = [
             Void(reply_key(), name, first, last, VoidReason.ABANDONED, period, "")
             for name, period, first, last in spans
         ]
         # A keyed record's claim holds its values for retries: its cancel frees it.
+        records = [e.record for e in through if isinstance(e.record, Record)]
         frees = [
-            Cancel(e.record.key, e.record.counter, e.record.idempotency_key, "")
-            for e in frame.entries
-            if isinstance(e.record, Record) and e.record.idempotency_key is not None
+            Cancel(r.key, r.counter, r.idempotency_key, "")
+            for r in records
+            if r.idempotency_key is not None
         ]
         await self.stream.put([*voids, *frees])
         problem = "the frame's commit was cut off by a Postgres outage; ask again"
-        await self._give_up_on(frame, math.inf, problem)
-        return True
+        await self._unavailable(records, problem)
+        return past
 
-    def _past(self, frame: Frame, lease: Lease) -> Lease:
-        """The lease once `frame` is behind it."""
-        applied = max(lease.applied or 0, int(frame.last_sequence)) if self.stream.durable else None
-        return Lease(
-            lease.stream, lease.shard, lease.owner, lease.epoch, frame.last_sequence, applied
-        )
+    def _past(self, lease: Lease, sequence: str | None, committed: str | None) -> Lease:
+        """`lease` read on after `sequence`; `committed`: the checkpoint a transaction of it
+        wrote (None: none did)."""
+        applied = None
+        if self.stream.durable:
+            applied = lease.applied
+            if committed is not None:
+                applied = max(applied or 0, int(committed))
+        return Lease(lease.stream, lease.shard, lease.owner, lease.epoch, sequence, applied)
 
     async def _give_up_on(self, frame: Frame, cutoff: float, problem: str) -> None:
         """Answer 'unavailable' now to the records whose clients will have stopped waiting before
         the next try, and take them out of the frame: they allocate nothing. On a durable stream
         a replay finds them expired, so they never allocate later either."""
-        doomed = frame.drop(cutoff)
+        await self._unavailable(frame.drop(cutoff), problem)
+
+    async def _unavailable(self, doomed: Sequence[Demand], problem: str) -> None:
         if not doomed:
             return
         try:

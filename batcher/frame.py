@@ -45,6 +45,9 @@ class Frame:
         self.entries: list[Entry] = entries or []
         self.state = State.OPEN
         self.replies: list[Reply] = []
+        self.read_to: str | None = self.entries[-1].sequence if self.entries else None
+        """The last sequence the frame took from its shard, its dropped records' included: where
+        the shard is read on from."""
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -52,6 +55,8 @@ class Frame:
     def add(self, entries: list[Entry]) -> None:
         self._require(State.OPEN, "add records to")
         self.entries.extend(entries)
+        if entries:
+            self.read_to = entries[-1].sequence
 
     def drop(self, cutoff: float) -> list[Demand]:
         """Take out the records whose deadline falls before `cutoff`; return them."""
@@ -66,6 +71,14 @@ class Frame:
                 kept.append(entry)
         self.entries = kept
         return dropped
+
+    def take_through(self, sequence: str) -> list[Entry]:
+        """Take out the entries up to `sequence`, inclusive (a try that committed them, taken
+        in before more were); return them."""
+        self._require(State.OPEN, "take records from")
+        through = [e for e in self.entries if int(e.sequence) <= int(sequence)]
+        self.entries = self.entries[len(through) :]
+        return through
 
     def applied(self, replies: list[Reply]) -> None:
         self._require(State.OPEN, "apply")

@@ -70,3 +70,23 @@ def test_a_cap_on_transactions_holds_frames_apart_whatever_the_policy() -> None:
     for policy in Policy:
         wait = collect_for(policy, 0.010, 0.0, 1.0, 0.0, spacing=0.1, since_start=0.02)
         assert wait == pytest.approx(0.08)
+
+
+def test_a_frame_reads_on_after_what_it_dropped() -> None:
+    """Records given up leave the frame, not the stretch of the shard it has read: the shard is
+    read on after them (`read_to`), so that a frame emptied through an outage does not read them
+    again."""
+    frame = Frame([entry(1, deadline=10)])
+    frame.add([entry(2, deadline=10), entry(3, deadline=30)])
+    frame.add([])
+    assert frame.drop(20) and frame.drop(40)
+    assert len(frame) == 0 and frame.read_to == "3"
+
+
+def test_take_through_splits_a_frame_at_a_committed_try() -> None:
+    """What a try committed (up to its checkpoint) leaves the frame; what came after stays."""
+    frame = Frame([entry(8), entry(9)])
+    frame.add([entry(10), entry(11)])
+    assert [e.sequence for e in frame.take_through("9")] == ["8", "9"]
+    assert [e.sequence for e in frame.entries] == ["10", "11"]
+    assert frame.last_sequence == "11" and frame.read_to == "11"

@@ -6,10 +6,10 @@ recorded clients (tests/history.py). Postgres is stopped for OUTAGE_S, then star
 Held, per path: every answer to a request sent while Postgres was away is a 503 problem with a
 `Retry-After` (docs/problems.md: nothing was allocated for it) — no 500, no 504, no request
 left without an answer within its client's patience; memory and backlog bounded (the outage's
-last minute against its first: the RSS of the path's processes, the in-process stream's depth,
-the reply table's items and the batchers' lag); the first value handed out within RESUME_S of
-Postgres being back; then the history checker against the report, the audit export and
-`audit verify`. Prints what it measured (docs/operations.md, "Long outages", quotes it)."""
+last minute against its first: the RSS of the path's processes, the records waiting on the
+stream, the reply items written and the batchers' lag); the first value handed out within
+RESUME_S of Postgres being back; then the history checker against the report, the audit export
+and `audit verify`. Prints what it measured (docs/operations.md, "Long outages", quotes it)."""
 
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ before `collecting` and the pool's `_forget_waiters`: 8 MiB on the embedded path
 the server edge over those two minutes (a worker grew 2.9 MiB a minute, 18 MiB over 6 min 10 s
 of outage); since, 0-1 MiB."""
 DEPTH_GROWTH = 2 * CLIENTS
-"""Records the in-process stream may hold more in the outage's last minute than in its first."""
+"""Records that may be waiting more in the outage's last minute than in its first: on the
+in-process stream, or on Kinesis not yet read by a batcher."""
 LAG_S = 5.0
 """The batchers' lag behind the stream (MillisBehindLatest) in the outage's last minute, at most:
 REPLY_TIMEOUT_S, past which a record could not be answered in time."""
@@ -69,7 +70,9 @@ ITEMS_FACTOR = 1.5
 class Sample:
     at: float  # seconds since Postgres was stopped (negative before)
     rss: int  # bytes, the path's processes together
-    depth: float | None  # records waiting on the in-process stream (embedded)
+    depth: float | None
+    """Records waiting: on the in-process stream (embedded); put by the edges and not read by
+    the batchers (AWS: the stream's backlog, from their metrics)."""
     items: int | None  # reply table items (AWS)
     lag: float | None  # the batchers' lag behind the stream, the largest (AWS)
 
@@ -134,17 +137,20 @@ class Path:
         return sum(page["Count"] for page in pages)
 
     async def sample(self, http: httpx.AsyncClient, at: float) -> Sample:
-        depth = lag = None
+        depth = lag = put = None
         with contextlib.suppress(httpx.HTTPError):
-            edge = await http.get(self.service.url + "/metrics")
-            depth = metric(edge.text, "numerator_stream_depth_records")
+            edge = (await http.get(self.service.url + "/metrics")).text
+            depth = metric(edge, "numerator_stream_depth_records")
+            put = metric(edge, "numerator_records_put_total")
         if self.moto is not None:
-            lags = []
+            lags, read = [], 0.0
             for port in self.batcher_ports():
                 with contextlib.suppress(httpx.HTTPError):
                     text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
                     lags.append(metric(text, "numerator_batcher_lag_seconds") or 0.0)
+                    read += metric(text, "numerator_records_in_total") or 0.0
             lag = max(lags, default=None)
+            depth = None if put is None else put - read
         items = await asyncio.to_thread(self.items) if self.moto is not None else None
         return Sample(at, await asyncio.to_thread(self.rss), depth, items, lag)
 
@@ -261,15 +267,11 @@ def bounded(path: Path) -> list[str]:
     broken = []
     if (rss[2] - rss[1]) * 2**20 > RSS_GROWTH:
         broken.append(f"{name}: RSS grew {rss[2] - rss[1]:.0f} MiB over the outage")
+    depth = [most([s.depth for s in span]) for span in (first, last)]
+    print(f"  records waiting (largest): first minute {depth[0]:.0f}, last {depth[1]:.0f}")
+    if depth[1] > depth[0] + DEPTH_GROWTH:
+        broken.append(f"{name}: records waiting grew from {depth[0]:.0f} to {depth[1]:.0f}")
     if path.moto is None:
-        depth = [most([s.depth for s in span]) for span in (first, last)]
-        print(
-            f"  stream depth (records, largest): first minute {depth[0]:.0f}, last {depth[1]:.0f}"
-        )
-        if depth[1] > depth[0] + DEPTH_GROWTH:
-            broken.append(
-                f"{name}: the in-process stream grew from {depth[0]:.0f} to {depth[1]:.0f}"
-            )
         return broken
     items = [written(span) for span in (first, last)]
     lag = [most([s.lag for s in span]) for span in (first, last, after)]

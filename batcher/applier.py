@@ -137,12 +137,17 @@ class Applier:
                 log.warning(
                     "frame of %d records not applied (%s); retry in %.2fs", len(frame), exc, delay
                 )
-                # The next try may fail as slowly as this one did (a connection refused at
-                # once, or the pool's timeout): a record is given up if its client will have
-                # stopped waiting by its end.
-                slack = time.monotonic() - began + GIVE_UP_MARGIN_S
-                await self._give_up_on(frame, time.time() + delay + slack, str(exc))
-                await self._take_in(frame, lease, delay, slack, str(exc))
+                problem = str(exc)
+            # The next try may fail as slowly as this one did (a connection refused at once, or
+            # the pool's timeout): a record is given up if its client will have stopped waiting
+            # by its end.
+            slack = time.monotonic() - began + GIVE_UP_MARGIN_S
+            try:
+                await self._give_up_on(frame, lease, time.time() + delay + slack, problem)
+                await self._take_in(frame, lease, delay, slack, problem)
+            except LeaseLost as exc:
+                log.error("%s; dropping the frame to its new owner", exc)
+                return None
         self.trouble.discard("frames")
         self.metrics.frame_commit_seconds.observe(time.monotonic() - began)
         return outcome
@@ -165,7 +170,7 @@ class Applier:
                 self.metrics.records_in.inc(len(more))
                 frame.add(more)
                 cutoff = time.time() + max(0.0, until - time.monotonic()) + slack
-                await self._give_up_on(frame, cutoff, problem)
+                await self._give_up_on(frame, lease, cutoff, problem)
             behind = self.stream.lag(lease.shard)  # the backlog shows through the outage
             if behind is not None:
                 self.metrics.batcher_lag_seconds.set(behind)
@@ -230,11 +235,30 @@ class Applier:
                 applied = max(applied or 0, int(committed))
         return Lease(lease.stream, lease.shard, lease.owner, lease.epoch, sequence, applied)
 
-    async def _give_up_on(self, frame: Frame, cutoff: float, problem: str) -> None:
+    async def _give_up_on(self, frame: Frame, lease: Lease, cutoff: float, problem: str) -> None:
         """Answer 'unavailable' now to the records whose clients will have stopped waiting before
         the next try, and take them out of the frame: they allocate nothing. On a durable stream
-        a replay finds them expired, so they never allocate later either."""
-        await self._unavailable(frame.drop(cutoff), problem)
+        a replay finds them expired, so they never allocate later either — by this batcher; one
+        that took the shard over as Postgres came back would replay them before their deadline
+        and allocate them, their clients answered 503: so only while the lease is ours
+        (`_still_ours`), else LeaseLost."""
+        doomed = frame.drop(cutoff)
+        if doomed and self.stream.durable and not await self._still_ours(lease):
+            raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
+        await self._unavailable(doomed, problem)
+
+    async def _still_ours(self, lease: Lease) -> bool:
+        """Whether no other batcher has taken the shard over: the lease renewed now, or Postgres
+        cannot say within GIVE_UP_MARGIN_S (no batcher takes a shard over while it is away)."""
+        shares = self.shares
+        try:
+            async with asyncio.timeout(GIVE_UP_MARGIN_S):
+                renewed = await shares.leases.acquire(
+                    lease.stream, lease.shard, shares.owner, shares.ttl
+                )
+        except (TimeoutError, Unavailable, StoreError):
+            return True
+        return renewed is not None and renewed.epoch == lease.epoch
 
     async def _unavailable(self, doomed: Sequence[Demand], problem: str) -> None:
         if not doomed:

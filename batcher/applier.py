@@ -38,9 +38,11 @@ from infra.wire import Cancel, Demand, Record, Reply, ReplyError, Void, reply_ke
 
 log = logging.getLogger("numerator.batcher")
 
-GIVE_UP_MARGIN_S = 0.25
+GIVE_UP_MARGIN_S = 0.5
 """A record is given up (answered 'unavailable') this long before its client stops waiting, at
-the least: time for the reply to reach its edge."""
+the least: time to check the lease (LEASE_CHECK_S) and for the reply to reach its edge."""
+LEASE_CHECK_S = 0.25
+"""How long a batcher that gives records up waits to learn whether its lease is still its own."""
 
 
 class Applier:
@@ -249,10 +251,10 @@ class Applier:
 
     async def _still_ours(self, lease: Lease) -> bool:
         """Whether no other batcher has taken the shard over: the lease renewed now, or Postgres
-        cannot say within GIVE_UP_MARGIN_S (no batcher takes a shard over while it is away)."""
+        cannot say within LEASE_CHECK_S (no batcher takes a shard over while it is away)."""
         shares = self.shares
         try:
-            async with asyncio.timeout(GIVE_UP_MARGIN_S):
+            async with asyncio.timeout(LEASE_CHECK_S):
                 renewed = await shares.leases.acquire(
                     lease.stream, lease.shard, shares.owner, shares.ttl
                 )

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 from batcher.allocation import Basis, Outcome, apply, decode_replies
-from batcher.frame import Doubt, Frame, read_past
+from batcher.frame import Frame
 from batcher.gather import Gather, Reads
 from batcher.known import Known
 from batcher.recent import Recent
@@ -22,7 +21,14 @@ from batcher.shares import Shares
 from infra.adapters.beats import reply_lag
 from infra.adapters.push import Pusher
 from infra.backoff import Backoff, Retries
-from infra.errors import AwsRefused, LeaseLost, NumeratorError, StoreError, Unavailable
+from infra.errors import (
+    AwsRefused,
+    LeaseLost,
+    NumeratorError,
+    ShardEnded,
+    StoreError,
+    Unavailable,
+)
 from infra.faults import Faults
 from infra.ledger import VoidReason
 from infra.observe.metrics import Metrics
@@ -32,6 +38,12 @@ from infra.spans import Span
 from infra.wire import Cancel, Demand, Record, Reply, ReplyError, Void, reply_key
 
 log = logging.getLogger("numerator.batcher")
+
+GIVE_UP_MARGIN_S = 0.5
+"""A record is given up (answered 'unavailable') this long before its client stops waiting, at
+the least: time to check the lease (LEASE_CHECK_S) and for the reply to reach its edge."""
+LEASE_CHECK_S = 0.25
+"""How long a batcher that gives records up waits to learn whether its lease is still its own."""
 
 
 class Applier:
@@ -65,7 +77,6 @@ class Applier:
         self.gather = Gather(replies.publish, gather_s, reads, interval, reply_lag(settings))
         self.push = push or Pusher(None)
         self.rewinds = Rewinds(frames)
-        self.doubts: dict[str, Doubt] = {}  # by shard: a try of an emptied frame, unsettled
 
     async def apply(self, frame: Frame, lease: Lease, token: object = None) -> Lease | None:
         """Apply the frame until it commits, then publish (with the frames applying beside it:
@@ -82,7 +93,7 @@ class Applier:
         self.known.taken(span for _, span in outcome.taken)
         frame.applied(outcome.replies)
         self.metrics.pushes_sent.inc(self.push.send(frame.entries, outcome.replies))
-        lease = read_past(frame, self._past(frame.last_sequence, lease))
+        lease = self._past(lease, frame.read_to, frame.last_sequence)
         self.shares.published.pop(lease.shard, None)  # marked in this frame's transaction
         if self.faults.pause_before_publish_s:
             log.warning(
@@ -107,23 +118,22 @@ class Applier:
 
     async def _commit_retried(self, frame: Frame, lease: Lease) -> Outcome | Lease | None:
         """The frame's outcome once a try commits; or, with no outcome to count, the lease to go
-        on with (the frame emptied by giving up on its records, or found committed by a try
-        whose answer was lost), or None (the lease lost). A try whose commit may have happened
-        unseen (`Doubt`) is settled before any other: a frame emptied meanwhile leaves its doubt
-        to the shard's next frame, which settles it before its own first try."""
+        on with (the frame emptied by giving up on its records), or None (the lease lost).
+        Between tries the frame takes in what its shard holds behind it (`_take_in`): through
+        an outage of minutes every record is answered 'unavailable' before its edge stops
+        waiting, and none piles up behind a frame that cannot commit."""
         backoff: Backoff | None = None
-        doubt = self.doubts.pop(lease.shard, None)
-        own = False  # whether `doubt` is a try of this frame
+        tried: str | None = None  # the checkpoint of the last try that failed
+        given_up: list[Demand] = []  # records of that try answered 'unavailable' since
         while True:
             began = time.monotonic()
             try:
-                if doubt is not None:
-                    if await self._lost(frame if own else None, lease, doubt):
-                        lease = self._past(doubt.sequence, lease)
-                        if own:
-                            return read_past(frame, lease)
-                    doubt = None
-                doubt, own = Doubt(frame.last_sequence), True
+                if tried is not None:  # had it in fact committed?
+                    lease = await self._lost(frame, lease, tried, given_up)
+                    tried, given_up = None, []
+                if not len(frame):  # every record given up: none committed
+                    return self._past(lease, frame.read_to or lease.sequence, None)
+                tried = frame.last_sequence
                 outcome = await self._commit(frame, lease)
                 break
             except LeaseLost as exc:
@@ -137,17 +147,46 @@ class Applier:
                 log.warning(
                     "frame of %d records not applied (%s); retry in %.2fs", len(frame), exc, delay
                 )
-                given_up = await self._give_up_on(frame, time.time() + delay + 0.25, str(exc))
-                if doubt is not None and own:
-                    doubt.given_up += given_up
-                if not len(frame):
-                    if doubt is not None:
-                        self.doubts[lease.shard] = doubt
-                    return read_past(frame, lease)
-                await asyncio.sleep(delay)
+                problem = str(exc)
+            # The next try may fail as slowly as this one did (a connection refused at once, or
+            # the pool's timeout): a record is given up if its client will have stopped waiting
+            # by its end.
+            slack = time.monotonic() - began + GIVE_UP_MARGIN_S
+            try:
+                given_up += await self._give_up_on(
+                    frame, lease, time.time() + delay + slack, problem
+                )
+                await self._take_in(frame, lease, delay, slack, problem)
+            except LeaseLost as exc:
+                log.error("%s; dropping the frame to its new owner", exc)
+                return None
         self.trouble.discard("frames")
         self.metrics.frame_commit_seconds.observe(time.monotonic() - began)
         return outcome
+
+    async def _take_in(
+        self, frame: Frame, lease: Lease, delay: float, slack: float, problem: str
+    ) -> None:
+        """Wait `delay` before the frame's next try, meanwhile reading into it what its shard
+        holds behind it (up to FRAME_MAX_RECORDS), each record given up as the frame's are:
+        when its client will have stopped waiting `slack` seconds after the wait."""
+        until = time.monotonic() + delay
+        limit = self.settings.frames.frame_max_records
+        while (left := until - time.monotonic()) > 0 and len(frame) < limit:
+            try:
+                after = frame.read_to or lease.sequence
+                more = await self.stream.read(lease.shard, after, limit - len(frame), left)
+            except (ShardEnded, Unavailable):  # the shard loop's next read says so
+                break
+            if more:
+                self.metrics.records_in.inc(len(more))
+                frame.add(more)
+                cutoff = time.time() + max(0.0, until - time.monotonic()) + slack
+                await self._give_up_on(frame, lease, cutoff, problem)
+            behind = self.stream.lag(lease.shard)  # the backlog shows through the outage
+            if behind is not None:
+                self.metrics.batcher_lag_seconds.set(behind)
+        await asyncio.sleep(max(0.0, until - time.monotonic()))
 
     def _count(self, outcome: Outcome) -> None:
         metrics = self.metrics
@@ -161,62 +200,95 @@ class Applier:
         metrics.values_abandoned.inc(outcome.abandoned)
         metrics.records_rewound.inc(outcome.refused)
 
-    async def _lost(self, frame: Frame | None, lease: Lease, doubt: Doubt) -> bool:
-        """Whether the try `doubt` names (of `frame`, or of an earlier frame emptied since) had
-        in fact committed (Postgres went away as it committed, and its answer with it); if so,
-        make it whole. The records given up on since were answered 'unavailable': their values
-        go to no one, and are voided, abandoned (a cancel each, on this shard's own stream). On
-        a durable stream the frame's replies were held in its transaction: the others' are
-        published now. Else no one has its values: they become void, abandoned, and its
-        records are answered 'unavailable', for their clients to ask again — a second try
-        would allocate again and leave the first values issued to no one."""
-        spans = await self.frames.committed(lease, doubt.sequence)
+    async def _lost(
+        self, frame: Frame, lease: Lease, tried: str, given_up: Sequence[Demand]
+    ) -> Lease:
+        """The lease to go on with once it is known whether the try of `frame` that failed,
+        up to `tried`, had in fact committed (Postgres went away as it committed, and its
+        answer with it): if so, its records are taken out of the frame and made whole. On a
+        durable stream their replies were held in its transaction: published now. Else no one
+        has their values: they become void, abandoned (on this shard's own stream), and the
+        records are answered 'unavailable', for their clients to ask again — a second try would
+        allocate again and leave the first values issued to no one. The records of that try
+        given up on since (`given_up`) were answered 'unavailable': their values go to no one,
+        and are voided, abandoned (a cancel each, on this shard's own stream; found in a
+        failover, a primary killed as its synchronous standby confirmed the commit). What the
+        frame took in after that try is tried on its own."""
+        spans = await self.frames.committed(lease, tried)
         if spans is None:
-            return False
+            return lease
         log.warning(
             "the frame up to %s committed as Postgres went away; %s",
-            doubt.sequence,
+            tried,
             "publishing its held replies" if self.stream.durable else "voiding its values",
         )
-        given_up = [r for r in doubt.given_up if isinstance(r, Record)]
+        through = frame.take_through(tried)
+        past = self._past(lease, tried, tried)
+        gone = [r for r in given_up if isinstance(r, Record)]
         if self.stream.durable:
             await self.shares.republish(lease)
-            if given_up:
+            if gone:
                 await self.stream.put(
-                    [Cancel(r.key, r.counter, r.idempotency_key, "") for r in given_up]
+                    [Cancel(r.key, r.counter, r.idempotency_key, "") for r in gone]
                 )
-            return True
+            return past
         voids: list[Demand] = [
             Void(reply_key(), name, first, last, VoidReason.ABANDONED, period, "")
             for name, period, first, last in spans
         ]
         # A keyed record's claim holds its values for retries: its cancel frees it.
-        entries = frame.entries if frame is not None else []
-        records = given_up + [e.record for e in entries if isinstance(e.record, Record)]
+        records = [e.record for e in through if isinstance(e.record, Record)]
         frees = [
             Cancel(r.key, r.counter, r.idempotency_key, "")
-            for r in records
+            for r in [*gone, *records]
             if r.idempotency_key is not None
         ]
         await self.stream.put([*voids, *frees])
-        if frame is not None:
-            problem = "the frame's commit was cut off by a Postgres outage; ask again"
-            await self._give_up_on(frame, math.inf, problem)
-        return True
+        problem = "the frame's commit was cut off by a Postgres outage; ask again"
+        await self._unavailable(records, problem)
+        return past
 
-    def _past(self, sequence: str, lease: Lease) -> Lease:
-        """The lease once the frame up to `sequence` is behind it."""
-        applied = max(lease.applied or 0, int(sequence)) if self.stream.durable else None
+    def _past(self, lease: Lease, sequence: str | None, committed: str | None) -> Lease:
+        """`lease` read on after `sequence`; `committed`: the checkpoint a transaction of it
+        wrote (None: none did)."""
+        applied = None
+        if self.stream.durable:
+            applied = lease.applied
+            if committed is not None:
+                applied = max(applied or 0, int(committed))
         return Lease(lease.stream, lease.shard, lease.owner, lease.epoch, sequence, applied)
 
-    async def _give_up_on(self, frame: Frame, cutoff: float, problem: str) -> list[Demand]:
+    async def _give_up_on(
+        self, frame: Frame, lease: Lease, cutoff: float, problem: str
+    ) -> list[Demand]:
         """Answer 'unavailable' now to the records whose clients will have stopped waiting before
-        the next try, and take them out of the frame: they allocate nothing (unless a try in
-        doubt committed them: see `_lost`). On a durable stream a replay finds them
-        expired, so they never allocate later either."""
+        the next try, and take them out of the frame: they allocate nothing. On a durable stream
+        a replay finds them expired, so they never allocate later either — by this batcher; one
+        that took the shard over as Postgres came back would replay them before their deadline
+        and allocate them, their clients answered 503: so only while the lease is ours
+        (`_still_ours`), else LeaseLost."""
         doomed = frame.drop(cutoff)
+        if doomed and self.stream.durable and not await self._still_ours(lease):
+            raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
+        await self._unavailable(doomed, problem)
+        return doomed
+
+    async def _still_ours(self, lease: Lease) -> bool:
+        """Whether no other batcher has taken the shard over: the lease renewed now, or Postgres
+        cannot say within LEASE_CHECK_S (no batcher takes a shard over while it is away)."""
+        shares = self.shares
+        try:
+            async with asyncio.timeout(LEASE_CHECK_S):
+                renewed = await shares.leases.acquire(
+                    lease.stream, lease.shard, shares.owner, shares.ttl
+                )
+        except (TimeoutError, Unavailable, StoreError):
+            return True
+        return renewed is not None and renewed.epoch == lease.epoch
+
+    async def _unavailable(self, doomed: Sequence[Demand], problem: str) -> None:
         if not doomed:
-            return []
+            return
         try:
             await self.replies.publish(
                 [
@@ -226,9 +298,8 @@ class Applier:
             )
         except NumeratorError as exc:  # their edges answer 504 and cancel: nothing allocated
             log.warning("could not answer %d records 'unavailable': %s", len(doomed), exc)
-            return doomed
+            return
         self.metrics.records_out.inc(len(doomed))
-        return doomed
 
     async def _commit(self, frame: Frame, lease: Lease) -> Outcome:
         durable = self.stream.durable

@@ -5,6 +5,7 @@ pruning of what retention lets go."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from datetime import datetime
 from typing import Any
@@ -76,6 +77,39 @@ class Sweep:
             await self.ledger.swept(counter.name, upto)
 
 
+class Silence:
+    """How long an edge must have been silent to be chained dead, from this batcher's view of
+    Postgres: while Postgres was away no edge could say it was alive, so for `silent` seconds
+    after an outage the outage's length is added. Through an outage of minutes every edge was
+    silent, and the first mark after it raced the edges' first word: a live edge was chained
+    dead, and every value it handed out after was listed unsure (tests/e2e/test_long_outage.py).
+    Times are monotonic seconds."""
+
+    def __init__(self, silent: float) -> None:
+        self.silent = silent
+        self.reached: float | None = None  # when Postgres last answered
+        self.away_since: float | None = None  # when it last answered before failing since
+        self.away_s = 0.0  # how long the last outage lasted
+        self.back = -math.inf  # when it ended
+
+    def failed(self, now: float) -> None:
+        if self.away_since is None:
+            self.away_since = self.reached if self.reached is not None else now
+
+    def answered(self, now: float) -> None:
+        if self.away_since is not None:
+            self.away_s, self.back, self.away_since = now - self.away_since, now, None
+        self.reached = now
+
+    def dead_after(self, now: float) -> float:
+        """The silence, in seconds, after which an edge is chained dead now."""
+        if self.away_since is not None:  # this try may be the first one back
+            return self.silent + now - self.away_since
+        if now - self.back < self.silent:
+            return self.silent + self.away_s
+        return self.silent
+
+
 class Trail:
     """Chain the ends of edges that ended or died (the report reads them from the chain), and
     keep the chains' heads outside Postgres every ANCHOR_EVERY_S (when ANCHOR_TO names where):
@@ -105,11 +139,15 @@ class Trail:
 
     async def run(self) -> None:
         due = 0.0
+        silence = Silence(MARK_DEAD_S)
         while await self.stopping.pause(MARK_EVERY_S):
             try:
                 keep = self.retention.audit_retention_s
-                await self.ledger.mark_edges(self.stream.name, MARK_DEAD_S, keep)
+                now = time.monotonic()
+                await self.ledger.mark_edges(self.stream.name, silence.dead_after(now), keep)
+                silence.answered(now)
             except NumeratorError as exc:
+                silence.failed(now)
                 log.warning("cannot chain the ends of edges: %s", exc)
             if self.anchors is None or time.monotonic() < due:
                 continue

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum
 
-from infra.ports import Entry, Lease
+from infra.ports import Entry
 from infra.settings import Policy
 from infra.wire import Demand, Reply
 
@@ -46,8 +45,9 @@ class Frame:
         self.entries: list[Entry] = entries or []
         self.state = State.OPEN
         self.replies: list[Reply] = []
-        self.end = self.entries[-1].sequence if self.entries else ""
-        """The sequence of the last record it was given, dropped or not: read past."""
+        self.read_to: str | None = self.entries[-1].sequence if self.entries else None
+        """The last sequence the frame took from its shard, its dropped records' included: where
+        the shard is read on from."""
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -56,7 +56,7 @@ class Frame:
         self._require(State.OPEN, "add records to")
         self.entries.extend(entries)
         if entries:
-            self.end = entries[-1].sequence
+            self.read_to = entries[-1].sequence
 
     def drop(self, cutoff: float) -> list[Demand]:
         """Take out the records whose deadline falls before `cutoff`; return them."""
@@ -71,6 +71,14 @@ class Frame:
                 kept.append(entry)
         self.entries = kept
         return dropped
+
+    def take_through(self, sequence: str) -> list[Entry]:
+        """Take out the entries up to `sequence`, inclusive (a try that committed them, taken
+        in before more were); return them."""
+        self._require(State.OPEN, "take records from")
+        through = [e for e in self.entries if int(e.sequence) <= int(sequence)]
+        self.entries = self.entries[len(through) :]
+        return through
 
     def applied(self, replies: list[Reply]) -> None:
         self._require(State.OPEN, "apply")
@@ -97,22 +105,3 @@ class Frame:
     def _require(self, state: State, action: str) -> None:
         if self.state is not state:
             raise IllegalStep(f"cannot {action} a frame that is {self.state.value}")
-
-
-def read_past(frame: Frame, lease: Lease) -> Lease:
-    """The lease read past every record `frame` was given: those it gave up on after its last
-    one allocate nothing (answered 'unavailable'), and read again before their deadline they
-    would allocate values for no one. Its checkpoint in Postgres stays where it is: a replay
-    finds them expired."""
-    if not frame.end or (lease.sequence is not None and int(lease.sequence) >= int(frame.end)):
-        return lease
-    return Lease(lease.stream, lease.shard, lease.owner, lease.epoch, frame.end, lease.applied)
-
-
-@dataclass
-class Doubt:
-    """A try of a frame whose commit may have happened unseen (Postgres went away before its
-    answer): the checkpoint it would have moved to, and the records given up on since."""
-
-    sequence: str
-    given_up: list[Demand] = field(default_factory=list)

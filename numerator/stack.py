@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 
 from batcher.worker import Batcher
 from functions.app import create_app
-from functions.edge import Edge
+from functions.edge import Edge, running
 from functions.fastpath import FastPath
 from functions.front import Front
 from infra import __version__
@@ -38,7 +38,7 @@ from infra.observe.health import Check, Health, responds
 from infra.observe.metrics import Metrics
 from infra.observe.workers import sharing, workers_dir
 from infra.ports import Replies, Stream
-from infra.run.server import tune_gc, worker_signals
+from infra.run.server import collecting, tune_gc, worker_signals
 from infra.settings import FrontPolicy, Mode, ReplyItems, Settings
 from infra.wire import read_grouped
 
@@ -279,8 +279,9 @@ def app_from_env() -> FastPath:
             if settings.mode is Mode.AWS
             else EmbeddedStack(settings, faults=Faults.from_env())
         )
-        async with stack as running, AsyncExitStack() as shared:
-            app.state.edge = edge = running.edge
+        async with stack as serving, AsyncExitStack() as shared:
+            app.state.edge = edge = serving.edge
+            await shared.enter_async_context(running(collecting(), "gc"))
             if settings.database.database_url:  # stops last: after the requests it held
                 await shared.enter_async_context(edge.living())
             await shared.enter_async_context(edge.following_keys())
@@ -288,7 +289,7 @@ def app_from_env() -> FastPath:
                 from infra.observe.emf import writing
 
                 every = settings.frames.emf_interval_s
-                await shared.enter_async_context(writing(running.metrics, "server", every))
+                await shared.enter_async_context(writing(serving.metrics, "server", every))
             directory = workers_dir()
             if directory is not None:
                 edge.workers = await shared.enter_async_context(sharing(directory, edge.observed))

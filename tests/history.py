@@ -91,6 +91,7 @@ class Attempt:
     error: str = ""  # why no answer came, when the client did not cut it
     wall: float = 0.0  # time.time() when it was sent, to match the audit rows' times
     crossed: bool = False  # its answer came after its client's cut (numerator.cut): delivered
+    retry_after: str | None = None  # the answer's Retry-After header, if it had one
 
     @property
     def delivered(self) -> bool:
@@ -526,6 +527,7 @@ def parse(raw: bytes, attempt: Attempt) -> None:
     """Fill `attempt` from the whole answer `raw` (read to the connection's end)."""
     attempt.status, headers, body = answer(raw)
     attempt.content_type = headers.get("content-type", "")
+    attempt.retry_after = headers.get("retry-after")
     if attempt.status == 200:
         got = json.loads(body)
         attempt.got_counter = got.get("counter")

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from batcher.frame import Frame, IllegalStep, State, read_past
-from infra.ports import Entry, Lease
+from batcher.frame import Frame, IllegalStep, State
+from infra.ports import Entry
 from infra.wire import Record
 
 
@@ -72,17 +72,21 @@ def test_a_cap_on_transactions_holds_frames_apart_whatever_the_policy() -> None:
         assert wait == pytest.approx(0.08)
 
 
-def test_the_lease_is_read_past_the_records_a_frame_gave_up_on() -> None:
-    """Records dropped after the frame's last kept one were answered 'unavailable': read again
-    before their deadline they would allocate values for no one (a frame emptied by a Postgres
-    outage did so). The checkpoint's `applied` stays: nothing was applied past it."""
-    lease = Lease("memory", "s", "me", 1, "0", applied=None)
-    frame = Frame([entry(1, deadline=100.0), entry(2, deadline=5.0)])
-    frame.add([entry(3, deadline=5.0)])
-    assert [r.key for r in frame.drop(cutoff=10.0)] == ["k2", "k3"]
-    assert frame.last_sequence == "1" and frame.end == "3"
-    moved = read_past(frame, lease)
-    assert (moved.sequence, moved.applied, moved.epoch) == ("3", None, 1)
-    assert read_past(frame, Lease("memory", "s", "me", 1, "7")).sequence == "7"  # never back
-    frame.drop(cutoff=1000.0)
-    assert len(frame) == 0 and read_past(frame, lease).sequence == "3"
+def test_a_frame_reads_on_after_what_it_dropped() -> None:
+    """Records given up leave the frame, not the stretch of the shard it has read: the shard is
+    read on after them (`read_to`), so that a frame emptied through an outage does not read them
+    again."""
+    frame = Frame([entry(1, deadline=10)])
+    frame.add([entry(2, deadline=10), entry(3, deadline=30)])
+    frame.add([])
+    assert frame.drop(20) and frame.drop(40)
+    assert len(frame) == 0 and frame.read_to == "3"
+
+
+def test_take_through_splits_a_frame_at_a_committed_try() -> None:
+    """What a try committed (up to its checkpoint) leaves the frame; what came after stays."""
+    frame = Frame([entry(8), entry(9)])
+    frame.add([entry(10), entry(11)])
+    assert [e.sequence for e in frame.take_through("9")] == ["8", "9"]
+    assert [e.sequence for e in frame.entries] == ["10", "11"]
+    assert frame.last_sequence == "11" and frame.read_to == "11"

@@ -103,3 +103,37 @@ def test_without_a_writable_directory_the_workers_serve_with_their_own_metrics(
     assert (
         "/metrics is per worker: no directory for the workers' metrics" in capsys.readouterr().err
     )
+
+
+async def test_a_worker_collects_cyclic_garbage_made_slowly() -> None:
+    """At tune_gc's threshold a cycle made now and then (a failed call's exception and its
+    traceback, through an outage) waited for 100,000 allocations; `collecting` frees it within
+    its period."""
+    import asyncio
+    import contextlib
+    import gc
+    import weakref
+
+    from infra.run.server import collecting
+
+    class Node:
+        pass
+
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.set_threshold(100_000, 50, 100)
+    try:
+        node = Node()
+        node.me = node  # type: ignore[attr-defined]
+        gone = weakref.ref(node)
+        del node
+        await asyncio.sleep(0.05)
+        assert gone() is not None, "collected without `collecting`: this test proves nothing"
+        task = asyncio.create_task(collecting(every=0.01))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert gone() is None
+    finally:
+        gc.set_threshold(*thresholds)

@@ -221,6 +221,9 @@ class Pool:
         try:
             async with self._checkout(timeout) as conn:
                 yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            self._forget_waiters()
+            raise StoreUnavailable(f"Postgres is unavailable: {exc}") from exc
         except RETRYABLE as exc:
             raise StoreUnavailable(f"Postgres is unavailable: {exc}") from exc
         except pgerrors.UniqueViolation:
@@ -244,6 +247,20 @@ class Pool:
         )
         async with conn:
             yield conn
+
+    def _forget_waiters(self) -> None:
+        """Drop from psycopg_pool's queue the callers that stopped waiting for a connection.
+        It keeps each one (3.3.3: a WaitingClient, about 3 KB) until a connection comes to
+        skip it: through an outage of minutes every call that timed out stayed, and a worker
+        grew by megabytes a minute (tests/e2e/test_long_outage.py). Synchronous, so that no
+        other task sees the queue half made."""
+        waiting = getattr(self.pool, "_waiting", None)
+        if waiting is None:
+            return
+        live = [w for w in waiting if w.conn is None and w.error is None]
+        if len(live) < len(waiting):
+            waiting.clear()
+            waiting.extend(live)
 
     async def fetch(
         self, sql: str, params: Sequence[Any] | Mapping[str, Any]

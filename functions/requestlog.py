@@ -19,6 +19,32 @@ log = logging.getLogger("numerator.edge")
 
 SLOW_S = 1.0
 """An answer slower than this is logged: four times the /next SLO's 250 ms (docs/operations.md)."""
+LINES_PER_S = 10
+"""Lines a process writes a second at most: through an outage every request fails, and a line
+each (thousands a second) would cost what the quiet lines saved, and stall a worker whose log
+pipe fills. The rest are counted, and said in one line when the next second's first is."""
+
+
+class Budget:
+    """At most `per_s` lines a second; how many were held back in the last second that had any."""
+
+    def __init__(self, per_s: int = LINES_PER_S) -> None:
+        self.per_s = per_s
+        self.since, self.said, self.held = 0.0, 0, 0
+
+    def take(self, now: float) -> tuple[bool, int]:
+        """Whether a line may be written now, and how many were held back before it (to say)."""
+        held = 0
+        if now - self.since >= 1.0:
+            held, self.since, self.said, self.held = self.held, now, 0, 0
+        if self.said < self.per_s:
+            self.said += 1
+            return True, held
+        self.held += 1
+        return False, held
+
+
+budget = Budget()
 
 
 def request_id(scope: Scope) -> str:
@@ -49,12 +75,17 @@ async def logged(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> No
     finally:
         spent = time.perf_counter() - began
         if status >= 500 or status == 0 or spent >= SLOW_S:
-            say = log.error if status >= 500 or status == 0 else log.warning
-            say(
-                "%s %s answered %s in %.0f ms (request id %s)",
-                scope["method"],
-                scope["path"],
-                status or "nothing",
-                spent * 1000,
-                request_id(scope),
-            )
+            may, held = budget.take(time.monotonic())
+            if held:
+                log.error("%d more failed or slow answers were not logged (%d a second at most)",
+                          held, budget.per_s)  # fmt: skip
+            if may:
+                say = log.error if status >= 500 or status == 0 else log.warning
+                say(
+                    "%s %s answered %s in %.0f ms (request id %s)",
+                    scope["method"],
+                    scope["path"],
+                    status or "nothing",
+                    spent * 1000,
+                    request_id(scope),
+                )

@@ -49,6 +49,15 @@ def keys_of_their_own_shape() -> Iterator[None]:
         infra.wire._draw()
 
 
+@pytest.fixture(autouse=True)
+def a_fresh_log_budget() -> None:
+    """The edge logs failed requests ten a second at most (functions/requestlog.py): each test
+    starts with the second's budget whole, whatever the test before it logged."""
+    from functions import requestlog
+
+    requestlog.budget = requestlog.Budget()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def nothing_left_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """The run fails if it leaves a process running (tests/leftovers.py), which is stopped."""

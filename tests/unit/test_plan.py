@@ -27,6 +27,10 @@ from numerator.plan.model import (
     second_chances,
 )
 
+LOGGED = {"lambda": 0.0, "lambda_emf_line": 279.0, "atomic": 0.0, "server": 0.0,
+          "server_emf_line": 279.0, "response_bytes": 172.0}  # fmt: skip
+"""What `measure.log_bytes` measures (numerator/plan/logprobe.py runs the edges): stood in for."""
+
 
 def run(rps: float, duration: float, calls: dict[str, float], **more: Any) -> dict[str, Any]:
     return {
@@ -402,6 +406,7 @@ def test_the_measure_runs_a_rate_again_that_moto_did_not_serve(
     monkeypatch.setattr(measure, "bench", bench)
     monkeypatch.setattr(measure, "invocation_cpu", lambda say: {"lambda": 20.0, "atomic": 4.0})
     monkeypatch.setattr(measure, "commits_per_second", lambda: 1000.0)
+    monkeypatch.setattr(measure, "log_bytes", lambda say: dict(LOGGED))  # no processes here
     out = measure.measure(tmp_path / "measured.json", say=lambda line: None)
     assert out["invocation_cpu_ms"] == {"lambda": 20.0, "atomic": 4.0}
     assert asked.count((EdgeKind.SERVER, 300.0)) == 2
@@ -432,6 +437,7 @@ def test_the_measure_of_one_edge_keeps_the_others_runs_and_their_dates(
     cpu = {"lambda": 20.0, "atomic": 4.0}  # the probe times both Lambdas
     monkeypatch.setattr(measure, "invocation_cpu", lambda say: cpu)
     monkeypatch.setattr(measure, "commits_per_second", lambda: 1000.0)
+    monkeypatch.setattr(measure, "log_bytes", lambda say: dict(LOGGED))  # no processes here
     out = measure.measure(path, say=lambda line: None, only={EdgeKind.LAMBDA})
     assert asked == [EdgeKind.LAMBDA] * 10  # five runs of each of its two rates
     assert out["invocation_cpu_ms"] == cpu

@@ -420,6 +420,12 @@ def test_the_fargate_edge_serves_https_checks_healthz_scales_on_cpu_and_checks_k
     assert {"Name": "role", "Value": "server"} in burn["Dimensions"]
 
 
+PUSH_KEY_ARN = {
+    "Fn::Sub": "arn:${AWS::Partition}:secretsmanager:${AWS::Region}:${AWS::AccountId}:secret:"
+    "${AWS::StackName}-push-key-*"
+}
+
+
 @pytest.mark.parametrize("given", [{}, FARGATE], ids=["lambda", "fargate"])
 def test_only_the_batchers_and_the_edge_tasks_can_read_the_push_key(given: dict[str, str]) -> None:
     """Replies pushed to the Fargate edge are signed with a key from a secret that the batchers
@@ -428,10 +434,15 @@ def test_only_the_batchers_and_the_edge_tasks_can_read_the_push_key(given: dict[
     made = variant(template(), given)["Resources"]
     readers = set()
     for name, resource in made.items():
-        for policy in resource.get("Properties", {}).get("Policies", []):
+        properties = resource.get("Properties", {})
+        policies = properties.get("Policies", [])
+        if resource["Type"] == "AWS::IAM::Policy":  # a policy of its own: its role reads
+            (role,) = properties["Roles"]
+            name, policies = role["Ref"], [properties]
+        for policy in policies:
             document = policy.get("PolicyDocument", policy)  # SAM's function: the statements
             for statement in document.get("Statement", []) if isinstance(document, dict) else []:
-                if statement["Resource"] == {"Ref": "PushKey"}:
+                if statement["Resource"] == PUSH_KEY_ARN:
                     assert set(statement["Action"]) == {
                         "secretsmanager:ListSecretVersionIds",
                         "secretsmanager:GetSecretValue",
@@ -441,11 +452,12 @@ def test_only_the_batchers_and_the_edge_tasks_can_read_the_push_key(given: dict[
     for task in ("BatcherTask", "EdgeTask"):
         for container in made.get(task, {}).get("Properties", {}).get("ContainerDefinitions", []):
             env = {item["Name"]: item["Value"] for item in container["Environment"]}
-            if env.get("PUSH_KEY_SECRET_ARN") == {"Ref": "PushKey"}:
+            if env.get("PUSH_KEY_SECRET_ARN") == {"Fn::Sub": "${AWS::StackName}-push-key"}:
                 told.add(task)
     if not given:
         assert "PushKey" not in made and not readers and not told
         return
+    assert made["PushKey"]["Properties"]["Name"] == {"Fn::Sub": "${AWS::StackName}-push-key"}
     secret = made["PushKey"]["Properties"]["GenerateSecretString"]
     assert secret["PasswordLength"] >= 32 and secret["ExcludePunctuation"] is True
     assert readers == {"BatcherTaskRole", "EdgeTaskRole"} and told == {"BatcherTask", "EdgeTask"}

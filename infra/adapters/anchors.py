@@ -11,9 +11,10 @@ anchored last, by any batcher, and anchors nothing over a trail that does not.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,7 @@ class S3Anchors:
     async def keep(self, record: Mapping[str, Any]) -> None:
         key = f"{self.prefix}{record['at']}-{record['by']}.json"
         body = orjson.dumps(record) + b"\n"  # `cat heads/*.json` then makes JSON lines
-        try:
+        with self._s3("keep"):
             await asyncio.to_thread(
                 self.client.put_object,
                 Bucket=self.bucket,
@@ -108,14 +109,6 @@ class S3Anchors:
                 ContentType="application/json",
                 ChecksumAlgorithm="SHA256",  # S3 wants a checksum on a put to a locked bucket
             )
-        except ConnectionError as exc:  # botocore's errors stay in this module
-            raise AwsUnavailable(f"cannot keep the heads in s3://{self.bucket}: {exc}") from exc
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code", "")
-            raise AwsRefused(code, f"cannot keep the heads in s3://{self.bucket}: {exc}") from exc
-        except BotoCoreError as exc:
-            name = type(exc).__name__
-            raise AwsRefused(name, f"cannot keep the heads in s3://{self.bucket}: {exc}") from exc
 
     async def since(self, mark: str) -> tuple[list[dict[str, Any]], str]:
         """Records whose keys come after key `mark`; for "", the newest NEWEST of the last
@@ -123,19 +116,25 @@ class S3Anchors:
         ran), of all."""
         start = mark or f"{self.prefix}{(utc_now() - LOOK_BACK).isoformat()}"
         newest = None if mark else NEWEST
-        try:
+        with self._s3("read"):
             found = await asyncio.to_thread(self._read, start, newest)
             if not mark and not found[0]:
                 found = await asyncio.to_thread(self._read, self.prefix, newest)
             return found
+
+    @contextlib.contextmanager
+    def _s3(self, doing: str) -> Iterator[None]:
+        """botocore's errors as numerator's, in this module alone: cannot `doing` the heads."""
+        where = f"cannot {doing} the heads in s3://{self.bucket}"
+        try:
+            yield
         except ConnectionError as exc:
-            raise AwsUnavailable(f"cannot read the heads in s3://{self.bucket}: {exc}") from exc
+            raise AwsUnavailable(f"{where}: {exc}") from exc
         except ClientError as exc:
             code = exc.response.get("Error", {}).get("Code", "")
-            raise AwsRefused(code, f"cannot read the heads in s3://{self.bucket}: {exc}") from exc
+            raise AwsRefused(code, f"{where}: {exc}") from exc
         except BotoCoreError as exc:
-            name = type(exc).__name__
-            raise AwsRefused(name, f"cannot read the heads in s3://{self.bucket}: {exc}") from exc
+            raise AwsRefused(type(exc).__name__, f"{where}: {exc}") from exc
 
     def _read(self, start: str, newest: int | None) -> tuple[list[dict[str, Any]], str]:
         pages = self.client.get_paginator("list_objects_v2").paginate(

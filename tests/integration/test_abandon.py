@@ -322,6 +322,27 @@ async def test_a_try_applied_after_its_own_retry_does_not_void_what_the_retry_de
     assert found["voided"] == {} and found["delivered"] == 2, found
 
 
+def fail_once(monkeypatch: Any, committed: bool) -> list[bool]:
+    """A plain frame's statement fails once, as Postgres goes away: after it committed (its
+    answer lost) or before it reached Postgres. The list holds True once it has."""
+    from infra.adapters.postgres import PostgresStore
+    from infra.errors import StoreUnavailable
+
+    real = PostgresStore.allocate_plain
+    failed: list[bool] = []
+
+    async def once(self: PostgresStore, *args: Any) -> Any:
+        if failed:
+            return await real(self, *args)
+        if committed:
+            await real(self, *args)
+        failed.append(True)
+        raise StoreUnavailable("Postgres is unavailable: the connection was closed")
+
+    monkeypatch.setattr(PostgresStore, "allocate_plain", once)
+    return failed
+
+
 async def test_a_frame_that_committed_as_postgres_went_away_is_not_allocated_again(
     settings: Settings, name: str, monkeypatch: Any
 ) -> None:
@@ -329,20 +350,7 @@ async def test_a_frame_that_committed_as_postgres_went_away_is_not_allocated_aga
     second try allocated the record again and the first values were issued to no one (the
     matrix's embedded Postgres cell). Now the batcher finds the frame committed, voids its
     values, abandoned, and answers its record 503, for its client to ask again."""
-    from infra.adapters.postgres import PostgresStore
-    from infra.errors import StoreUnavailable
-
-    real = PostgresStore.allocate_plain
-    lost: list[bool] = []
-
-    async def committed_then_lost(self: PostgresStore, *args: Any) -> Any:
-        totals = await real(self, *args)
-        if not lost:
-            lost.append(True)
-            raise StoreUnavailable("Postgres is unavailable: the connection was closed")
-        return totals
-
-    monkeypatch.setattr(PostgresStore, "allocate_plain", committed_then_lost)
+    lost = fail_once(monkeypatch, committed=True)
     async with EmbeddedStack(settings) as stack:
         transport = httpx.ASGITransport(app=stack.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
@@ -367,19 +375,7 @@ async def test_records_given_up_in_an_outage_are_not_allocated_after_it(
     have stopped waiting before its next try, answering them 'unavailable'. When that empties
     the frame, the shard is read on past it: read again from where it was, the records came back
     while still live and, Postgres back, were allocated for clients already answered 503."""
-    from infra.adapters.postgres import PostgresStore
-    from infra.errors import StoreUnavailable
-
-    real = PostgresStore.allocate_plain
-    failed: list[bool] = []
-
-    async def refused_once(self: PostgresStore, *args: Any) -> Any:
-        if not failed:
-            failed.append(True)
-            raise StoreUnavailable("Postgres is unavailable: the connection was refused")
-        return await real(self, *args)
-
-    monkeypatch.setattr(PostgresStore, "allocate_plain", refused_once)
+    failed = fail_once(monkeypatch, committed=False)
     async with EmbeddedStack(settings.but(reply_timeout_s=0.3)) as stack:
         transport = httpx.ASGITransport(app=stack.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
@@ -401,20 +397,7 @@ async def test_a_lost_commit_whose_records_were_given_up_is_settled_by_the_next_
     left the committed values issued to no one, neither void nor delivered (seen in
     tests/e2e/test_failover.py: a primary killed as its synchronous standby confirmed a
     commit). The frame settles the doubt before it lets go: the values are void, abandoned."""
-    from infra.adapters.postgres import PostgresStore
-    from infra.errors import StoreUnavailable
-
-    real = PostgresStore.allocate_plain
-    lost: list[bool] = []
-
-    async def committed_then_lost(self: PostgresStore, *args: Any) -> Any:
-        totals = await real(self, *args)
-        if not lost:
-            lost.append(True)
-            raise StoreUnavailable("Postgres is unavailable: the connection was closed")
-        return totals
-
-    monkeypatch.setattr(PostgresStore, "allocate_plain", committed_then_lost)
+    lost = fail_once(monkeypatch, committed=True)
     async with EmbeddedStack(settings.but(reply_timeout_s=0.2)) as stack:
         transport = httpx.ASGITransport(app=stack.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:

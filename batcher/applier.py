@@ -125,10 +125,12 @@ class Applier:
         backoff: Backoff | None = None
         tried: str | None = None  # the checkpoint of the last try that failed
         given_up: list[Demand] = []  # records of that try answered 'unavailable' since
+        cancelled: set[str] = set()  # records given up whose cancels are not read back yet
         while True:
             began = time.monotonic()
             try:
                 if tried is not None:  # had it in fact committed?
+                    cancelled.difference_update(r.key for r in given_up)  # their cancels count
                     lease = await self._lost(frame, lease, tried, given_up)
                     tried, given_up = None, []
                 if not len(frame):  # every record given up: none committed
@@ -153,10 +155,10 @@ class Applier:
             # by its end.
             slack = time.monotonic() - began + GIVE_UP_MARGIN_S
             try:
-                given_up += await self._give_up_on(
-                    frame, lease, time.time() + delay + slack, problem
-                )
-                await self._take_in(frame, lease, delay, slack, problem)
+                doomed = await self._give_up_on(frame, lease, time.time() + delay + slack, problem)
+                given_up += doomed
+                cancelled.update(r.key for r in doomed)
+                await self._take_in(frame, lease, delay, slack, problem, cancelled)
             except LeaseLost as exc:
                 log.error("%s; dropping the frame to its new owner", exc)
                 return None
@@ -165,11 +167,19 @@ class Applier:
         return outcome
 
     async def _take_in(
-        self, frame: Frame, lease: Lease, delay: float, slack: float, problem: str
+        self,
+        frame: Frame,
+        lease: Lease,
+        delay: float,
+        slack: float,
+        problem: str,
+        cancelled: set[str],
     ) -> None:
         """Wait `delay` before the frame's next try, meanwhile reading into it what its shard
         holds behind it (up to FRAME_MAX_RECORDS), each record given up as the frame's are:
-        when its client will have stopped waiting `slack` seconds after the wait."""
+        when its client will have stopped waiting `slack` seconds after the wait. The cancels
+        of records given up, none of them applied (`cancelled`), are left out: else through an
+        outage of minutes the frame would fill with them and take in nothing more."""
         until = time.monotonic() + delay
         limit = self.settings.frames.frame_max_records
         while (left := until - time.monotonic()) > 0 and len(frame) < limit:
@@ -181,8 +191,10 @@ class Applier:
             if more:
                 self.metrics.records_in.inc(len(more))
                 frame.add(more)
+                frame.forget_cancels(cancelled)
                 cutoff = time.time() + max(0.0, until - time.monotonic()) + slack
-                await self._give_up_on(frame, lease, cutoff, problem)
+                doomed = await self._give_up_on(frame, lease, cutoff, problem)
+                cancelled.update(r.key for r in doomed)
             behind = self.stream.lag(lease.shard)  # the backlog shows through the outage
             if behind is not None:
                 self.metrics.batcher_lag_seconds.set(behind)
@@ -268,10 +280,33 @@ class Applier:
         and allocate them, their clients answered 503: so only while the lease is ours
         (`_still_ours`), else LeaseLost."""
         doomed = frame.drop(cutoff)
-        if doomed and self.stream.durable and not await self._still_ours(lease):
-            raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
+        if doomed and self.stream.durable:
+            if not await self._still_ours(lease):
+                raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
+            if not await self._cancel(doomed):
+                return doomed
         await self._unavailable(doomed, problem)
         return doomed
+
+    async def _cancel(self, doomed: Sequence[Demand]) -> bool:
+        """Put a cancel of each record given up on its shard, before it is answered: a batcher
+        that takes the shard over as Postgres comes back (the lease could not be checked while it
+        was away) may replay a record before its deadline and allocate it; the cancel behind it
+        makes those values void, abandoned, as its client was answered 503. False when the
+        stream refuses the cancels: the records are then left unanswered, for their edges to
+        answer 504 and cancel them themselves."""
+        records = [r for r in doomed if isinstance(r, Record)]
+        if not records:
+            return True
+        try:
+            await self.stream.put(
+                [Cancel(r.key, r.counter, r.idempotency_key, _who(r)) for r in records]
+            )
+        except NumeratorError as exc:
+            log.warning("could not cancel %d records given up: %s", len(records), exc)
+            return False
+        self.metrics.records_put.inc(len(records))
+        return True
 
     async def _still_ours(self, lease: Lease) -> bool:
         """Whether no other batcher has taken the shard over: the lease renewed now, or Postgres
@@ -354,3 +389,8 @@ class Applier:
         self.metrics.records_out.inc(len(frame.replies))
         frame.published()
         return True
+
+
+def _who(record: Record) -> str:
+    """Who a cancel of `record` names: its caller, or none for a front frame's (several)."""
+    return record.who if isinstance(record.who, str) else ""

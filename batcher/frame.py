@@ -6,7 +6,7 @@ from enum import Enum
 
 from infra.ports import Entry
 from infra.settings import Policy
-from infra.wire import Demand, Reply
+from infra.wire import Cancel, Demand, Reply
 
 
 class State(Enum):
@@ -71,6 +71,20 @@ class Frame:
                 kept.append(entry)
         self.entries = kept
         return dropped
+
+    def forget_cancels(self, keys: set[str]) -> None:
+        """Take out the cancels of the records `keys` (each key then leaves `keys`): a batcher's
+        own cancels of records it gave up and never applied, read back into the frame they left;
+        they are there for a batcher that takes the shard over (batcher/applier.py)."""
+        self._require(State.OPEN, "drop records from")
+        kept: list[Entry] = []
+        for entry in self.entries:
+            record = entry.record
+            if isinstance(record, Cancel) and record.key in keys:
+                keys.discard(record.key)
+            else:
+                kept.append(entry)
+        self.entries = kept
 
     def take_through(self, sequence: str) -> list[Entry]:
         """Take out the entries up to `sequence`, inclusive (a try that committed them, taken

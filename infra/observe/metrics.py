@@ -274,8 +274,9 @@ class Metrics:
         "their kept replies, never allocated twice.",
     )
     records_put: Total = metric(
-        "Records the edge put on the stream: divided by /next requests, what front frames "
-        "save (one record per counter per front frame).",
+        "Records put on the stream: an edge's, divided by /next requests, what front frames "
+        "save (one record per counter per front frame); a batcher's, the cancels of records "
+        "it gave up in an outage.",
     )
     front_frame_requests: Histogram = metric(
         "Requests one front frame answered with one counter's record.", buckets=SIZES

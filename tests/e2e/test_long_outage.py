@@ -1,4 +1,4 @@
-"""Postgres away for three minutes under load, on the three paths at once (issue 49, "Long
+"""Postgres away for minutes under load, on the three paths at once (issue 49, "Long
 outages"): `numerator up` embedded, on the AWS server edge and on the AWS Lambda edge (each
 AWS path on a moto server of its own), all on ONE Postgres, each under a modest steady load of
 recorded clients (tests/history.py). Postgres is stopped for OUTAGE_S, then started again.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import statistics
 import threading
 import time
@@ -40,7 +41,9 @@ from tests.history import Attempt, Client, asked, settle
 pytestmark = pytest.mark.slow
 
 PATHS = ("embedded", "server", "lambda")
-OUTAGE_S = 180.0
+OUTAGE_S = float(os.environ.get("LONG_OUTAGE_S", "120"))
+"""Two minutes in CI, the first against the last; docs/operations.md's figures are of three
+(LONG_OUTAGE_S=180)."""
 BEFORE_S = 12.0  # load before the outage: the baseline
 AFTER_S = 15.0  # load once Postgres is back
 CLIENTS = 4  # client loops per path: a modest steady load (each waits for its answer)
@@ -149,6 +152,12 @@ class Path:
                     text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
                     lags.append(metric(text, "numerator_batcher_lag_seconds") or 0.0)
                     read += metric(text, "numerator_records_in_total") or 0.0
+                    # the cancels a batcher puts of the records it gives up, read back
+                    put = (
+                        None
+                        if put is None
+                        else put + (metric(text, "numerator_records_put_total") or 0.0)
+                    )
             lag = max(lags, default=None)
             depth = None if put is None else put - read
         items = await asyncio.to_thread(self.items) if self.moto is not None else None
@@ -292,7 +301,7 @@ def written(span: Sequence[Sample]) -> int:
     return items[-1] - items[0] if len(items) > 1 else 0
 
 
-def test_three_minutes_without_postgres_on_every_path() -> None:
+def test_minutes_without_postgres_on_every_path() -> None:
     with contextlib.ExitStack() as running:
         postgres = running.enter_context(temporary_pgserver())
         paths = [Path(name, postgres.get_uri(), running) for name in PATHS]

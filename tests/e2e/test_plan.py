@@ -19,8 +19,9 @@ from numerator.plan.model import Measured, measured_units
 
 pytestmark = pytest.mark.slow
 
-# One Lambda rate: its runs are the slow ones (8 containers), and its calls are each request's.
-OTHER_RATES = {EdgeKind.SERVER: (500.0, 800.0), EdgeKind.LAMBDA: (12.0,)}
+# One rate an edge not measured.json's (the server edge at 800 held as well in the CI runs to
+# 2026-12-04: docs/plan.md); the Lambda edge's runs are the slow ones (8 containers).
+OTHER_RATES = {EdgeKind.SERVER: (500.0,), EdgeKind.LAMBDA: (12.0,)}
 PUTS = {"put_record", "put_records"}
 HELD = 0.9
 """A run that answered less of its offered rate did not hold it. A deployment the plan sizes

@@ -455,3 +455,48 @@ async def test_what_a_frame_took_in_after_a_lost_commit_is_applied_on_its_own(
     assert first.status_code == 503, first.text
     assert second.status_code == 200 and second.json()["value"] == 2, second.text
     assert found["issued"] == 2 and found["delivered"] == 1 and found["unexplained_gaps"] == 0
+
+
+async def test_a_record_given_up_then_replayed_by_the_shards_next_owner_is_void(
+    aws: tuple[Settings, Any], name: str, monkeypatch: Any
+) -> None:
+    """On Kinesis a batcher whose frame cannot commit answers a record 503 before its deadline.
+    Postgres away, it cannot learn whether its lease is still its own; as Postgres came back a
+    batcher that took the shard over replayed the record before that deadline and allocated it,
+    for a client already answered 503 (the matrix's Lambda Postgres cell: 2 values issued to no
+    one, neither void nor delivered). The batcher that gives a record up now puts a cancel behind
+    it first: the next owner reads the two together and allocates nothing (or, reading the
+    cancel in a later frame, voids the values, abandoned: see the takeover test above)."""
+    import batcher.applier
+    from batcher.applier import Applier
+    from infra.errors import StoreUnavailable
+
+    real = Applier._commit
+
+    async def away(self: Applier, *args: Any) -> Any:
+        raise StoreUnavailable("Postgres is unavailable: the connection was closed")
+
+    settings, _ = aws
+    async with EdgeStack(settings) as edge:
+        transport = httpx.ASGITransport(app=edge.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            await client.post("/counters", json={"name": name})
+            # the record's client waits 30 s; the first owner gives it up at once, as if its
+            # next try could only end past that
+            record = Record(reply_key(), name, 1, deadline=time.time() + 30, sent=time.time())
+            monkeypatch.setattr(Applier, "_commit", away)
+            monkeypatch.setattr(batcher.applier, "GIVE_UP_MARGIN_S", 60.0)
+            async with BatcherStack(settings):
+                edge.aws.replies.expect(record.key)
+                await edge.aws.stream.put([record])
+                reply = await edge.aws.replies.wait(record.key, 10)
+                assert reply.error is not None and reply.error.value == "unavailable", reply
+            monkeypatch.setattr(Applier, "_commit", real)
+            monkeypatch.setattr(batcher.applier, "GIVE_UP_MARGIN_S", 0.5)
+            async with BatcherStack(settings) as heir:  # replays it well before its deadline
+                await until(lambda: heir.metrics.records_cancelled.value >= 1, within=10)
+                after = await client.post(f"/counters/{name}/next")
+            found = await report(client, name)
+    assert heir.metrics.values_allocated.value == 1, "the given-up record took no value"
+    assert after.json()["value"] == 1, after.text
+    assert found["issued"] == 1 and found["voided"] == {}, found

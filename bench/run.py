@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import local, record, report
+from bench import local, record, report, waterfall
 from bench.collect import Collector, Processes, aws_calls
 from bench.errors import BenchError
 from bench.http import Client
@@ -167,8 +167,25 @@ def execute(
                     version=__version__,
                 )
             )
+            if env.get("TRACE_FILE"):  # read once its processes stopped, their spans flushed
+                runs[-1]["trace"] = traced(Path(env["TRACE_FILE"]))
     save(runs, outputs)
     return runs
+
+
+def traced(path: Path) -> dict[str, Any]:
+    """What a run's trace file shows: how many trace spans and requests it holds, and one
+    request's hops (bench/waterfall.py), for the report to draw."""
+    if not path.exists():
+        return {"file": str(path), "spans": 0, "requests": 0, "hops": []}
+    spans = waterfall.read(path)
+    requests = sum(span["name"] == waterfall.NEXT for span in spans)
+    return {
+        "file": str(path),
+        "spans": len(spans),
+        "requests": requests,
+        "hops": waterfall.hops(spans),
+    }
 
 
 def targets(

@@ -53,6 +53,15 @@ def configure(settings: TraceSettings, role: str) -> bool:
     return True
 
 
+def require(settings: TraceSettings) -> None:
+    """Refuse (SettingsError, naming the variable) settings that trace without the SDK."""
+    import importlib.util
+
+    if settings.on and importlib.util.find_spec("opentelemetry.sdk") is None:
+        variable = "TRACE_FILE" if settings.trace_file else "OTEL_EXPORTER_OTLP_ENDPOINT"
+        raise SettingsError(variable, f"traces need OpenTelemetry's SDK: {INSTALL}")
+
+
 def install(provider: TracerProvider) -> None:
     """Trace this process into `provider` (the tests' in-memory exporter, or `configure`'s)."""
     global ON, _tracer, _provider
@@ -238,6 +247,9 @@ def _frame(entries: Sequence[Entry], shard: str, read: tuple[int, int]) -> Itera
             if context is not None:
                 links.append(Link(context))
     began, read_end = read
+    sent = [e.record.sent for e in entries if e.record is not None and e.record.sent]
+    if sent:  # an idle read waits for records: the frame's read begins at the first's put
+        began = min(read_end, max(began, int(min(sent) * 1e9)))
     attributes: dict[str, str | int] = {"numerator.shard": shard, "numerator.records": len(entries)}
     tracer = _t()
     with tracer.start_as_current_span(

@@ -52,7 +52,7 @@ def named(spans: list[ReadableSpan], name: str) -> list[ReadableSpan]:
 
 def sid(span: ReadableSpan) -> int:
     assert span.context is not None
-    return span.context.span_id
+    return int(span.context.span_id)
 
 
 def children(spans: list[ReadableSpan], parent: ReadableSpan) -> dict[str, ReadableSpan]:

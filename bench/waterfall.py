@@ -56,7 +56,7 @@ def hops(spans: list[dict[str, Any]], pick: str = "median") -> list[dict[str, An
     if not whole:
         return []
     whole.sort(key=lambda item: (item[0], item[1]))
-    _, _, chosen = whole[-1] if pick == "slowest" else whole[len(whole) // 2]
+    _, _, chosen = whole[-1] if pick == "slowest" else whole[(len(whole) - 1) // 2]
     return sorted(chosen, key=lambda s: (s["start"], s["name"]))
 
 

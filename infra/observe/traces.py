@@ -156,13 +156,15 @@ def current() -> Any:
 
 @contextlib.contextmanager
 def front_frame(contexts: Iterable[Any], records: int) -> Iterator[None]:
-    """A server edge's front frame, linked to the requests it gathered (their trace contexts);
-    its put and its reply's wait are its children."""
+    """A server edge's front frame, a trace of its own linked to the requests it gathered
+    (their trace contexts), not the child of the one that opened it; its put and its reply's
+    wait are its children."""
+    from opentelemetry.context import Context
     from opentelemetry.trace import Link
 
     links = [Link(c) for c in contexts if c is not None and c.is_valid]
     with _t().start_as_current_span(
-        "front frame", links=links, attributes={"numerator.records": records}
+        "front frame", Context(), links=links, attributes={"numerator.requests": records}
     ):
         yield
 

@@ -139,7 +139,7 @@ async def test_one_next_on_the_server_edge_through_a_front_frame_and_alone(
             spans = list(traced.get_finished_spans())
             [request] = named(spans, NEXT)
             front = await linked(traced, request)
-            assert front.name == "front frame"
+            assert front.name == "front frame" and front.parent is None
             spans = list(traced.get_finished_spans())
             put = children(spans, front)["put"]
             assert "reply" in children(spans, front)

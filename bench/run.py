@@ -167,25 +167,20 @@ def execute(
                     version=__version__,
                 )
             )
-            if env.get("TRACE_FILE"):  # read once its processes stopped, their spans flushed
-                runs[-1]["trace"] = traced(Path(env["TRACE_FILE"]))
     save(runs, outputs)
     return runs
 
 
-def traced(path: Path) -> dict[str, Any]:
-    """What a run's trace file shows: how many trace spans and requests it holds, and one
-    request's hops (bench/waterfall.py), for the report to draw."""
-    if not path.exists():
-        return {"file": str(path), "spans": 0, "requests": 0, "hops": []}
-    spans = waterfall.read(path)
+def traced(env: dict[str, str]) -> dict[str, Any]:
+    """For a run whose service traced (TRACE_FILE), its record's `trace`: how many trace spans
+    and requests its file holds, and one request's hops (bench/waterfall.py) for the report."""
+    if not env.get("TRACE_FILE"):
+        return {}
+    path = Path(env["TRACE_FILE"])
+    spans = waterfall.read(path) if path.exists() else []
     requests = sum(span["name"] == waterfall.NEXT for span in spans)
-    return {
-        "file": str(path),
-        "spans": len(spans),
-        "requests": requests,
-        "hops": waterfall.hops(spans),
-    }
+    hops = waterfall.hops(spans)
+    return {"trace": {"file": str(path), "spans": len(spans), "requests": requests, "hops": hops}}
 
 
 def targets(
@@ -313,6 +308,8 @@ def calls(runs: list[dict[str, Any]]) -> str:
 
 
 def save(runs: list[dict[str, Any]], outputs: Outputs) -> None:
+    for run in runs:  # read once its processes stopped, their trace spans flushed
+        run.update(traced(run["settings"].get("environment") or {}))
     if outputs.json:
         record.write_json(outputs.json, runs)
     if outputs.csv:

@@ -142,6 +142,7 @@ class BatcherStack:
         await self.running.aclose()
         if self.aws is not None:
             self.aws.close()
+        traces.flush()  # a worker stopping sends its last trace spans (none when off)
 
 
 class EmbeddedStack(BatcherStack):
@@ -263,6 +264,7 @@ class EdgeStack:
         await self.running.aclose()
         await self.store.close()
         self.aws.close()
+        traces.flush()
 
     def app(self) -> FastPath:
         return create_app(self.edge)

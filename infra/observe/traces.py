@@ -69,10 +69,10 @@ def install(provider: TracerProvider) -> None:
 
 
 def uninstall() -> None:
-    """Stop tracing (its trace spans flushed): the tests turn it off again."""
+    """Stop tracing (its trace spans sent, its exporters shut down): the tests turn it off."""
     global ON, _tracer, _provider
     if _provider is not None:
-        _provider.force_flush()
+        _provider.shutdown()
     ON, _tracer, _provider = False, None, None
 
 

@@ -44,9 +44,10 @@ def provider(settings: TraceSettings, role: str) -> TracerProvider:
 
 
 class Linked(Sampler):
-    """The SDK's sampler, but a root trace span with a link to a sampled one is sampled: a
-    frame is recorded whenever a request it served is, so a 1 % sample still has each sampled
-    request's frame."""
+    """The SDK's sampler, but a root trace span with links follows them: sampled if one of them
+    is, else dropped. A frame (or a front frame) is recorded exactly when a request it served
+    is, so a 1 % sample has each sampled request's frame and no frame of its own draw; a frame
+    of records that carry no trace context (an edge that does not trace) has the SDK's draw."""
 
     def __init__(self, sampler: Sampler) -> None:
         self.sampler = sampler
@@ -62,8 +63,9 @@ class Linked(Sampler):
         trace_state: TraceState | None = None,
     ) -> SamplingResult:
         root = not get_current_span(parent_context).get_span_context().is_valid
-        if root and links and any(link.context.trace_flags.sampled for link in links):
-            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+        if root and links:
+            sampled = any(link.context.trace_flags.sampled for link in links)
+            return SamplingResult(Decision.RECORD_AND_SAMPLE if sampled else Decision.DROP)
         return self.sampler.should_sample(
             parent_context, trace_id, name, kind, attributes, links, trace_state
         )

@@ -101,6 +101,10 @@ def test_configured_it_writes_the_file_and_posts_otlp(
 
         with traces._t().start_as_current_span("linked", links=[Link(parent)]):
             pass  # linked to a sampled one: kept
+        unsampled = traces.parsed("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00")
+        assert unsampled is not None
+        with traces._t().start_as_current_span("unsampled", links=[Link(unsampled)]):
+            pass  # linked to none sampled: dropped, whatever the SDK's draw
         traces.flush()
     finally:
         traces.uninstall()

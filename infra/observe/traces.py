@@ -216,6 +216,13 @@ class TracedReplies:
             return await self.replies.wait(key, timeout)
 
 
+def delivered(via: str) -> None:
+    """Say on the trace span now current (a reply's wait) how its reply came: push, table."""
+    from opentelemetry.trace import get_current_span
+
+    get_current_span().set_attribute("numerator.reply.via", via)
+
+
 def traced(stream: Stream, replies: Replies) -> tuple[Stream, Replies]:
     """An edge's ports, their puts and waits traced: called once, where the edge is wired."""
     from typing import cast

@@ -19,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
 from opentelemetry.trace import SpanKind
 
+from infra.adapters.pushkeys import new_key
 from infra.observe import otel, traces
 from infra.settings import Settings
 from numerator.stack import BatcherStack, EdgeStack, EmbeddedStack
@@ -78,6 +79,11 @@ async def linked(exporter: InMemorySpanExporter, to: ReadableSpan) -> ReadableSp
     return one
 
 
+def via(reply: ReadableSpan) -> object:
+    """How a reply's wait ended: pushed, or read from the reply table."""
+    return (reply.attributes or {}).get("numerator.reply.via")
+
+
 def assert_frame(spans: list[ReadableSpan], frame: ReadableSpan) -> None:
     assert frame.kind is SpanKind.CONSUMER and frame.parent is None  # a trace of its own
     steps = children(spans, frame)
@@ -128,8 +134,11 @@ async def test_one_next_on_the_server_edge_through_a_front_frame_and_alone(
 ) -> None:
     """Without an Idempotency-Key a request goes through a front frame: the frame's trace span
     links to each request it gathered, its put is its child; with one, the put is the request's
-    own child. Each put is linked from the batcher's frame: the record carried it on Kinesis."""
-    own = aws[0].but(reply_timeout_s=10.0)
+    own child. Each put is linked from the batcher's frame: the record carried it on Kinesis.
+    The front frame's reply came pushed (its record names the edge's inbox), the keyed one's
+    from the reply table (its record names none)."""
+    # the edge's first table read half a beat after the batcher's: the push comes before it
+    own = aws[0].but(reply_timeout_s=10.0, reply_lag_ms=100.0, push_keys=new_key())
     async with BatcherStack(own), EdgeStack(own) as edge:
         transport = httpx.ASGITransport(app=edge.app())
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
@@ -141,15 +150,16 @@ async def test_one_next_on_the_server_edge_through_a_front_frame_and_alone(
             front = await linked(traced, request)
             assert front.name == "front frame" and front.parent is None
             spans = list(traced.get_finished_spans())
-            put = children(spans, front)["put"]
-            assert "reply" in children(spans, front)
+            put, reply = children(spans, front)["put"], children(spans, front)["reply"]
+            assert via(reply) == "push"
             frame = await linked(traced, put)
             assert_frame(list(traced.get_finished_spans()), frame)
 
             traced.clear()
             keyed = {"Idempotency-Key": f"{name}-1"}
             assert (await client.post(f"/counters/{name}/next", headers=keyed)).status_code == 200
-            _, put = request_put_reply(list(traced.get_finished_spans()))
+            request, put = request_put_reply(list(traced.get_finished_spans()))
+            assert via(children(list(traced.get_finished_spans()), request)["reply"]) == "table"
             frame = await linked(traced, put)
     assert_frame(list(traced.get_finished_spans()), frame)
 
@@ -186,6 +196,7 @@ def one_next(
     spans = list(traced.get_finished_spans())
     request, put = request_put_reply(spans)
     assert request.parent is not None and request.parent.span_id == 0x00F067AA0BA902B7
+    assert via(children(spans, request)["reply"]) == "table"  # a container takes no pushes
     return spans, put
 
 

@@ -107,7 +107,8 @@ def svg(chosen: list[dict[str, Any]], title: str = "one /next, its hops") -> str
         colour = next((c for k, c in colours.items() if k in service), "#76b7b2")
         if span["name"] in ("frame", "read", "collect", "commit", "publish"):
             colour = colours["batcher"]
-        label = "  " * depth(span, by_id) + span["name"]
+        how = span.get("attributes", {}).get("numerator.reply.via")
+        label = "  " * depth(span, by_id) + span["name"] + (f" ({how})" if how else "")
         x = LABEL_PX + (span["start"] - zero) * scale
         bar = max(1.0, (span["end"] - span["start"]) * scale)
         took = (span["end"] - span["start"]) / 1e6

@@ -11,7 +11,7 @@ from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind, get_current_span
@@ -22,6 +22,9 @@ from infra.settings import TraceSettings
 
 FILE_DELAY_MS = 500
 """How often finished trace spans are appended to TRACE_FILE: a user reads it as a run goes."""
+LINKS = 10_000
+"""The most links a trace span keeps (the SDK's default is 128): a frame links to each sampled
+request it serves, up to FRAME_MAX_RECORDS; one past the limit would lose its frame."""
 
 
 def provider(settings: TraceSettings, role: str) -> TracerProvider:
@@ -31,7 +34,7 @@ def provider(settings: TraceSettings, role: str) -> TracerProvider:
     resource = Resource.create({"numerator.role": role})
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": f"numerator-{role}"}))
-    made = TracerProvider(resource=resource)
+    made = TracerProvider(resource=resource, span_limits=SpanLimits(max_links=LINKS))
     made.sampler = Linked(made.sampler)
     if settings.trace_file:
         exporter = JsonLines(settings.trace_file)

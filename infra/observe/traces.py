@@ -248,13 +248,12 @@ def frame(
 def _frame(entries: Sequence[Entry], shard: str, read: tuple[int, int]) -> Iterator[None]:
     from opentelemetry.trace import Link, SpanKind
 
-    links = []
-    for entry in entries:
-        record = entry.record
-        if isinstance(record, Record) and record.trace:
-            context = parsed(record.trace)
-            if context is not None:
-                links.append(Link(context))
+    carried = [e.record.trace for e in entries if isinstance(e.record, Record) and e.record.trace]
+    contexts = [c for c in map(parsed, carried) if c is not None]
+    links = [Link(c) for c in contexts if c.trace_flags.sampled]
+    if contexts and not links:  # none of the requests it serves is sampled: nor is it
+        yield
+        return
     began, read_end = read
     sent = [e.record.sent for e in entries if e.record is not None and e.record.sent]
     if sent:  # an idle read waits for records: the frame's read begins at the first's put

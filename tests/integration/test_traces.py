@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
@@ -32,7 +32,9 @@ CLIENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 def tracing(sampler: Sampler) -> Iterator[InMemorySpanExporter]:
     exporter = InMemorySpanExporter()
-    provider = TracerProvider(sampler=otel.Linked(sampler))
+    provider = TracerProvider(
+        sampler=otel.Linked(sampler), span_limits=SpanLimits(max_links=otel.LINKS)
+    )
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     traces.install(provider)
     try:
@@ -221,3 +223,28 @@ async def test_a_frame_is_recorded_when_a_request_it_served_is(
         names = {NEXT, "put", "reply", "frame", "read", "collect", "commit", "publish"}
         assert {s.name for s in spans} == names, spans
         assert len(named(spans, NEXT)) == 1 and len(named(spans, "frame")) == 1
+
+
+async def test_a_large_frame_links_every_request_it_served(
+    traced: InMemorySpanExporter, settings: Settings, name: str
+) -> None:
+    """A frame of more records than the SDK keeps links by default (128): every request's put
+    is still linked from its frame (otel.LINKS)."""
+    fixed = settings.but(frame_policy="fixed", back_frame_ms=200.0)
+    async with EmbeddedStack(fixed) as stack:
+        transport = httpx.ASGITransport(app=stack.app())
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+            assert (await client.post("/counters", json={"name": name})).status_code == 201
+            answers = await asyncio.gather(
+                *(client.post(f"/counters/{name}/next") for _ in range(300))
+            )
+            assert [a.status_code for a in answers] == [200] * 300
+            deadline = time.monotonic() + 5
+            spans = list(traced.get_finished_spans())
+            while not all(linking(spans, put) for put in named(spans, "put")):
+                assert time.monotonic() < deadline, "a put linked from no frame"
+                await asyncio.sleep(0.05)  # the last frame ends after its publish
+                spans = list(traced.get_finished_spans())
+    frames = named(spans, "frame")
+    assert max(len(f.links) for f in frames) > 128, [len(f.links) for f in frames]
+    assert sum(len(f.links) for f in frames) == len(named(spans, "put")) == 300

@@ -31,6 +31,7 @@ from infra.errors import (
 )
 from infra.faults import Faults
 from infra.ledger import VoidReason
+from infra.observe import traces
 from infra.observe.metrics import Metrics
 from infra.ports import Frames, Lease, Replies, Stream
 from infra.settings import ReadBeats, Settings
@@ -83,7 +84,8 @@ class Applier:
         `token`, from `self.gather.applying()`): the lease moved past it; None when another
         batcher took the shard over."""
         self._observe(frame, lease)
-        outcome = await self._commit_retried(frame, lease)
+        with traces.step("commit"):
+            outcome = await self._commit_retried(frame, lease)
         if not isinstance(outcome, Outcome):
             return outcome
         self._count(outcome)
@@ -102,7 +104,9 @@ class Applier:
                 self.faults.pause_before_publish_s,
             )
             await asyncio.sleep(self.faults.pause_before_publish_s)
-        if await self._publish(frame, token) and outcome.held is not None:
+        with traces.step("publish"):
+            published = await self._publish(frame, token)
+        if published and outcome.held is not None:
             self.shares.published.setdefault(lease.shard, []).append(outcome.held)
         return lease
 

@@ -15,6 +15,7 @@ from batcher.shares import Shares
 from batcher.stopping import Stopping
 from infra.backoff import Backoff
 from infra.errors import ShardEnded, Unavailable
+from infra.observe import traces
 from infra.ports import Entry, Lease, Stream
 from infra.settings import Settings
 
@@ -67,7 +68,9 @@ class ShardLoop:
             if self.shares.surplus(shard):
                 break
             stopping = self.stopping.is_set()
+            read_at = time.time_ns()  # for the frame's trace span, when this process traces
             entries = await self._records(lease, limit, stopping, failed)
+            read = (read_at, time.time_ns())
             if entries is None:
                 return None
             if time.monotonic() - renewed > self.frames.lease_ttl_s / 3:
@@ -86,7 +89,8 @@ class ShardLoop:
                 if len(frame) < limit and not stopping:
                     await self._collect(shard, frame, limit, began, ended)
                 began = time.monotonic()
-                lease = await self.applier.apply(frame, lease, token)
+                with traces.frame(frame.entries, shard, read):
+                    lease = await self.applier.apply(frame, lease, token)
                 ended = time.monotonic()
             if frame.state is not State.OPEN:
                 self._working(shard, committed=True)

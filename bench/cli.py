@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from bench.scenario import Scenario
+    from bench.variants import Variant
 
 SCENARIOS = Path(__file__).parent / "scenarios"
 
@@ -140,6 +141,13 @@ def stack(parser: argparse.ArgumentParser) -> None:
         "DynamoDB UpdateItem ADD per request, bench/atomic.py) on the same endpoint",
     )
     parser.add_argument(
+        "--trace-cost",
+        action="store_true",
+        help="--local or --aws: run numerator three times, tracing off, then tracing 1%% and "
+        "100%% of requests (OpenTelemetry, into a trace file each: needs numerator[trace]); the "
+        "report compares them and draws one request's hops",
+    )
+    parser.add_argument(
         "--floor",
         action="store_true",
         help="also run the same schedule against numerator's trivial route (POST /ping): the "
@@ -168,7 +176,6 @@ def fail(message: str) -> NoReturn:
 def run(args: argparse.Namespace) -> None:
     from bench.errors import BenchError
     from bench.run import Outputs, execute, headline
-    from bench.variants import VariantError, parse
 
     if args.aws:
         if args.url:
@@ -189,10 +196,7 @@ def run(args: argparse.Namespace) -> None:
         fail("--containers is the local Lambda edge's: with --aws moto --edge lambda")
     if args.compare and not args.local:
         fail("--compare starts the baselines itself: use it with --local")
-    try:
-        variants = parse(args.settings)
-    except VariantError as exc:
-        fail(str(exc))
+    variants = configurations(args)
     scenario = _scenario(args)
     out = Outputs(args.json, args.csv, args.db, args.html)
     try:
@@ -215,6 +219,38 @@ def run(args: argparse.Namespace) -> None:
     for kind, where in (("json", out.json), ("csv", out.csv), ("db", out.db), ("html", out.html)):
         if where:
             print(f"{kind}: {where}")
+
+
+def configurations(args: argparse.Namespace) -> list[Variant]:
+    """numerator's configurations to run: `--settings`, or `--trace-cost`'s three."""
+    from bench.variants import VariantError, parse
+
+    if args.trace_cost:
+        return traced(args)
+    try:
+        return parse(args.settings)
+    except VariantError as exc:
+        fail(str(exc))
+
+
+def traced(args: argparse.Namespace) -> list[Variant]:
+    """`--trace-cost`'s three configurations, their trace files in a folder of their own."""
+    import tempfile
+
+    from bench.variants import tracing_cost
+    from infra.errors import SettingsError
+    from infra.observe import traces
+    from infra.settings import TraceSettings
+
+    if args.settings or args.url:
+        fail("--trace-cost starts numerator three ways itself: not with --settings or --url")
+    try:
+        traces.require(TraceSettings(trace_file="-"))
+    except SettingsError as exc:
+        fail(str(exc))
+    folder = Path(tempfile.mkdtemp(prefix="numerator-traces-"))
+    print(f"trace files: {folder}", flush=True)
+    return tracing_cost(folder)
 
 
 def _scenario(args: argparse.Namespace) -> Scenario:

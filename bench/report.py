@@ -7,6 +7,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from bench import waterfall
 from bench.charts import Series, line_chart
 from bench.collect import aws_calls
 from bench.verdict import verdict
@@ -310,6 +311,56 @@ def distribution(runs: list[dict[str, Any]]) -> str:
     )
 
 
+def hops(run: dict[str, Any]) -> str:
+    """One request's hops from the run's trace file (`TRACE_FILE`, `--trace-cost`)."""
+    trace = run.get("trace")
+    if not trace:
+        return ""
+    said = (
+        f"<p class='meta'>{trace['spans']} trace spans, {trace['requests']} requests traced, "
+        f"in <code>{escape(trace['file'])}</code></p>"
+    )
+    if not trace["hops"]:
+        return said + "<p class='meta'>no /next with its batcher's frame in the file</p>"
+    drawn = waterfall.svg(trace["hops"], "one /next (the median traced), its hops")
+    return f"<h3>One request's hops</h3>{said}{drawn}"
+
+
+def tracing(runs: list[dict[str, Any]]) -> str:
+    """Tracing's cost: each traced run's latency and service CPU a request against the first
+    run's (`--trace-cost`: tracing off)."""
+    if len(runs) < 2 or not any(run.get("trace") for run in runs[1:]):
+        return ""
+
+    def cpu_ms(summary: dict[str, Any]) -> float:
+        cpu, rps = summary.get("cpu_pct"), summary.get("rps_mean")
+        return cpu * 10 / rps if cpu is not None and rps else math.nan
+
+    first = runs[0]["summary"]
+    rows = []
+    for run in runs:
+        this = run["summary"]
+        rows.append(
+            {
+                "target": this["target"],
+                "traced": (run.get("trace") or {}).get("requests", 0),
+                "p50": this["latency_p50_ms"],
+                "p95": this["latency_p95_ms"],
+                "cpu": cpu_ms(this),
+                "cpu_ratio": cpu_ms(this) / cpu_ms(first) if cpu_ms(first) else math.nan,
+            }
+        )
+    columns = [
+        ("target", "run"),
+        ("traced", "requests traced"),
+        ("p50", "p50 ms"),
+        ("p95", "p95 ms"),
+        ("cpu", "service CPU ms a request"),
+        ("cpu_ratio", f"CPU: this ÷ {first['target']}"),
+    ]
+    return "<h2>Tracing's cost</h2>" + table(rows, columns)
+
+
 def verdicts(runs: list[dict[str, Any]]) -> str:
     """Each run's verdict (bench/verdict.py): the tier that limited it, and the evidence."""
     lines = []
@@ -341,6 +392,7 @@ def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:
         verdicts(runs),
         table([r["summary"] for r in runs], HEADLINE),
         ratios(runs),
+        tracing(runs),
         sweep(runs),
         distribution(runs),
     ]
@@ -364,6 +416,7 @@ def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:
             )
         sections.append(charts(run))
         sections.append(aws(run))
+        sections.append(hops(run))
     if history:
         sections.append("<h2>Compared with earlier runs</h2>")
         sections.append(table(history, HISTORY, mark=summary["run_id"]))

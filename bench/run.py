@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import local, record, report
+from bench import local, record, report, waterfall
 from bench.collect import Collector, Processes, aws_calls
 from bench.errors import BenchError
 from bench.http import Client
@@ -171,6 +171,18 @@ def execute(
     return runs
 
 
+def traced(env: dict[str, str]) -> dict[str, Any]:
+    """For a run whose service traced (TRACE_FILE), its record's `trace`: how many trace spans
+    and requests its file holds, and one request's hops (bench/waterfall.py) for the report."""
+    if not env.get("TRACE_FILE"):
+        return {}
+    path = Path(env["TRACE_FILE"])
+    spans = waterfall.read(path) if path.exists() else []
+    requests = sum(span["name"] == waterfall.NEXT for span in spans)
+    hops = waterfall.hops(spans)
+    return {"trace": {"file": str(path), "spans": len(spans), "requests": requests, "hops": hops}}
+
+
 def targets(
     scenario: Scenario, variants: list[Variant], aws: str | None, compare: bool, floor: bool
 ) -> list[tuple[str, str, dict[str, str]]]:
@@ -296,6 +308,8 @@ def calls(runs: list[dict[str, Any]]) -> str:
 
 
 def save(runs: list[dict[str, Any]], outputs: Outputs) -> None:
+    for run in runs:  # read once its processes stopped, their trace spans flushed
+        run.update(traced(run["settings"].get("environment") or {}))
     if outputs.json:
         record.write_json(outputs.json, runs)
     if outputs.csv:

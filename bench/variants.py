@@ -10,6 +10,7 @@ anything starts."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from infra.errors import SettingsError
 from infra.settings import VARIABLES, Settings
@@ -20,7 +21,9 @@ NOT_HERE = {
     "WORKERS": "--workers",
     "MODE": "--edge (with --aws)",
 }
-SETTINGS = frozenset(VARIABLES)  # every service setting
+SDK = frozenset({"OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_SERVICE_NAME"})
+"""OpenTelemetry's own variables, read by its SDK in a service that traces (TRACE_FILE)."""
+SETTINGS = frozenset(VARIABLES) | SDK  # every service setting
 
 
 class VariantError(ValueError):
@@ -30,12 +33,33 @@ class VariantError(ValueError):
 @dataclass(frozen=True)
 class Variant:
     env: dict[str, str]
+    label: str = ""
+    """What the run is called instead of its settings, if given."""
 
     @property
     def name(self) -> str:
+        if self.label:
+            return f"numerator[{self.label}]"
         if not self.env:
             return "numerator"
         return "numerator[" + ",".join(f"{k}={v}" for k, v in self.env.items()) + "]"
+
+
+def tracing_cost(folder: Path) -> list[Variant]:
+    """`--trace-cost`: numerator with tracing off, then tracing 1 % and 100 % of its requests
+    into a trace file each in `folder` (the report draws one request's hops from them)."""
+    ratio = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.01"}
+    return [
+        Variant({}, "tracing off"),
+        Variant({"TRACE_FILE": str(folder / "trace-1pct.jsonl"), **ratio}, "tracing 1%"),
+        Variant(
+            {
+                "TRACE_FILE": str(folder / "trace-100pct.jsonl"),
+                "OTEL_TRACES_SAMPLER": "parentbased_always_on",
+            },
+            "tracing 100%",
+        ),
+    ]
 
 
 def parse(texts: list[str] | None) -> list[Variant]:
@@ -60,7 +84,7 @@ def parse(texts: list[str] | None) -> list[Variant]:
         if not env:
             raise VariantError(f"--settings {text!r}: expected KEY=VALUE[,KEY=VALUE…]")
         try:
-            Settings.from_env(env)
+            Settings.from_env({k: v for k, v in env.items() if k not in SDK})
         except SettingsError as exc:
             raise VariantError(f"--settings {text!r}: {exc}") from None
         variants.append(Variant(env))

@@ -19,6 +19,7 @@ from functions.limits import KeyRate
 from infra.clock import utc_now
 from infra.errors import NumeratorError
 from infra.ledger import VoidReason
+from infra.observe import traces
 from infra.observe.health import ALIVE_EVERY_S, Health, responds
 from infra.observe.metrics import Metrics
 from infra.ports import EdgeStore, Replies, Stream
@@ -93,6 +94,8 @@ class Edge:
         self.key_rate = KeyRate(settings.edge.idempotency_keys_per_s)
         if self.health is None:
             self.health = Health({"store": responds(self.store.ping)})
+        if traces.ON:  # its puts and its replies' waits as trace spans
+            self.stream, self.replies = traces.traced(self.stream, self.replies)
 
     async def give_up(self, record: Record) -> None:
         """Say on the stream that no client will read this record's reply (its reply timed out,

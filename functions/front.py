@@ -21,6 +21,7 @@ from typing import Any
 from functions.watch import ClientLeft
 from infra.adapters import beats
 from infra.errors import AwsRefused, NumeratorError, ReplyTimeout
+from infra.observe import traces
 from infra.observe.metrics import Metrics
 from infra.ports import Replies, Stream
 from infra.wire import MAX_RECORD_COUNT, BadReply, Record, Reply, reply_key
@@ -41,6 +42,7 @@ class Waiter:
     deadline: float
     answer: asyncio.Future[Reply] = field(repr=False)
     who: str = ""
+    trace: Any = None  # its request's trace context, when this process traces
 
 
 class Front:
@@ -104,6 +106,8 @@ class Front:
         now = time.time()
         deadline = now + self.budget(timeout)
         waiter = Waiter(count, now + timeout, deadline, loop.create_future(), who)
+        if traces.ON:
+            waiter.trace = traces.current()
         self._open.setdefault(counter, []).append(waiter)
         if self._timer is None:
             longest = self._longest()
@@ -206,7 +210,15 @@ class Front:
         task.add_done_callback(self._tasks.discard)
 
     async def _send(self, groups: dict[str, list[Waiter]], due: float) -> None:
-        """Put the frame `groups` (due to close at monotonic `due`), and deliver its replies."""
+        """Put the frame `groups` (due to close at monotonic `due`), and deliver its replies;
+        when this process traces, in a trace span linked to each of its requests'."""
+        if not traces.ON:
+            return await self._put(groups, due)
+        waiters = [waiter for group in groups.values() for waiter in group]
+        with traces.front_frame((waiter.trace for waiter in waiters), len(waiters)):
+            await self._put(groups, due)
+
+    async def _put(self, groups: dict[str, list[Waiter]], due: float) -> None:
         sent = time.time()
         batches: list[tuple[Record, list[Waiter]]] = []
         for counter, waiters in groups.items():

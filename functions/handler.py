@@ -30,6 +30,7 @@ from functions.edge import CANCEL_PUT_S, Edge
 from functions.problems import Kind, Problem
 from infra.adapters.serverless import aws_ports
 from infra.errors import SettingsError
+from infra.observe import traces
 from infra.observe.emf import Emf
 from infra.observe.health import Health
 from infra.observe.metrics import Metrics
@@ -82,6 +83,7 @@ def build(
     refused = settings.open_to(None)
     if refused:
         raise SettingsError("AUTH", refused)
+    traces.configure(settings.tracing, "lambda")
     metrics = metrics or Metrics()
     metrics.info.labels = {"mode": "aws", "role": "lambda"}
     aws = aws_ports(settings, metrics)
@@ -155,3 +157,5 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         return app(event, context)
     finally:
         emf.tick()
+        if traces.ON:  # a frozen container sends nothing: its trace spans go now
+            traces.flush()

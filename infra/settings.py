@@ -340,6 +340,20 @@ class LocalSettings(Group):
     POSITIVE = ("workers", "lambda_containers")
 
 
+@dataclass(frozen=True, slots=True)
+class TraceSettings(Group):
+    """OpenTelemetry traces (infra/observe/traces.py): off unless one of these names where they
+    go. Sampling, the service's name and the exporter's own knobs are the SDK's standard
+    variables (OTEL_TRACES_SAMPLER, OTEL_SERVICE_NAME, ...), read by the SDK itself."""
+
+    trace_file: str = ""  # TRACE_FILE: a file of JSON lines, a finished trace span a line
+    otel_exporter_otlp_endpoint: str = ""  # OTEL_EXPORTER_OTLP_ENDPOINT: an OTLP/HTTP collector
+
+    @property
+    def on(self) -> bool:
+        return bool(self.trace_file or self.otel_exporter_otlp_endpoint)
+
+
 GROUPS: dict[str, type[Group]] = {
     "database": DatabaseSettings,
     "frames": FrameSettings,
@@ -347,6 +361,7 @@ GROUPS: dict[str, type[Group]] = {
     "edge": EdgeSettings,
     "aws": AwsSettings,
     "local": LocalSettings,
+    "tracing": TraceSettings,
 }
 
 
@@ -362,6 +377,7 @@ class Settings:
     edge: EdgeSettings = field(default_factory=EdgeSettings)
     aws: AwsSettings = field(default_factory=AwsSettings)
     local: LocalSettings = field(default_factory=LocalSettings)
+    tracing: TraceSettings = field(default_factory=TraceSettings)
 
     @classmethod
     def of(cls, **values: object) -> Settings:

@@ -133,6 +133,10 @@ class Record:
     """Where its edge takes its reply pushed (infra/adapters/push.py): "host:port", or ""
     (the Lambda edge, the embedded path): then the reply table alone. An address only: the key
     a push is signed with never travels in a record."""
+    trace: str = ""
+    """The W3C `traceparent` of the trace span that put it ("00-<trace>-<span>-<flags>"), when
+    the edge traces (infra/observe/traces.py): the batcher's frame links to it. "" (and no
+    field on the wire) when it does not."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -149,6 +153,8 @@ class Record:
             out["w"] = self.who
         if self.to:
             out["t"] = self.to
+        if self.trace:
+            out["tp"] = self.trace
         return out
 
     @classmethod
@@ -179,7 +185,9 @@ class Record:
             raise BadRecord("who must be a string or a list of [count, who]", key)
         to = data.get("t", "")  # one that names no inbox is answered through the table alone
         to = to if isinstance(to, str) else ""
-        return cls(key, counter, count, idem, deadline, sent, who, to)
+        trace = data.get("tp", "")  # a record from an edge that does not trace has none
+        trace = trace if isinstance(trace, str) else ""
+        return cls(key, counter, count, idem, deadline, sent, who, to, trace)
 
 
 def _times(data: dict[str, Any], key: str) -> tuple[float, float]:

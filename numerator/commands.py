@@ -97,6 +97,14 @@ def add_up(commands: Any) -> None:
         "the Lambda handler in process (lambda)",
     )
     up.add_argument("--batchers", type=int, default=1, help="with --aws: batcher processes")
+    up.add_argument(
+        "--trace",
+        type=Path,
+        metavar="FILE",
+        help="append every process's OpenTelemetry trace spans to FILE, a JSON line each "
+        "(TRACE_FILE; needs numerator[trace]); OTEL_EXPORTER_OTLP_ENDPOINT sends them to a "
+        "collector instead",
+    )
     up.set_defaults(run=later("numerator.serving:run_up"))
 
 

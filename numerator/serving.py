@@ -46,8 +46,10 @@ def run_up(args: argparse.Namespace) -> None:
         raise Refused("--edge lambda runs the AWS path: add --aws moto (or --aws URL)")
     if args.batchers < 1:
         raise Refused("--batchers must be at least 1")
-    settings = settings_of(args, workers=args.workers)
+    trace = str(args.trace.resolve()) if args.trace else None
+    settings = settings_of(args, workers=args.workers, trace_file=trace)
     listening(settings, args.host, args.port)
+    traced(settings)
     if args.aws == "moto":
         from numerator import local
 
@@ -74,6 +76,17 @@ def database(args: argparse.Namespace) -> Iterator[tuple[Postgres, str]]:
             yield postgres, f"counter state in {data_dir}"
 
 
+def traced(settings: Settings) -> None:
+    """Say where trace spans go, if anywhere; refuse at once if the SDK is not installed (each
+    child would refuse on its own)."""
+    from infra.observe import traces
+
+    if settings.tracing.on:
+        traces.require(settings.tracing)
+        where = [settings.tracing.trace_file, settings.tracing.otel_exporter_otlp_endpoint]
+        print(f"traces: {' and '.join(w for w in where if w)}", flush=True)
+
+
 def run_serve(args: argparse.Namespace) -> None:
     aws: dict[str, str] = {}
     if args.aws:
@@ -84,6 +97,7 @@ def run_serve(args: argparse.Namespace) -> None:
             aws = local.aws_environment(endpoint(args.aws, "an endpoint URL (or nothing, for AWS)"))
     settings = settings_of(args, workers=args.workers, mode=aws.get("MODE"))
     listening(settings, args.host, args.port)
+    traced(settings)
     if not settings.database.database_url:
         raise Refused("serve needs --database-url or DATABASE_URL (use `numerator up` for local)")
     serve_http(args, settings, "the database at DATABASE_URL", env=aws)

@@ -34,6 +34,7 @@ from infra.adapters.pushkeys import held
 from infra.adapters.serverless import AwsPorts, aws_ports
 from infra.clock import utc_now
 from infra.faults import Faults
+from infra.observe import traces
 from infra.observe.health import Check, Health, responds
 from infra.observe.metrics import Metrics
 from infra.observe.workers import sharing, workers_dir
@@ -76,6 +77,7 @@ class BatcherStack:
             raise ValueError("the batcher needs settings.database.database_url")
         faults = faults or Faults()
         self.settings = settings
+        traces.configure(settings.tracing, self.role)
         self.metrics = Metrics()
         describe(self.metrics, settings, self.role)
         self.store = PostgresStore(
@@ -140,6 +142,7 @@ class BatcherStack:
         await self.running.aclose()
         if self.aws is not None:
             self.aws.close()
+        traces.flush()  # a worker stopping sends its last trace spans (none when off)
 
 
 class EmbeddedStack(BatcherStack):
@@ -189,6 +192,7 @@ class EdgeStack:
         """`found`: the AWS clients to use (`infra.adapters.aws.clients`), when not those this
         process's environment configures."""
         self.settings = settings
+        traces.configure(settings.tracing, "edge")
         if settings.edge.reply_items is ReplyItems.FRAME:  # its replies a frame at a time
             read_grouped()
         self.metrics = Metrics()
@@ -213,8 +217,8 @@ class EdgeStack:
         policy = settings.edge.front_frame_policy
         if settings.edge.front_frame_ms > 0:
             self.edge.front = Front(
-                self.aws.stream,
-                self.aws.replies,
+                self.edge.stream,  # the AWS ports, traced when this process traces
+                self.edge.replies,
                 self.metrics,
                 settings.edge.front_frame_ms / 1000,
                 self.edge.budget,
@@ -260,6 +264,7 @@ class EdgeStack:
         await self.running.aclose()
         await self.store.close()
         self.aws.close()
+        traces.flush()
 
     def app(self) -> FastPath:
         return create_app(self.edge)

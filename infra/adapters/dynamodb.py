@@ -47,6 +47,7 @@ from infra.adapters import beats
 from infra.adapters.aws import AwsCaller
 from infra.backoff import Retries
 from infra.errors import AwsRefused, AwsUnavailable, NumeratorError, ReplyTimeout
+from infra.observe import traces
 from infra.observe.metrics import Metrics
 from infra.wire import BadReply, Reply, bounded, decode_reply, edge_of_key, encode, grouped
 
@@ -78,6 +79,7 @@ class _Wait:
     due: float | None  # monotonic time of its next read; None: its first, a lag after `beat`
     since: float  # Unix time its record was (about to be) put: its frame's item is not older
     beat: float = 0.0  # Unix time of the beat expected to read its record (0: not known)
+    via: str = "table"  # how its reply came: "push" when a batcher pushed it (its trace says)
 
 
 @dataclass
@@ -211,7 +213,10 @@ class DynamoReplies:
             # Not asyncio.wait_for: it returns a reply that came as the wait was cancelled (its
             # client gone), swallowing the cancel, so that no one gave those values up.
             async with asyncio.timeout(timeout):
-                return await asyncio.shield(waiting.future)
+                reply = await asyncio.shield(waiting.future)
+            if traces.ON:  # on the wait's trace span: pushed, or read from the table
+                traces.delivered(waiting.via)
+            return reply
         except TimeoutError:
             raise ReplyTimeout(f"no reply within {timeout:g}s") from None
         finally:
@@ -274,7 +279,10 @@ class DynamoReplies:
         """Answer the waits of the reply lines a batcher pushed (infra/adapters/push.py) before
         their table read; how many it answered (one already answered, or no longer waited for,
         is left be)."""
-        answered = sum(self._found(line) is not None for line in lines)
+        found = [wait for wait in map(self._found, lines) if wait is not None]
+        for wait in found:
+            wait.via = "push"
+        answered = len(found)
         self.metrics.replies_pushed.inc(answered)
         return answered
 

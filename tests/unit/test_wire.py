@@ -132,3 +132,18 @@ def test_a_long_running_edges_keys_say_it_reads_its_replies_a_frame_at_a_time() 
     assert not grouped(before) and grouped(after) and grouped(child_key)
     assert edge_of_key(child_key) == edge and len(edge) == len(edge_of_key(before)) == 16
     assert edge_of_key(after) != edge_of_key(before), "a prefix of its own, drawn again"
+
+
+def test_a_traced_record_carries_its_traceparent_and_an_untraced_one_nothing() -> None:
+    """`tp` is on the wire only when the edge traces; a record without it (an edge that does
+    not trace, or one older than traces) reads as it always did."""
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    traced = Record("k-1", "inv", 1, trace=parent)
+    assert traced.to_json()["tp"] == parent
+    assert decode_record(encode(traced)) == traced
+    plain = Record("k-2", "inv")
+    assert "tp" not in plain.to_json()
+    old = b'{"v": 1, "k": "k-3", "c": "inv", "n": 2, "d": 0, "s": 0}'
+    assert decode_record(old) == Record("k-3", "inv", 2)
+    odd = b'{"v": 1, "k": "k-4", "c": "inv", "n": 1, "d": 0, "s": 0, "tp": 7}'
+    assert decode_record(odd) == Record("k-4", "inv")  # a trace it cannot read is no trace

@@ -49,3 +49,20 @@ def test_the_report_of_a_run_reads_as_a_person_would_want() -> None:
         ends = tick_labels(svg_of(html, title), "middle")
         assert float(ends[-1]) == 15, (title, ends)  # a 15 s run (14.98 s measured)
     assert "worst second's of the last 5 s" in html
+
+
+def test_tracing_runs_show_their_cost_and_one_requests_hops() -> None:
+    """`--trace-cost`'s runs: tracing's cost against the first (off), and the traced run's
+    section draws the hops its record keeps (bench/run.py `traced`)."""
+    from bench import waterfall
+
+    off = json.loads((RUNS / "over.json").read_text())
+    on = json.loads((RUNS / "over.json").read_text())
+    off["summary"]["target"], on["summary"]["target"] = "numerator[tracing off]", "numerator[t]"
+    hops = waterfall.hops(waterfall.read(RUNS / "trace.jsonl"))
+    on["trace"] = {"file": "/tmp/t.jsonl", "spans": 19, "requests": 2, "hops": hops}
+    html = report.build([off, on], [])
+    assert "<h2>Tracing's cost</h2>" in html and "CPU: this ÷ numerator[tracing off]" in html
+    assert html.count("<h3>One request's hops</h3>") == 1
+    assert "19 trace spans, 2 requests traced" in html and "commit" in html
+    assert "Tracing's cost" not in report.build([off], [])

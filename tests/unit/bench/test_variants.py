@@ -1,6 +1,8 @@
+from pathlib import Path
+
 import pytest
 
-from bench.variants import VariantError, parse
+from bench.variants import VariantError, parse, tracing_cost
 
 
 def test_no_settings_is_one_run_with_the_defaults() -> None:
@@ -32,3 +34,22 @@ def test_each_settings_flag_is_one_configuration() -> None:
 def test_a_bad_configuration_is_refused_before_anything_starts(given: list[str], says: str) -> None:
     with pytest.raises(VariantError, match=says):
         parse(given)
+
+
+def test_tracing_cost_is_off_then_one_percent_then_all(tmp_path: Path) -> None:
+    off, some, every = tracing_cost(tmp_path)
+    assert [v.name for v in (off, some, every)] == [
+        "numerator[tracing off]",
+        "numerator[tracing 1%]",
+        "numerator[tracing 100%]",
+    ]
+    assert off.env == {}
+    assert some.env["OTEL_TRACES_SAMPLER_ARG"] == "0.01"
+    assert every.env["OTEL_TRACES_SAMPLER"] == "parentbased_always_on"
+    assert some.env["TRACE_FILE"] != every.env["TRACE_FILE"]
+    assert all(Path(v.env["TRACE_FILE"]).parent == tmp_path for v in (some, every))
+
+
+def test_the_sdks_sampling_variables_are_settings_a_run_may_give() -> None:
+    [traced] = parse(["TRACE_FILE=/tmp/t.jsonl,OTEL_TRACES_SAMPLER=always_on"])
+    assert traced.env["OTEL_TRACES_SAMPLER"] == "always_on"

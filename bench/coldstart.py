@@ -5,8 +5,9 @@
 
 Each run is a fresh Python 3.12 process holding only the build folder (as a Lambda container
 does): it times the process's start (in a container, runc's setting up of it too), `import
-functions.handler` (the init phase), the first invocation (the app, the AWS clients and
-Powertools built, then a request answered without an AWS call: a 422) and a second one. The
+functions.handler` (the init phase), the first invocation (the app and Powertools built, then
+a request answered without an AWS call: a 422), a second one, and the making of the Kinesis and
+DynamoDB clients, which the first request that needs them (a /next) pays. The
 medians are printed; process start, import and first invocation together are the cold start.
 
 `--image` runs each in a container of the stand-in Lambda image (`numerator lambda-image`), the
@@ -53,8 +54,14 @@ status = entry.handler(event, Context())["statusCode"]
 second = time.perf_counter()
 entry.handler(event, Context())
 done = time.perf_counter()
+from infra.adapters.aws import clients
+from infra.settings import Settings
+made = clients(Settings.from_env())
+made.kinesis.meta, made.dynamodb.meta
+aws = time.perf_counter()
 print("COLD " + json.dumps({"start_ms": started_ms, "import_ms": (imported - began) * 1000,
-    "first_ms": (second - first) * 1000, "second_ms": (done - second) * 1000, "status": status}))
+    "first_ms": (second - first) * 1000, "second_ms": (done - second) * 1000,
+    "clients_ms": (aws - done) * 1000, "status": status}))
 """
 
 
@@ -117,7 +124,8 @@ def main(argv: list[str] | None = None) -> None:
     print(
         f"median of {args.runs} fresh {where}: process start {got['start_ms']:.0f} ms, "
         f"import {got['import_ms']:.0f} ms, first invocation {got['first_ms']:.0f} ms (cold "
-        f"start {cold:.0f} ms), next {got['second_ms']:.1f} ms"
+        f"start {cold:.0f} ms), next {got['second_ms']:.1f} ms; the AWS clients, made by the "
+        f"first request that needs them (a /next), {got['clients_ms']:.0f} ms"
     )
 
 

@@ -26,8 +26,8 @@ class Headroom:
     requests_per_txn: float
     requests_per_s: float
     transactions_per_s: float
-    commit_ms: float | None  # a frame's transaction, mean; None in records made before it was
-    # scraped
+    commit_ms: float | None
+    """A frame's transaction, the mean; None in a record made before it was scraped."""
 
     @property
     def busy_share(self) -> float | None:

@@ -174,19 +174,26 @@ def forget_stale(tag: str, before: str | None = None) -> list[str]:
     base = layers(tag)
     if not base:
         return []
-    stale = [name for name in sam_layers(tag) if layers(name)[: len(base)] != base]
+    stale = {
+        name: "SAM's layer on an earlier stand-in image"
+        for name in sam_layers(tag)
+        if layers(name)[: len(base)] != base
+    }
     if before and before != image_id(tag):
-        stale.append(before)
+        stale[before] = "the earlier stand-in image"
     removed = []
-    for name in stale:
+    for name, what in stale.items():
+        if image_id(name) is None:  # untagged, it went with the last layer on it
+            removed.append(name)
+            continue
         done = subprocess.run(
             ["docker", "image", "rm", name], capture_output=True, text=True, check=False
         )
         if done.returncode == 0:
             removed.append(name)
-            say(f"removed {name}: built on an earlier stand-in image")
+            say(f"removed {name}, {what}")
         else:
-            say(f"kept {name}, built on an earlier stand-in image: {done.stderr.strip()}")
+            say(f"kept {name}, {what}: {done.stderr.strip()}")
     return removed
 
 

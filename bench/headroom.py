@@ -28,18 +28,20 @@ class Headroom:
     transactions_per_s: float
     commit_ms: float | None
     """A frame's transaction, the mean; None in a record made before it was scraped."""
+    batchers: int = 1
+    """On the AWS path, batchers that each commit their own frames (their shares summed)."""
 
     @property
     def busy_share(self) -> float | None:
-        """Of the run's seconds, the share spent applying frames."""
+        """Of the run's seconds, the share a batcher spent applying frames (the mean)."""
         if self.commit_ms is None:
             return None
-        return self.transactions_per_s * self.commit_ms / 1000
+        return self.transactions_per_s * self.commit_ms / 1000 / self.batchers
 
     @property
     def commits_possible_per_s(self) -> float | None:
         """Frames the store could commit a second, back to back, at this run's commit time."""
-        return 1000 / self.commit_ms if self.commit_ms else None
+        return self.batchers * 1000 / self.commit_ms if self.commit_ms else None
 
     @property
     def times(self) -> float | None:
@@ -70,8 +72,9 @@ class Headroom:
         busy, possible, times = self.busy_share, self.commits_possible_per_s, self.times
         if busy is None or possible is None or times is None:
             return "headroom: not measured (no numerator_frame_commit_seconds in this record)"
+        who = f"each of {self.batchers} batchers" if self.batchers > 1 else "Postgres"
         return (
-            f"headroom: frames kept Postgres busy {busy:.0%} of the run "
+            f"headroom: frames kept {who} busy {busy:.0%} of the run "
             f"({self.transactions_per_s:,.0f} transactions a second, {self.commit_ms:.2f} ms "
             f"each): back to back it commits about {possible:,.0f} a second, {times:,.1f} times "
             "this run's, before requests share frames; past that, frames grow instead of "
@@ -97,4 +100,5 @@ def headroom(run: dict[str, Any]) -> Headroom | None:
         requests_per_s=requests / seconds,
         transactions_per_s=transactions / seconds,
         commit_ms=commit_s * 1000 / transactions if commit_s else None,
+        batchers=int(run.get("settings", {}).get("batchers") or 1),
     )

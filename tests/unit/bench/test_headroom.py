@@ -56,3 +56,12 @@ def test_big_frames_and_baselines() -> None:
     baseline = low()
     baseline["summary"] = {**baseline["summary"], "target": "row-lock"}  # type: ignore[dict-item]
     assert headroom(baseline) is None
+
+
+def test_batchers_each_commit_their_own_frames() -> None:
+    recorded = low()
+    recorded["settings"] = {**recorded["settings"], "batchers": 2}  # type: ignore[dict-item]
+    found = headroom(recorded)
+    assert found is not None and found.busy_share is not None and found.times is not None
+    assert round(found.busy_share, 3) == 0.113 and round(found.times, 1) == 8.9
+    assert "kept each of 2 batchers busy 11% of the run" in found.room()

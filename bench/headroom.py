@@ -77,8 +77,12 @@ class Headroom:
             f"headroom: frames kept {who} busy {busy:.0%} of the run "
             f"({self.transactions_per_s:,.0f} transactions a second, {self.commit_ms:.2f} ms "
             f"each): back to back it commits about {possible:,.0f} a second, {times:,.1f} times "
-            "this run's, before requests share frames; past that, frames grow instead of "
-            "transactions."
+            "this run's"
+            + (
+                ", before requests share frames; past that, frames grow instead of transactions."
+                if self.requests_per_txn < ONE_A_FRAME
+                else "."
+            )
         )
 
     def lines(self) -> list[str]:

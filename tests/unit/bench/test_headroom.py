@@ -9,7 +9,7 @@ from html import unescape
 from pathlib import Path
 
 from bench import report, run
-from bench.headroom import headroom
+from bench.headroom import Headroom, headroom
 
 RUNS = Path(__file__).parent / "runs"
 
@@ -53,6 +53,10 @@ def test_a_record_from_before_the_commit_time_was_scraped_says_so() -> None:
 def test_big_frames_and_baselines() -> None:
     over = headroom(json.loads((RUNS / "over.json").read_text()))
     assert over is not None and "requests came faster than frames committed" in over.meaning()
+    shared = Headroom(
+        requests_per_txn=40.0, requests_per_s=200.0, transactions_per_s=5.0, commit_ms=18.44
+    )
+    assert shared.room().endswith("about 54 a second, 10.8 times this run's."), shared.room()
     baseline = low()
     baseline["summary"] = {**baseline["summary"], "target": "row-lock"}  # type: ignore[dict-item]
     assert headroom(baseline) is None

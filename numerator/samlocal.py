@@ -85,15 +85,17 @@ def sam_build(template: Path, build_dir: Path) -> Path:
 
 def compile_bytecode(build_dir: Path) -> None:
     """The build's Python compiled beside it by the runtime's Python, as `.pyc` files checked
-    by nothing but their presence (`unchecked-hash`: `sam build` copies afresh each time). A
-    Lambda container mounts /var/task read-only, so without them every cold start compiles all
-    it imports: 2.6 s to the first answer in the stand-in image, 0.75 s with them
-    (docs/performance.md, `python -m bench.coldstart --image`)."""
+    against their source's hash (`checked-hash`: a zip keeps file times to two seconds, so a
+    time-checked `.pyc` could pass for stale once unpacked, and a hash cannot be fooled by a
+    build left in place). A Lambda container mounts /var/task read-only, so without them every
+    cold start compiles all it imports: 2.6 s to the first answer in the stand-in image, under
+    0.6 s with them and the lazy imports (docs/performance.md, `python -m bench.coldstart
+    --image`)."""
     python = runtime_python()
     if python is None:
         return  # sam_env() refused already
     command = [str(python), "-m", "compileall", "-q", "-j", "0"]
-    command += ["--invalidation-mode", "unchecked-hash", str(build_dir)]
+    command += ["--invalidation-mode", "checked-hash", str(build_dir)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:  # a file that fails to compile fails alone: the rest are compiled
         said = (done.stdout + done.stderr).strip()[-500:]

@@ -22,6 +22,7 @@ RATES = {
     "requests": "numerator_next_requests_total",
     "values": "numerator_values_allocated_total",
     "transactions": "numerator_frames_committed_total",
+    "commit_s": "numerator_frame_commit_seconds_sum",  # bench/headroom.py: the store's busy share
     "dead_letters": "numerator_dead_letters_total",
     "frame_retries": "numerator_frame_retries_total",
     "records_put": "numerator_records_put_total",

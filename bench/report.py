@@ -10,6 +10,7 @@ from typing import Any
 from bench import waterfall
 from bench.charts import Series, line_chart
 from bench.collect import aws_calls
+from bench.headroom import headroom
 from bench.verdict import verdict
 
 HEADLINE = [
@@ -374,6 +375,18 @@ def verdicts(runs: list[dict[str, Any]]) -> str:
     return "".join(lines)
 
 
+def frames(runs: list[dict[str, Any]]) -> str:
+    """What each run's requests per transaction means, and the room Postgres had left."""
+    said = []
+    for run in runs:
+        found = headroom(run)
+        if found:
+            lines = "".join(f"<li>{escape(line)}</li>" for line in found.lines())
+            target = escape(run["summary"]["target"])
+            said.append(f"<div class='meta'><b>{target}</b>: <ul>{lines}</ul></div>")
+    return "".join(said)
+
+
 def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:
     """The report for one invocation's runs, with earlier runs (`history`) compared below."""
     first = runs[0]
@@ -391,6 +404,7 @@ def build(runs: list[dict[str, Any]], history: list[dict[str, Any]]) -> str:
         "<h2>This run</h2>",
         verdicts(runs),
         table([r["summary"] for r in runs], HEADLINE),
+        frames(runs),
         ratios(runs),
         tracing(runs),
         sweep(runs),

@@ -18,6 +18,7 @@ from typing import Any
 from bench import local, record, report, waterfall
 from bench.collect import Collector, Processes, aws_calls
 from bench.errors import BenchError
+from bench.headroom import headroom
 from bench.http import Client
 from bench.load import Load, Result, drive
 from bench.scenario import Scenario
@@ -274,11 +275,22 @@ def headline(runs: list[dict[str, Any]]) -> str:
     said = "".join(f"\n[{run['summary']['target']}] {verdict(run).line()}" for run in runs)
     return (
         table(runs)
+        + frames(runs)
         + calls(runs)
         + sweep(runs)
         + said
         + ("\n" + "\n".join(warnings) if warnings else "")
     )
+
+
+def frames(runs: list[dict[str, Any]]) -> str:
+    """What requests per transaction means for each run, and the room Postgres had left."""
+    lines = []
+    for run in runs:
+        found = headroom(run)
+        if found:
+            lines += [f"[{run['summary']['target']}] {line}" for line in found.lines()]
+    return "\n" + "\n".join(lines) if lines else ""
 
 
 def calls(runs: list[dict[str, Any]]) -> str:

@@ -8,12 +8,20 @@ packages and PyPI alone: a `debootstrap --variant=minbase` root, this machine's 
 /var/lang with the shared libraries it links, awslambdaric under /var/runtime and a
 /var/runtime/bootstrap that runs it, then `docker import`. A label records the inputs; the same
 inputs again reuse the image. Where AWS's images can be pulled, none of this is needed.
+
+SAM builds its own layer on the image (`public.ecr.aws/lambda/python:3.12-rapid-x86_64`, the
+Runtime Interface Emulator added; `samcli/lambda-…` with layers) and, with `--skip-pull-image`,
+keeps using it while it exists: built again here, the image would go unused under a layer on the
+one before it. So every build, or reuse, removes SAM's layers built on another image than the
+current, and the image they stood on once nothing else holds it (see docs/testing.md, "What a run
+leaves behind").
 """
 
 from __future__ import annotations
 
 import argparse
 import fcntl
+import fnmatch
 import hashlib
 import json
 import platform
@@ -66,6 +74,8 @@ export PYTHONPATH="/var/runtime${{PYTHONPATH:+:$PYTHONPATH}}"
 exec /var/lang/bin/python{RUNTIME} -m awslambdaric "$_HANDLER"
 """
 LABEL = "io.numerator.lambda-image.inputs"
+REPOSITORY = "public.ecr.aws/lambda/python"
+SAM_LAYERS = "samcli/lambda-python"  # SAM's layer image when the function has layers
 
 
 class ImageError(NumeratorError):
@@ -87,19 +97,21 @@ def build(python: str | None = None, force: bool = False) -> str:
         return _build(python, force)
 
 
-def _build(python: str | None, force: bool) -> str:
+def _build(python: str | None, force: bool, repository: str = REPOSITORY) -> str:
     interpreter = Path(python) if python else runtime_python()
     if interpreter is None:
         raise ImageError(f"no python{RUNTIME} here (pyenv's, or on PATH); name one with --python")
     arch = host_arch()
-    tag = f"public.ecr.aws/lambda/python:{RUNTIME}-{arch}"
+    tag = f"{repository}:{RUNTIME}-{arch}"
     inputs = recipe(interpreter, arch)
     digest = hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
     if not force and labelled(tag) == digest:
         say(f"{tag}: reusing the stand-in image (same inputs, {digest})")
+        forget_stale(tag)
         return tag
     say(f"{tag}: building {STANDS_IN.format(version=RUNTIME, suite=SUITE)}")
     started = time.monotonic()
+    before = image_id(tag)
     with tempfile.TemporaryDirectory(prefix="numerator-lambda-image-") as folder:
         root = Path(folder) / "root"
         debootstrap(root)
@@ -107,7 +119,82 @@ def _build(python: str | None, force: bool) -> str:
         place_runtime(root)
         docker_import(root, tag, {LABEL: json.dumps(inputs, sort_keys=True), "digest": digest})
     say(f"{tag}: built in {time.monotonic() - started:.0f} s")
+    forget_stale(tag, before)
     return tag
+
+
+def image_id(reference: str) -> str | None:
+    done = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{.Id}}", reference],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+def sam_layers(tag: str) -> list[str]:
+    """SAM's layer images that stand on `tag`: its repository's tags that SAM names as its own
+    (`…:3.12-rapid-x86_64`, `…:rapid-x86_64`: samcli's `LambdaImage.is_rapid_image`), and for
+    AWS's name, `samcli/lambda-python:3.12-x86_64-…` (a function with layers)."""
+    repository, version = tag.rsplit(":", 1)
+    with_layers = f"{SAM_LAYERS}:{version}-*"
+    filters = [f"reference={repository}"]
+    if repository == REPOSITORY:
+        filters.append(f"reference={with_layers}")
+    done = subprocess.run(
+        ["docker", "images", "--format", "{{.Repository}}:{{.Tag}}"]
+        + [a for f in filters for a in ("--filter", f)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    found = []
+    for name in done.stdout.split():
+        label = name.rsplit(":", 1)[1]
+        if fnmatch.fnmatch(name, with_layers) or label.startswith("rapid-") or "-rapid-" in label:
+            found.append(name)
+    return found
+
+
+def layers(reference: str) -> list[str]:
+    done = subprocess.run(
+        ["docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}", reference],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return list(json.loads(done.stdout)) if done.returncode == 0 else []
+
+
+def forget_stale(tag: str, before: str | None = None) -> list[str]:
+    """Remove SAM's layers built on another image than `tag` is now (SAM would go on using
+    them), and `before`, the image `tag` named until this build, once nothing holds it; what
+    was removed. An image a container still uses is left, saying so."""
+    base = layers(tag)
+    if not base:
+        return []
+    stale = {
+        name: "SAM's layer on an earlier stand-in image"
+        for name in sam_layers(tag)
+        if layers(name)[: len(base)] != base
+    }
+    if before and before != image_id(tag):
+        stale[before] = "the earlier stand-in image"
+    removed = []
+    for name, what in stale.items():
+        if image_id(name) is None:  # untagged, it went with the last layer on it
+            removed.append(name)
+            continue
+        done = subprocess.run(
+            ["docker", "image", "rm", name], capture_output=True, text=True, check=False
+        )
+        if done.returncode == 0:
+            removed.append(name)
+            say(f"removed {name}, {what}")
+        else:
+            say(f"kept {name}, {what}: {done.stderr.strip()}")
+    return removed
 
 
 def recipe(interpreter: Path, arch: str) -> dict[str, object]:

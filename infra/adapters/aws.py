@@ -1,26 +1,27 @@
 """AWS clients, and the calls made with them.
 
-Clients are made once per process (per Lambda container) with short timeouts and no retries of
-botocore's own: `AwsCaller` retries what is retryable — throttling and lost connections — with
-jittered backoff, counts every call and retry, and runs the blocking boto3 call on a bounded
-thread pool so that it never blocks the event loop. botocore's errors never leave this module:
-they become AwsUnavailable, AwsRefused or MissingResource. Endpoints come from the environment as
-boto3 reads it (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL_DYNAMODB), so the
-same code talks to AWS, LocalStack or moto server.
+Clients are made once per process (per Lambda container), each on its first use (importing
+boto3 and botocore's config is a quarter of a second of a cold start, and a Lambda's first
+request may need neither client), with short timeouts and no retries of botocore's own:
+`AwsCaller` retries what is retryable — throttling and lost connections — with jittered backoff,
+counts every call and retry, and runs the blocking boto3 call on a bounded thread pool so that
+it never blocks the event loop. botocore's errors never leave this module: they become
+AwsUnavailable, AwsRefused or MissingResource. Endpoints come from the environment as boto3
+reads it (AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL_DYNAMODB), so the same
+code talks to AWS, LocalStack or moto server.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -56,37 +57,67 @@ TRANSIENT = frozenset({"InternalFailure", "ServiceUnavailable", "InternalServerE
 MISSING = frozenset({"ResourceNotFoundException"})
 
 
-@dataclass(frozen=True)
+REGION = ("AWS_REGION", "AWS_DEFAULT_REGION")
+
+
 class Clients:
-    kinesis: Any
-    dynamodb: Any
+    """One Kinesis and one DynamoDB client, from a session of their own (a session is not safe
+    to share between threads that make clients), each made on its first use."""
+
+    def __init__(self, settings: Settings, env: Mapping[str, str]) -> None:
+        self.settings, self.env = settings, env
+        self._making = threading.Lock()
+        self._session: Any = None
+        self.kinesis: Any = Lazy(partial(self._client, "kinesis"))
+        self.dynamodb: Any = Lazy(partial(self._client, "dynamodb"))
+
+    def _client(self, service: str) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        config = Config(
+            connect_timeout=2,
+            read_timeout=10,
+            retries={"mode": "standard", "total_max_attempts": 1},  # AwsCaller retries, counts
+            max_pool_connections=self.settings.aws.aws_threads,
+        )
+        with self._making:
+            try:
+                if self._session is None:
+                    self._session = boto3.session.Session(
+                        aws_access_key_id=self.env.get("AWS_ACCESS_KEY_ID"),
+                        aws_secret_access_key=self.env.get("AWS_SECRET_ACCESS_KEY"),
+                        region_name=self.env.get("AWS_DEFAULT_REGION"),
+                    )
+                endpoint = self.env.get("AWS_ENDPOINT_URL")
+                return self._session.client(service, config=config, endpoint_url=endpoint)
+            except NoRegionError:
+                raise SettingsError("AWS_DEFAULT_REGION", "no AWS region is set") from None
+
+
+class Lazy:
+    """A client made on the first read of one of its attributes (a method, `meta`)."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make: Callable[[], Any] | None = make
+        self._made: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._make is not None:
+            self._made, self._make = self._make(), None
+        return getattr(self._made, name)
 
 
 def clients(settings: Settings, env: Mapping[str, str] | None = None) -> Clients:
-    """One Kinesis and one DynamoDB client, from a session of their own (a session is not safe
-    to share between threads that make clients). `env` names the endpoint, region and
-    credentials as boto3's variables do (`numerator up --aws moto`); boto3 reads what it lacks
-    from this process's environment and configuration."""
+    """The clients, made on first use. `env` names the endpoint, region and credentials as
+    boto3's variables do (`numerator up --aws moto`); boto3 reads what it lacks from this
+    process's environment and configuration. With no region in either environment, the clients
+    are made at once, so that a region missing from the configuration too is said here."""
     env = env or {}
-    config = Config(
-        connect_timeout=2,
-        read_timeout=10,
-        retries={"mode": "standard", "total_max_attempts": 1},  # AwsCaller retries, and counts
-        max_pool_connections=settings.aws.aws_threads,
-    )
-    try:
-        session = boto3.session.Session(
-            aws_access_key_id=env.get("AWS_ACCESS_KEY_ID"),
-            aws_secret_access_key=env.get("AWS_SECRET_ACCESS_KEY"),
-            region_name=env.get("AWS_DEFAULT_REGION"),
-        )
-        endpoint = env.get("AWS_ENDPOINT_URL")
-        return Clients(
-            kinesis=session.client("kinesis", config=config, endpoint_url=endpoint),
-            dynamodb=session.client("dynamodb", config=config, endpoint_url=endpoint),
-        )
-    except NoRegionError:
-        raise SettingsError("AWS_DEFAULT_REGION", "no AWS region is set") from None
+    made = Clients(settings, env)
+    if not env.get("AWS_DEFAULT_REGION") and not any(os.environ.get(name) for name in REGION):
+        _ = made.kinesis.meta, made.dynamodb.meta  # made now, to fail now
+    return made
 
 
 class AwsCaller:

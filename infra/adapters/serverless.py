@@ -44,7 +44,9 @@ class AwsPorts:
                 return f"no batcher said it was alive in the last {BATCHER_ALIVE_S:g} s"
             return None
 
-        return {"store": responds(store.ping), **self.checks(), "batchers": batchers}
+        # `store.ping` read when the check runs, not now: a Lambda's store is made (psycopg
+        # imported) on first use (functions/handler.py, LazyStore)
+        return {"store": responds(lambda: store.ping()), **self.checks(), "batchers": batchers}
 
 
 def aws_ports(settings: Settings, metrics: Metrics, found: Clients | None = None) -> AwsPorts:

@@ -15,11 +15,15 @@ from infra.ledger import VoidReason
 from infra.ports import (
     Audit,
     Claim,
+    ConfirmAsk,
     DeadLetter,
     Entry,
     Frames,
     FrameTransaction,
+    Holder,
     Lease,
+    PlainDemand,
+    Refused,
     VoidAsk,
 )
 from infra.spans import Run, Span
@@ -287,7 +291,7 @@ def audits(
     made: Sequence[VoidAsk],
     counters: Mapping[str, Counter],
     keep: float,
-    confirmed: Sequence[VoidAsk] = (),
+    confirmed: Sequence[ConfirmAsk] = (),
 ) -> dict[str, Audit]:
     """The frame's audit rows by retention class, their ranges still to fill (pure): for each
     (counter, period), who took its values, run by run in the order its range is split; and
@@ -322,9 +326,9 @@ def audits(
     for ask in made:
         void = [ask.counter, ask.period, ask.first, ask.last, ask.reason, ask.who]
         row(counters[ask.counter]).detail["v"].append(void)
-    for ask in confirmed:
-        done = [ask.counter, ask.period, ask.first, ask.last, ask.who]
-        row(counters[ask.counter]).detail.setdefault("c", []).append(done)
+    for confirm in confirmed:
+        done = [confirm.counter, confirm.period, confirm.first, confirm.last, confirm.who]
+        row(counters[confirm.counter]).detail.setdefault("c", []).append(done)
     return rows
 
 
@@ -414,7 +418,9 @@ async def _apply_plain(
     counters, keep = basis.counters, basis.keep
     wanted = demand(live)
     plain = [
-        (n, p, sum(c), counters[n].start, counters[n].keeping(keep)[0], basis.floor(n, p))
+        PlainDemand(
+            n, p, sum(c), counters[n].start, counters[n].keeping(keep).klass, basis.floor(n, p)
+        )
         for (n, p), c in wanted.items()
     ]
     rows = audits(live, (), counters, keep)
@@ -489,7 +495,7 @@ async def _apply_frame(
         confirmed = await _confirm(tx, classified.confirms, keep, basis.now, out)
         rows = audits(takers, made, counters, keep, confirmed)
         for span in handed.ranges:
-            rows[counters[span.counter].keeping(keep)[0]].ranges.append(span)
+            rows[counters[span.counter].keeping(keep).klass].ranges.append(span)
         await tx.dead_letter(classified.letters)
         await tx.checkpoint(basis.lease, entries[-1].sequence, list(rows.values()))
         await tx.published(basis.published)
@@ -502,27 +508,28 @@ async def _apply_frame(
             )
 
 
-def holders(sharers: Sequence[Live], replies: Sequence[Reply]) -> list[tuple[str, str, str]]:
+def holders(sharers: Sequence[Live], replies: Sequence[Reply]) -> list[Holder]:
     """(counter, Idempotency-Key, reply key) of each record of this frame answered its key's
     values again (pure): each now holds them too, until its own cancel."""
     return [
-        (one.record.counter, one.record.idempotency_key, one.record.key)
+        Holder(one.record.counter, one.record.idempotency_key, one.record.key)
         for one, reply in zip(sharers, replies, strict=True)
         if one.record.idempotency_key is not None and reply.error is None
     ]
 
 
-def split_cancels(cancels: Sequence[Cancel]) -> tuple[list[tuple[str, str, str]], list[Cancel]]:
+def split_cancels(cancels: Sequence[Cancel]) -> tuple[list[Holder], list[Cancel]]:
     """The cancels of requests with an Idempotency-Key, as (counter, key, reply key), and the
     others (pure). A keyed request's values are voided only once every request they were
     answered to was cancelled: a retry may have been answered them since (docs/invoices.md: a
     cancel and a retry)."""
-    keyed, plain = [], []
+    keyed: list[Holder] = []
+    plain: list[Cancel] = []
     for cancel in cancels:
         if cancel.idempotency_key is None:
             plain.append(cancel)
         else:
-            keyed.append((cancel.counter, cancel.idempotency_key, cancel.key))
+            keyed.append(Holder(cancel.counter, cancel.idempotency_key, cancel.key))
     return keyed, plain
 
 
@@ -548,7 +555,7 @@ def freed(
                 VoidReason.ABANDONED,
                 who.get(claim.holder, ""),
                 counter.start,
-                counter.keeping(keep)[1],
+                counter.keeping(keep).keep_s,
             )
         )
     return asks
@@ -571,7 +578,7 @@ def abandon(
         if found is None or counter is None:
             continue
         name, period, first, last = found
-        keep_s = counter.keeping(keep)[1]
+        keep_s = counter.keeping(keep).keep_s
         asks.append(
             VoidAsk(
                 name, period, first, last, VoidReason.ABANDONED, cancel.who, counter.start, keep_s
@@ -599,7 +606,7 @@ async def _void(
             void.reason,
             void.who,
             counter.start,
-            counter.keeping(keep)[1],
+            counter.keeping(keep).keep_s,
         )
         for void, counter, period in voids
     ]
@@ -612,7 +619,7 @@ async def _void(
             made.append(ask)
         if void.reason == VoidReason.NOT_CONFIRMED:
             continue  # the batchers' own sweep: no one awaits the answer
-        if isinstance(result, tuple):
+        if isinstance(result, Refused):
             out.replies.append(error(void.key, void.counter, *result))
             continue
         day = counter.today(now)
@@ -628,9 +635,9 @@ async def _confirm(
     keep: float,
     now: datetime,
     out: Outcome,
-) -> list[VoidAsk]:
+) -> list[ConfirmAsk]:
     """Record the frame's confirmations in its transaction, answering each; the new ones."""
-    asks: list[VoidAsk] = []
+    asks: list[ConfirmAsk] = []
     for confirm, counter, period in confirms:
         if not counter.confirm:
             detail = f"counter {counter.name!r} was not created to take confirmations"
@@ -638,16 +645,9 @@ async def _confirm(
                 error(confirm.key, confirm.counter, ReplyError.NOT_CONFIRMABLE, detail)
             )
             continue
-        keep_s = counter.keeping(keep)[1]
-        ask = VoidAsk(
-            counter.name,
-            period,
-            confirm.first,
-            confirm.last,
-            "",
-            confirm.who,
-            counter.start,
-            keep_s,
+        keep_s = counter.keeping(keep).keep_s
+        ask = ConfirmAsk(
+            counter.name, period, confirm.first, confirm.last, confirm.who, counter.start, keep_s
         )
         asks.append(ask)
     made = []
@@ -655,7 +655,7 @@ async def _confirm(
     for ask, (confirm, counter, _), result in zip(
         asks, takers, await tx.confirm(asks), strict=True
     ):
-        if isinstance(result, tuple):
+        if isinstance(result, Refused):
             out.replies.append(error(confirm.key, confirm.counter, *result))
             continue
         if result:

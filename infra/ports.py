@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from infra.counters import Counter
 from infra.keys import Key
@@ -148,6 +148,52 @@ class VoidAsk:
 
 
 @dataclass(frozen=True, slots=True)
+class ConfirmAsk:
+    """A confirmation to record in a frame's transaction, checked there as a void is."""
+
+    counter: str
+    period: str
+    first: int
+    last: int
+    who: str
+    start: int
+    keep_s: float
+
+
+class PlainDemand(NamedTuple):
+    """A plain frame's demand on one (counter, period) (`Frames.allocate_plain`): its `delta`,
+    the counter's `start` and retention class (`klass`: its audit row's), and its `floor` (as a
+    count of values handed out: the audit trail's highest)."""
+
+    counter: str
+    period: str
+    delta: int
+    start: int
+    klass: str
+    floor: int
+
+
+class Holder(NamedTuple):
+    """A record holding an Idempotency-Key's values: the key's counter, the key, and the
+    record's reply key (`FrameTransaction.hand_over`, `free`)."""
+
+    counter: str
+    key: str
+    reply: str
+
+
+class Refused(NamedTuple):
+    """Why a void or a confirmation was not made (`FrameTransaction.void`, `confirm`)."""
+
+    error: ReplyError
+    detail: str
+
+
+Made = Refused | bool
+"""What became of a void or a confirmation asked: made (True), made before (False), or not."""
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     stream: str
     shard: str
@@ -174,12 +220,12 @@ class FrameTransaction(Protocol):
 
     async def remember(self, claims: Sequence[Claim], retention: float) -> None: ...
 
-    async def hand_over(self, holders: Sequence[tuple[str, str, str]]) -> None:
-        """Each (counter, Idempotency-Key, reply key): the key's values were answered again, to
+    async def hand_over(self, holders: Sequence[Holder]) -> None:
+        """Each holder: the key's values were answered again, to
         that record (a retry), which holds them too, beside the records answered them before."""
 
-    async def free(self, holders: Sequence[tuple[str, str, str]]) -> list[Claim]:
-        """Each (counter, Idempotency-Key, reply key): that record's request was cancelled, and
+    async def free(self, holders: Sequence[Holder]) -> list[Claim]:
+        """Each holder: that record's request was cancelled, and
         no longer holds the key's values. A key none of whose records holds its values any
         more is forgotten; the claims forgotten, whose values are to be voided (`holder`: one
         of the cancelled records). A key answered to a request not cancelled is kept: its
@@ -187,12 +233,12 @@ class FrameTransaction(Protocol):
 
     async def dead_letter(self, letters: Sequence[DeadLetter]) -> None: ...
 
-    async def void(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
+    async def void(self, asks: Sequence[VoidAsk]) -> list[Made]:
         """Make each void, in order: True when made, False when the same void was made before
         (the same values, the same reason: idempotent), or why not (values not handed out
         yet, or void already for another reason)."""
 
-    async def confirm(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
+    async def confirm(self, asks: Sequence[ConfirmAsk]) -> list[Made]:
         """Record each confirmation, in order: True when new, False when made before, or why
         not (values not handed out yet, or void)."""
 
@@ -306,12 +352,12 @@ class Frames(Protocol):
         self,
         lease: Lease,
         sequence: str,
-        demand: Sequence[tuple[str, str, int, int, str, int]],
+        demand: Sequence[PlainDemand],
         audits: Sequence[Audit],
     ) -> dict[tuple[str, str], int]:
-        """A plain frame in one transaction: add each (counter, period, delta, start, class,
-        floor)'s delta (not below its floor, as `FrameTransaction.allocate`), write the audit
-        rows (`audits`, one per class, their ranges made from what was allocated), and move the
+        """A plain frame in one transaction: add each demand's delta (not below its floor, as
+        `FrameTransaction.allocate`), write the audit rows (`audits`, one per class, their
+        ranges made from what was allocated), and move the
         lease's checkpoint to `sequence`, fenced by its epoch (LeaseLost, and nothing applied,
         if another batcher holds it now); the allocated totals by (counter, period)."""
 

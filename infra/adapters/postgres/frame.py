@@ -7,10 +7,12 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from infra.adapters.postgres.pool import Connection, rows
-from infra.adapters.postgres.statements import ADD, AUDIT, FENCED, FLOOR_HOLDS, chained, lost
+from psycopg import sql
+
+from infra.adapters.postgres.pool import Connection, objects, rows
+from infra.adapters.postgres.statements import ALLOCATE, CHECKPOINT, chained, lost
 from infra.ledger import VoidReason
-from infra.ports import Audit, Claim, DeadLetter, Lease, VoidAsk
+from infra.ports import Audit, Claim, ConfirmAsk, DeadLetter, Holder, Lease, Made, Refused, VoidAsk
 from infra.wire import ReplyError
 
 log = logging.getLogger("numerator.batcher")
@@ -56,16 +58,12 @@ class PostgresFrame:
     async def allocate(
         self, deltas: dict[tuple[str, str], int], floors: Mapping[tuple[str, str], int]
     ) -> dict[tuple[str, str], int]:
-        # One statement for every counter of the frame.
-        keys = sorted(deltas)
-        held = FLOOR_HOLDS.format("d->>0", "d->>1", "(d->>3)::bigint")
-        cur = await self.conn.execute(
-            ADD.format(
-                rows="d->>0, d->>1, (d->>2)::bigint FROM json_array_elements(%s::json) d"
-                f" WHERE {held}"
-            ),
-            (rows((c, p, deltas[(c, p)], floors.get((c, p), 0)) for c, p in keys),),
-        )
+        # One statement for every counter of the frame (frame.sql: `allocate`).
+        wanted = [
+            {"counter": c, "period": p, "delta": deltas[(c, p)], "floor": floors.get((c, p), 0)}
+            for c, p in sorted(deltas)
+        ]
+        cur = await self.conn.execute(ALLOCATE, {"deltas": objects(wanted)})
         totals = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
         pause = self.pause()
         if pause:
@@ -93,7 +91,7 @@ class PostgresFrame:
             ),
         )
 
-    async def hand_over(self, holders: Sequence[tuple[str, str, str]]) -> None:
+    async def hand_over(self, holders: Sequence[Holder]) -> None:
         if not holders:
             return
         await self.conn.execute(
@@ -105,7 +103,7 @@ class PostgresFrame:
             (rows(holders),),
         )
 
-    async def free(self, holders: Sequence[tuple[str, str, str]]) -> list[Claim]:
+    async def free(self, holders: Sequence[Holder]) -> list[Claim]:
         if not holders:
             return []
         # A key all of whose holders were cancelled is forgotten (its claim returned, to void);
@@ -142,8 +140,8 @@ class PostgresFrame:
                 [(x.stream, x.shard, x.sequence, x.problem, x.raw) for x in letters],
             )
 
-    async def void(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
-        results: list[tuple[ReplyError, str] | bool] = []
+    async def void(self, asks: Sequence[VoidAsk]) -> list[Made]:
+        results: list[Made] = []
         for ask in asks:
             refused = await self._issued(ask)
             if refused is not None:
@@ -156,11 +154,11 @@ class PostgresFrame:
             if overlap:
                 first, last, reason = overlap[0]
                 why = f"values {first} to {last} are void already, for {reason!r}"
-                results.append((ReplyError.ALREADY_VOID, why))
+                results.append(Refused(ReplyError.ALREADY_VOID, why))
                 continue
             if ask.reason == VoidReason.NOT_CONFIRMED and await self._overlap("confirmations", ask):
                 why = "some of these values were confirmed since: the sweep tries again"
-                results.append((ReplyError.ALREADY_VOID, why))
+                results.append(Refused(ReplyError.ALREADY_VOID, why))
                 continue
             await self.conn.execute(
                 "INSERT INTO voids (counter, period, first, last, reason, who, keep_until)"
@@ -170,7 +168,7 @@ class PostgresFrame:
             results.append(True)
         return results
 
-    async def _issued(self, ask: VoidAsk) -> tuple[ReplyError, str] | None:
+    async def _issued(self, ask: VoidAsk | ConfirmAsk) -> Refused | None:
         """Whether the ask's values were handed out (its period's row locked meanwhile: a void
         or confirmation and an allocation of the same counter wait for each other)."""
         cur = await self.conn.execute(
@@ -182,22 +180,25 @@ class PostgresFrame:
         if ask.first >= ask.start and ask.last <= issued:
             return None
         shown = f"the last is {issued}" if issued >= ask.start else "none yet"
-        return (
+        return Refused(
             ReplyError.NOT_ISSUED,
             f"values {ask.first} to {ask.last} of period {ask.period!r} were not all handed "
             f"out ({shown}, from {ask.start})",
         )
 
-    async def _overlap(self, table: str, ask: VoidAsk) -> list[tuple[Any, ...]]:
+    async def _overlap(self, table: str, ask: VoidAsk | ConfirmAsk) -> list[tuple[Any, ...]]:
+        columns = ["first", "last", "reason"] if table == "voids" else ["first", "last"]
         cur = await self.conn.execute(
-            f"SELECT first, last{', reason' if table == 'voids' else ''} FROM {table}"
-            " WHERE counter = %s AND period = %s AND first <= %s AND last >= %s ORDER BY first",
+            sql.SQL(
+                "SELECT {} FROM {} WHERE counter = %s AND period = %s AND first <= %s"
+                " AND last >= %s ORDER BY first"
+            ).format(sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(table)),
             (ask.counter, ask.period, ask.last, ask.first),
         )
         return await cur.fetchall()
 
-    async def confirm(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
-        results: list[tuple[ReplyError, str] | bool] = []
+    async def confirm(self, asks: Sequence[ConfirmAsk]) -> list[Made]:
+        results: list[Made] = []
         for ask in asks:
             refused = await self._issued(ask)
             if refused is None:
@@ -205,7 +206,7 @@ class PostgresFrame:
                 if void:
                     first, last, reason = void[0]
                     why = f"values {first} to {last} are void, for {reason!r}"
-                    refused = (ReplyError.ALREADY_VOID, why)
+                    refused = Refused(ReplyError.ALREADY_VOID, why)
             if refused is not None:
                 results.append(refused)
                 continue
@@ -219,14 +220,9 @@ class PostgresFrame:
         return results
 
     async def checkpoint(self, lease: Lease, sequence: str, audits: Sequence[Audit]) -> None:
-        # The fence, the checkpoint and the frame's audit rows in one statement: one round trip.
-        cur = await self.conn.execute(
-            f"WITH {FENCED},"
-            " rows AS (SELECT x->>0 AS klass, (x->>1)::float8 AS keep_s, x->2 AS ranges,"
-            "  x->3 AS detail, ARRAY(SELECT json_array_elements_text(x->4)) AS names"
-            "  FROM json_array_elements(%(audits)s::json) AS x)," + AUDIT + " SELECT 1 FROM fenced",
-            chained(lease, sequence, audits),
-        )
+        # The fence, the checkpoint and the frame's audit rows in one statement (frame.sql:
+        # `checkpoint`): one round trip.
+        cur = await self.conn.execute(CHECKPOINT, chained(lease, sequence, audits))
         if not await cur.fetchall():
             raise lost(lease)
 

@@ -8,64 +8,25 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg import sql
+
+from infra.adapters.postgres import statements
 from infra.adapters.postgres.frame import PostgresFrame
-from infra.adapters.postgres.pool import Pool, rows
-from infra.adapters.postgres.statements import ADD, AUDIT, FENCED, FLOOR_HOLDS, chained, lost
+from infra.adapters.postgres.pool import Pool, objects, rows
+from infra.adapters.postgres.statements import chained, lost
 from infra.faults import Faults
-from infra.ports import Audit, Lease
+from infra.ports import Audit, Lease, PlainDemand
 from infra.spans import Span
 from infra.trail import Start
 
 FRAME_CONNECT_S = 0.25
 
-# A plain frame's ONE statement, in three parts (bench/statement.py times them apart): the fence
-# and the allocation, only if the fence holds, in name order (no deadlock between batchers);
-# the audit rows from what the allocation returned, [counter, period, first, last] per row,
-# grouped by the counters' retention class; and what it answers.
-ALLOCATED = (
-    f"WITH {FENCED},"
-    " d AS (SELECT x->>0 AS counter, x->>1 AS period, (x->>2)::bigint AS delta,"
-    " (x->>3)::bigint AS start, x->>4 AS klass, (x->>5)::bigint AS floor"
-    " FROM json_array_elements(%(demand)s::json) AS x),"
-    " alloc AS ("
-    + ADD.format(
-        rows="counter, period, delta FROM d WHERE EXISTS (SELECT FROM fenced) AND "
-        + FLOOR_HOLDS.format("d.counter", "d.period", "d.floor")
-    )
-    + ")"
-)
-AUDITED = (
-    ", k AS (SELECT x->>0 AS klass, (x->>1)::float8 AS keep_s, x->3 AS detail"
-    " FROM json_array_elements(%(audits)s::json) AS x),"
-    " made AS (SELECT d.klass, json_agg(json_build_array(a.counter, a.period,"
-    " d.start + a.allocated - d.delta, d.start - 1 + a.allocated)"
-    " ORDER BY a.counter, a.period) AS ranges,"
-    " array_agg(DISTINCT a.counter) AS names, count(*) AS pairs"
-    " FROM alloc a JOIN d ON d.counter = a.counter AND d.period = a.period"
-    " GROUP BY d.klass),"
-    # A period the floor refused allocated nothing: its runs leave the row's detail (rare, so
-    # the detail is rebuilt only when a class allocated fewer periods than it asked for).
-    " rows AS (SELECT made.klass, k.keep_s, made.ranges, CASE"
-    " WHEN made.pairs = json_array_length(k.detail->'r') THEN k.detail"
-    " ELSE json_build_object('r', (SELECT json_agg(e) FROM json_array_elements(k.detail->'r') e"
-    " WHERE EXISTS (SELECT FROM alloc a WHERE a.counter = e->>0 AND a.period = e->>1)),"
-    " 'v', k.detail->'v') END AS detail, made.names"
-    " FROM made JOIN k ON k.klass = made.klass)," + AUDIT
-)
-ANSWER = (
-    " SELECT counter, period, allocated FROM alloc UNION ALL SELECT NULL, NULL, NULL FROM fenced"
-)
-PLAIN = ALLOCATED + AUDITED + ANSWER
-
 
 def plain_parameters(
-    lease: Lease,
-    sequence: str,
-    demand: Sequence[tuple[str, str, int, int, str, int]],
-    audits: Sequence[Audit],
+    lease: Lease, sequence: str, demand: Sequence[PlainDemand], audits: Sequence[Audit]
 ) -> dict[str, Any]:
-    """PLAIN's parameters: `demand` as (counter, period, delta, start, class, floor) rows."""
-    return {**chained(lease, sequence, audits), "demand": rows(demand)}
+    """PLAIN's parameters (frame.sql: `plain`)."""
+    return {**chained(lease, sequence, audits), "demand": objects(d._asdict() for d in demand)}
 
 
 PRUNE_BATCH, PRUNE_BATCHES = 20_000, 20
@@ -92,12 +53,14 @@ class PostgresFrames:
         self,
         lease: Lease,
         sequence: str,
-        demand: Sequence[tuple[str, str, int, int, str, int]],
+        demand: Sequence[PlainDemand],
         audits: Sequence[Audit],
     ) -> dict[tuple[str, str], int]:
-        # ONE statement (PLAIN), so one round trip and its own transaction.
+        # ONE statement (frame.sql: `plain`), so one round trip and its own transaction.
         async with self.db.connection(FRAME_CONNECT_S) as conn:
-            cur = await conn.execute(PLAIN, plain_parameters(lease, sequence, demand, audits))
+            # read at each call: bench/standins.py may put a stand-in in its place
+            query = statements.PLAIN
+            cur = await conn.execute(query, plain_parameters(lease, sequence, demand, audits))
             found = await cur.fetchall()
         if not any(row[0] is None for row in found):
             raise lost(lease)
@@ -151,22 +114,25 @@ class PostgresFrames:
     async def prune(self, now: datetime, audit_retention: float, reply_retention: float) -> int:
         # In batches, so that no single statement holds locks or bloats WAL for long.
         cutoff = now - timedelta(seconds=audit_retention)
-        statements = [
-            ("idempotency_keys", "ctid", "expires_at < %s", now),
-            ("voids", "ctid", "keep_until < %s", now),
-            ("dead_letters", "id", "created_at < %s", cutoff),
-            ("frame_replies", "id", "committed_at < %s", now - timedelta(seconds=reply_retention)),
+        tables = [  # (table, the key of its rows, the column a row expires by, when)
+            ("idempotency_keys", "ctid", "expires_at", now),
+            ("voids", "ctid", "keep_until", now),
+            ("dead_letters", "id", "created_at", cutoff),
+            ("frame_replies", "id", "committed_at", now - timedelta(seconds=reply_retention)),
         ]
         total = (await self.prune_chains(now))[0]
-        for table, key, condition, bound in statements:
-            params = (bound,)
+        for table, key, column, bound in tables:
+            statement = sql.SQL(
+                "WITH gone AS (DELETE FROM {table} WHERE {key} IN"
+                " (SELECT {key} FROM {table} WHERE {column} < %s LIMIT %s)"
+                " RETURNING 1) SELECT count(*) FROM gone"
+            ).format(
+                table=sql.Identifier(table),
+                key=sql.Identifier(key),
+                column=sql.Identifier(column),
+            )
             for _ in range(PRUNE_BATCHES):
-                rows = await self.db.fetch(
-                    f"WITH gone AS (DELETE FROM {table} WHERE {key} IN"
-                    f" (SELECT {key} FROM {table} WHERE {condition} LIMIT {PRUNE_BATCH})"
-                    " RETURNING 1) SELECT count(*) FROM gone",
-                    params,
-                )
+                rows = await self.db.fetch(statement, (bound, PRUNE_BATCH))
                 total += int(rows[0][0])
                 if int(rows[0][0]) < PRUNE_BATCH:
                     break
@@ -179,7 +145,7 @@ class PostgresFrames:
             found = await self.db.fetch(
                 "WITH gone AS (DELETE FROM allocation_frames WHERE id IN"
                 " (SELECT id FROM allocation_frames WHERE keep_until < %s"
-                f" ORDER BY id LIMIT {PRUNE_BATCH}) RETURNING chain, id, hash, ranges),"
+                " ORDER BY id LIMIT %s) RETURNING chain, id, hash, ranges),"
                 " marks AS (INSERT INTO pruned (counter, period, upto)"
                 " SELECT r->>0, r->>1, max((r->>3)::bigint)"
                 " FROM gone, json_array_elements(gone.ranges) AS r GROUP BY 1, 2"
@@ -194,7 +160,7 @@ class PostgresFrames:
                 " RETURNING chain, after_id, after_hash)"
                 " SELECT (SELECT count(*) FROM gone), chain, after_id, after_hash"
                 " FROM (SELECT 1) AS one LEFT JOIN starts ON true",
-                (now,),
+                (now, PRUNE_BATCH),
             )
             gone = int(found[0][0])
             total += gone

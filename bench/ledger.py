@@ -16,7 +16,8 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
-from batcher.allocation import Live, audits, demand
+from batcher.classify import Live
+from batcher.handout import audits, demand
 from infra.adapters.postgres import PostgresStore, migrate
 from infra.counters import Counter, Reset
 from infra.ledger import export, report, voids

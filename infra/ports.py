@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import date, datetime
@@ -39,6 +39,15 @@ class Entry:
         return cls(shard, sequence, record, raw, key=record.key)
 
 
+@dataclass(slots=True)
+class Reads:
+    """A stream's reads in flight (Kinesis's GetRecords calls), as the stream counts them, and
+    what it calls soon after each ends: what a batcher's gather waits for (batcher/gather.py)."""
+
+    reading: int = 0
+    read_ended: Callable[[], None] | None = None
+
+
 class Stream(Protocol):
     """An ordered, sharded log of records (in memory, or Kinesis).
 
@@ -50,6 +59,10 @@ class Stream(Protocol):
 
     name: str
     durable: bool
+
+    @property
+    def reads(self) -> Reads | None:
+        """Its reads in flight, when it counts them (Kinesis); None when it does not."""
 
     async def put(self, records: Sequence[Demand]) -> None:
         """Append records, each to the shard its counter maps to; raise StreamFull when the

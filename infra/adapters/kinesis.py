@@ -29,7 +29,7 @@ import logging
 import time
 import zlib
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,7 @@ from infra.adapters.limits import PUT_RECORDS_MAX, PUT_RECORDS_MAX_BYTES
 from infra.backoff import Retries
 from infra.errors import AwsRefused, NumeratorError, ShardEnded, StreamFull
 from infra.observe.metrics import Metrics
-from infra.ports import Entry
+from infra.ports import Entry, Reads
 from infra.wire import Cancel, Demand, Record, encode
 
 log = logging.getLogger("numerator.kinesis")
@@ -91,8 +91,7 @@ class KinesisStream:
         self._cursors: dict[str, _Cursor] = {}
         self._behind: dict[str, float] = {}
         self._wall = beats.Wall()
-        self.reading = 0  # GetRecords calls in flight (the batcher's gather waits for them)
-        self.read_ended: Callable[[], None] | None = None  # called soon after each of them
+        self.reads = Reads()  # GetRecords calls in flight (the batcher's gather waits for them)
         self.phased = phased
         self._phases = beats.Phases(read_interval)  # phased: the open shards, for puts
         self._listed = -SHARDS_EVERY_S  # monotonic time they were listed
@@ -339,7 +338,7 @@ class KinesisStream:
             if cursor.iterator is None:
                 cursor.iterator = await self._iterator(shard, cursor.position)
             cursor.last_read = time.monotonic()
-            self.reading += 1
+            self.reads.reading += 1
             try:
                 out = await self.calls(
                     self.client.get_records, ShardIterator=cursor.iterator, Limit=min(limit, 10_000)
@@ -350,9 +349,9 @@ class KinesisStream:
                     raise
                 cursor.iterator = None  # made again from the position, once
             finally:
-                self.reading -= 1
-                if self.read_ended is not None:  # once the read's records are in a frame
-                    asyncio.get_running_loop().call_soon(self.read_ended)
+                self.reads.reading -= 1
+                if self.reads.read_ended is not None:  # once the read's records are in a frame
+                    asyncio.get_running_loop().call_soon(self.reads.read_ended)
         else:
             return []
         cursor.iterator = out.get("NextShardIterator")

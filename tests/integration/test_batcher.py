@@ -246,6 +246,7 @@ class Resharded:
     ends, as a closed Kinesis shard does; the child holds later records."""
 
     durable = True
+    reads = None
 
     def __init__(self, parent: ListStream, child: ListStream) -> None:
         self.name = parent.name

@@ -9,8 +9,19 @@ from typing import Any
 
 from psycopg import sql
 
-from infra.adapters.postgres.pool import Connection, objects, rows
-from infra.adapters.postgres.statements import ALLOCATE, CHECKPOINT, chained, lost
+from infra.adapters.postgres.pool import Connection, objects
+from infra.adapters.postgres.statements import (
+    ALLOCATE,
+    CHECKPOINT,
+    CLAIMS,
+    FORGET,
+    FREE,
+    HAND_OVER,
+    REMEMBER,
+    RESERVE,
+    chained,
+    lost,
+)
 from infra.ledger import VoidReason
 from infra.ports import Audit, Claim, ConfirmAsk, DeadLetter, Holder, Lease, Made, Refused, VoidAsk
 from infra.wire import ReplyError
@@ -27,32 +38,17 @@ class PostgresFrame:
         self.conn, self.pause = conn, pause
 
     async def claims(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Claim]:
-        # First reserve every key that has no live answer, with a placeholder row this
-        # transaction will fill in (`remember`). A concurrent frame holding the same key — another
-        # worker's batcher — makes this insert wait until that frame ends; once it commits, its
-        # answer is read below and shared, instead of a second allocation overwriting it. Keys go
-        # in sorted order, so two frames never wait on each other in a cycle.
-        wanted = rows(sorted(keys))
-        cur = await self.conn.execute(
-            "INSERT INTO idempotency_keys AS i"
-            " (counter, key, count, first, last, day, expires_at)"
-            " SELECT k->>0, k->>1, 0, 0, 0, current_date, now()"
-            " FROM json_array_elements(%s::json) AS k"
-            " ON CONFLICT (counter, key) DO UPDATE SET expires_at = now()"
-            " WHERE i.expires_at <= now()"  # an expired answer is reserved anew
-            " RETURNING counter, key",
-            (wanted,),
-        )
+        # Reserve the keys that have no live answer (frame.sql: `reserve`): a concurrent frame
+        # holding one — another worker's batcher — makes this wait until that frame ends; once
+        # it commits, its answer is read below and shared, instead of a second allocation
+        # overwriting it.
+        wanted = objects({"counter": c, "key": k} for c, k in sorted(keys))
+        cur = await self.conn.execute(RESERVE, {"keys": wanted})
         reserved = {(row[0], row[1]) for row in await cur.fetchall()}
         if len(reserved) == len(keys):
             return {}
-        cur = await self.conn.execute(
-            "SELECT i.counter, i.key, i.count, i.first, i.last, i.day, i.holder"
-            " FROM idempotency_keys i"
-            " JOIN json_array_elements(%s::json) AS k ON i.counter = k->>0 AND i.key = k->>1"
-            " WHERE i.expires_at > now()",
-            (rows(k for k in keys if k not in reserved),),
-        )
+        taken = objects({"counter": c, "key": k} for c, k in keys if (c, k) not in reserved)
+        cur = await self.conn.execute(CLAIMS, {"keys": taken})
         return {(row[0], row[1]): Claim(*row) for row in await cur.fetchall()}
 
     async def allocate(
@@ -74,60 +70,33 @@ class PostgresFrame:
     async def remember(self, claims: Sequence[Claim], retention: float) -> None:
         if not claims:
             return
-        await self.conn.execute(
-            "INSERT INTO idempotency_keys"
-            " (counter, key, count, first, last, day, holder, holders, expires_at)"
-            " SELECT c->>0, c->>1, (c->>2)::int, (c->>3)::bigint, (c->>4)::bigint,"
-            " (c->>5)::date, c->>6, ARRAY[c->>6],"
-            " now() + make_interval(secs => %s)"
-            " FROM json_array_elements(%s::json) AS c"
-            " ON CONFLICT (counter, key) DO UPDATE SET count = excluded.count,"
-            " first = excluded.first, last = excluded.last, day = excluded.day,"
-            " holder = excluded.holder,"
-            " holders = excluded.holders, expires_at = excluded.expires_at",
-            (
-                retention,
-                rows((c.counter, c.key, c.count, c.first, c.last, c.day, c.holder) for c in claims),
-            ),
+        made = objects(
+            {
+                "counter": c.counter,
+                "key": c.key,
+                "count": c.count,
+                "first": c.first,
+                "last": c.last,
+                "day": c.day,
+                "holder": c.holder,
+            }
+            for c in claims
         )
+        await self.conn.execute(REMEMBER, {"retention": retention, "claims": made})
 
     async def hand_over(self, holders: Sequence[Holder]) -> None:
-        if not holders:
-            return
-        await self.conn.execute(
-            "UPDATE idempotency_keys i"
-            " SET holders = ARRAY(SELECT DISTINCT unnest(i.holders || h.added))"
-            " FROM (SELECT e->>0 AS counter, e->>1 AS key, array_agg(e->>2) AS added"
-            " FROM json_array_elements(%s::json) AS e GROUP BY 1, 2) AS h"
-            " WHERE i.counter = h.counter AND i.key = h.key",
-            (rows(holders),),
-        )
+        if holders:
+            await self.conn.execute(HAND_OVER, {"holders": objects(h._asdict() for h in holders)})
 
     async def free(self, holders: Sequence[Holder]) -> list[Claim]:
         if not holders:
             return []
         # A key all of whose holders were cancelled is forgotten (its claim returned, to void);
-        # one some of whose holders were, keeps the others. Two statements: one statement may
-        # not both update and delete a row.
-        cancelled = rows(holders)
-        gone = (
-            " (SELECT e->>0 AS counter, e->>1 AS key, array_agg(e->>2) AS gone"
-            " FROM json_array_elements(%s::json) AS e GROUP BY 1, 2) AS h"
-        )
-        cur = await self.conn.execute(
-            f"DELETE FROM idempotency_keys i USING {gone}"
-            " WHERE i.counter = h.counter AND i.key = h.key AND i.holders && h.gone"
-            " AND i.holders <@ h.gone AND i.expires_at > now()"
-            " RETURNING i.counter, i.key, i.count, i.first, i.last, i.day, h.gone[1]",
-            (cancelled,),
-        )
+        # one some of whose holders were, keeps the others (frame.sql: `forget`, `free`).
+        cancelled = {"holders": objects(h._asdict() for h in holders)}
+        cur = await self.conn.execute(FORGET, cancelled)
         freed = [Claim(*row) for row in await cur.fetchall()]
-        await self.conn.execute(
-            "UPDATE idempotency_keys i"
-            " SET holders = ARRAY(SELECT x FROM unnest(i.holders) AS x WHERE x <> ALL(h.gone))"
-            f" FROM {gone} WHERE i.counter = h.counter AND i.key = h.key AND i.holders && h.gone",
-            (cancelled,),
-        )
+        await self.conn.execute(FREE, cancelled)
         return freed
 
     async def dead_letter(self, letters: Sequence[DeadLetter]) -> None:

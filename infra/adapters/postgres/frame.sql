@@ -132,3 +132,63 @@ WHERE coalesce((SELECT b.allocated FROM counter_values b
 ORDER BY 1, 2
 ON CONFLICT (counter, period) DO UPDATE SET allocated = cv.allocated + excluded.allocated
 RETURNING counter, period, allocated;
+
+-- name: reserve
+-- Reserve each Idempotency-Key that has no live answer, with a placeholder row the frame's
+-- transaction fills in (`remember`): a concurrent frame holding the same key waits until this one
+-- ends, then finds its answer. An expired answer is reserved anew. Keys come sorted, so that two
+-- frames never wait on each other in a cycle.
+INSERT INTO idempotency_keys AS i (counter, key, count, first, last, day, expires_at)
+SELECT k.counter, k.key, 0, 0, 0, current_date, now()
+FROM json_to_recordset(%(keys)s::json) AS k(counter text, key text)
+ON CONFLICT (counter, key) DO UPDATE SET expires_at = now()
+WHERE i.expires_at <= now()
+RETURNING counter, key;
+
+-- name: claims
+-- The live answers of the keys `reserve` found taken.
+SELECT i.counter, i.key, i.count, i.first, i.last, i.day, i.holder
+FROM idempotency_keys i
+JOIN json_to_recordset(%(keys)s::json) AS k(counter text, key text)
+    ON i.counter = k.counter AND i.key = k.key
+WHERE i.expires_at > now();
+
+-- name: remember
+-- Each keyed taker's answer under its key, held by its record, until the retention passes.
+INSERT INTO idempotency_keys (counter, key, count, first, last, day, holder, holders, expires_at)
+SELECT c.counter, c.key, c.count, c.first, c.last, c.day, c.holder, ARRAY[c.holder],
+    now() + make_interval(secs => %(retention)s)
+FROM json_to_recordset(%(claims)s::json)
+    AS c(counter text, key text, count int, first bigint, last bigint, day date, holder text)
+ON CONFLICT (counter, key) DO UPDATE SET count = excluded.count, first = excluded.first,
+    last = excluded.last, day = excluded.day, holder = excluded.holder,
+    holders = excluded.holders, expires_at = excluded.expires_at;
+
+-- name: hand_over
+-- Records answered a key's values again (retries): each holds them too.
+UPDATE idempotency_keys i
+SET holders = ARRAY(SELECT DISTINCT unnest(i.holders || h.added))
+FROM (SELECT counter, key, array_agg(reply) AS added
+      FROM json_to_recordset(%(holders)s::json) AS e(counter text, key text, reply text)
+      GROUP BY 1, 2) AS h
+WHERE i.counter = h.counter AND i.key = h.key;
+
+-- name: forget
+-- A key all of whose holders were cancelled is forgotten, its claim returned (to void; the
+-- holder: one of the cancelled records). `free` then takes the cancelled holders off the keys
+-- some of whose holders remain: one statement may not both update and delete a row.
+DELETE FROM idempotency_keys i
+USING (SELECT counter, key, array_agg(reply) AS gone
+       FROM json_to_recordset(%(holders)s::json) AS e(counter text, key text, reply text)
+       GROUP BY 1, 2) AS h
+WHERE i.counter = h.counter AND i.key = h.key AND i.holders && h.gone
+    AND i.holders <@ h.gone AND i.expires_at > now()
+RETURNING i.counter, i.key, i.count, i.first, i.last, i.day, h.gone[1];
+
+-- name: free
+UPDATE idempotency_keys i
+SET holders = ARRAY(SELECT x FROM unnest(i.holders) AS x WHERE x <> ALL(h.gone))
+FROM (SELECT counter, key, array_agg(reply) AS gone
+      FROM json_to_recordset(%(holders)s::json) AS e(counter text, key text, reply text)
+      GROUP BY 1, 2) AS h
+WHERE i.counter = h.counter AND i.key = h.key AND i.holders && h.gone;

@@ -12,7 +12,7 @@ from psycopg import sql
 
 from infra.adapters.postgres import statements
 from infra.adapters.postgres.frame import PostgresFrame
-from infra.adapters.postgres.pool import Pool, objects, rows
+from infra.adapters.postgres.pool import Pool, objects
 from infra.adapters.postgres.statements import chained, lost
 from infra.faults import Faults
 from infra.ports import Audit, Lease, PlainDemand
@@ -174,21 +174,24 @@ class PostgresFrames:
         # order); a period no recent row holds has no floor, and is not refused.
         # A rewind recorded and not yet mended holds the floor up as well.
         found = await self.db.fetch(
-            "SELECT p->>0, p->>1, GREATEST((SELECT max((r->>3)::bigint) FROM (SELECT f.ranges"
-            "  FROM allocation_frames f WHERE f.counters @> ARRAY[p->>0]"
+            # an audit row's range is [counter, period, first, last] (infra/ports.py: Audit)
+            "SELECT p.counter, p.period, GREATEST((SELECT max((r->>3)::bigint) FROM (SELECT"
+            "  f.ranges FROM allocation_frames f WHERE f.counters @> ARRAY[p.counter]"
             "  ORDER BY f.id DESC LIMIT 20) AS f, json_array_elements(f.ranges) AS r"
-            "  WHERE r->>0 = p->>0 AND r->>1 = p->>1),"
-            " (SELECT w.held FROM counter_rewinds w WHERE w.counter = p->>0 AND w.period = p->>1))"
-            " FROM json_array_elements(%s::json) AS p",
-            (rows(pairs),),
+            "  WHERE r->>0 = p.counter AND r->>1 = p.period),"
+            " (SELECT w.held FROM counter_rewinds w"
+            "  WHERE w.counter = p.counter AND w.period = p.period))"
+            " FROM json_to_recordset(%s::json) AS p(counter text, period text)",
+            (objects({"counter": c, "period": p} for c, p in pairs),),
         )
         return {(c, p): int(top) for c, p, top in found if top is not None}
 
     async def rewound(self, marks: Sequence[tuple[str, str, int]]) -> None:
         await self.db.fetch(
             "INSERT INTO counter_rewinds AS w (counter, period, held)"
-            " SELECT m->>0, m->>1, (m->>2)::bigint FROM json_array_elements(%s::json) AS m"
+            " SELECT m.counter, m.period, m.held"
+            " FROM json_to_recordset(%s::json) AS m(counter text, period text, held bigint)"
             " ON CONFLICT (counter, period) DO UPDATE SET held = GREATEST(w.held, excluded.held)"
             " RETURNING 1",
-            (rows(marks),),
+            (objects({"counter": c, "period": p, "held": h} for c, p, h in marks),),
         )

@@ -1,5 +1,6 @@
 """The statements of a frame, read whole from frame.sql (once, at import), and their parameters:
-the fenced checkpoint, the addition to the counters with its floor, and the audit rows."""
+the fenced checkpoint, the addition to the counters with its floor, the audit rows, and the
+Idempotency-Keys' claims and holders."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ STATEMENTS = load((resources.files("infra.adapters.postgres") / "frame.sql").rea
 PLAIN = STATEMENTS["plain"]
 CHECKPOINT = STATEMENTS["checkpoint"]
 ALLOCATE = STATEMENTS["allocate"]
+RESERVE, CLAIMS, REMEMBER = STATEMENTS["reserve"], STATEMENTS["claims"], STATEMENTS["remember"]
+HAND_OVER, FORGET, FREE = STATEMENTS["hand_over"], STATEMENTS["forget"], STATEMENTS["free"]
 
 
 def chained(lease: Lease, sequence: str, audits: Sequence[Audit]) -> dict[str, Any]:

@@ -84,12 +84,12 @@ class Classified:
         if entry.key:
             self.replies.append(error(entry.key, "", ReplyError.BAD_RECORD, entry.problem))
 
-    def expire(self, record: Record | Void) -> None:
+    def expire(self, record: Record | Void | Confirm) -> None:
         self.expired += 1
         detail = "the request's deadline passed before its frame"
         self.replies.append(error(record.key, record.counter, ReplyError.EXPIRED, detail))
 
-    def unknown(self, entry: Entry, record: Record | Void, stream: str) -> None:
+    def unknown(self, entry: Entry, record: Record | Void | Confirm, stream: str) -> None:
         """A record of a counter that does not exist: a dead letter, answered."""
         problem = f"no counter named {record.counter!r}"
         self.letters.append(DeadLetter(stream, entry.shard, entry.sequence, problem, _raw(entry)))
@@ -139,24 +139,24 @@ def classify(
             out.expire(record)
         elif record.counter not in counters:
             out.unknown(entry, record, lease.stream)
-        elif isinstance(record, Confirm):
-            counter = counters[record.counter]
-            out.confirms.append(ConfirmAsked(record, counter, asked(record, counter, now)))
         elif isinstance(record, Void):
             counter = counters[record.counter]
             out.voids.append(VoidAsked(record, counter, asked(record, counter, now)))
+        elif isinstance(record, Confirm):
+            counter = counters[record.counter]
+            out.confirms.append(ConfirmAsked(record, counter, asked(record, counter, now)))
         else:
             counter = counters[record.counter]
             out.live.append(Live(record, counter, *periods.of(counter)))
     return out
 
 
-def asked(void: Void, counter: Counter, now: datetime) -> str:
+def asked(mark: Void | Confirm, counter: Counter, now: datetime) -> str:
     """The period a void (or a confirmation) names: its own, its day's, else the current one."""
-    if void.period is not None:
-        return void.period
-    if void.day is not None:
-        return counter.reset.period(void.day)
+    if mark.period is not None:
+        return mark.period
+    if mark.day is not None:
+        return counter.reset.period(mark.day)
     return counter.period(now)
 
 

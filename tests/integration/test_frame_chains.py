@@ -117,9 +117,9 @@ async def test_the_frames_write_the_chains_they_always_wrote(frozen: PostgresSto
             Record(b + "9", "inv", 2, idempotency_key="k1", who="key:a"),
             Record(a + "10", "rec", 1, idempotency_key="k2", who="key:b"),
             Void(a + "11", "inv", 2, 3, "typo", who="key:a"),
-            Confirm(a + "12", "ack", 1, 2, "", who="10.0.0.1"),
+            Confirm(a + "12", "ack", 1, 2, who="10.0.0.1"),
             Cancel(a + "6", "inv", who="key:b"),
-            Confirm(a + "13", "inv", 1, 1, "", who="key:a"),  # not confirmable: no row
+            Confirm(a + "13", "inv", 1, 1, who="key:a"),  # not confirmable: no row
         ]
     )
     # a retry of a key answered in an earlier frame, and its cancel

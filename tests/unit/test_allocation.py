@@ -130,7 +130,7 @@ def test_classify_sets_voids_confirms_and_cancels_apart_with_their_periods() -> 
         entry(13, Cancel("r-old", "inv")),  # applied in an earlier frame: voided, abandoned
         entry(14, Void("v1", "inv", 3, 4, "typo")),  # no period named: the current one
         entry(15, Void("v2", "inv", 1, 1, "typo", period="2025")),
-        entry(16, Confirm("c1", "ber", 1, 2, "", day=date(2027, 1, 1))),
+        entry(16, Confirm("c1", "ber", 1, 2, day=date(2027, 1, 1))),
         entry(17, Void("v3", "nope", 1, 1, "typo")),  # no such counter: a dead letter
     ]
     sorted_ = classify(entries, COUNTERS, LEASE, NOW, 0.0, {})
@@ -203,9 +203,9 @@ def test_refuse_answers_the_takers_of_a_period_below_its_floor_and_keeps_the_res
 def test_confirmations_of_a_counter_that_takes_none_are_refused_the_rest_answered() -> None:
     takes = Counter(name="ack", start=1, confirm=True)
     asked = [
-        ConfirmAsked(Confirm("c1", "inv", 1, 2, ""), COUNTERS["inv"], "2026"),
-        ConfirmAsked(Confirm("c2", "ack", 1, 2, ""), takes, ""),
-        ConfirmAsked(Confirm("c3", "ack", 5, 5, ""), takes, ""),
+        ConfirmAsked(Confirm("c1", "inv", 1, 2), COUNTERS["inv"], "2026"),
+        ConfirmAsked(Confirm("c2", "ack", 1, 2), takes, ""),
+        ConfirmAsked(Confirm("c3", "ack", 5, 5), takes, ""),
     ]
     asking = confirming(asked, 60.0)
     assert [a.first for a in asking.asks] == [1, 5]

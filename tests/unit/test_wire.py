@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 from infra.wire import (
     BadRecord,
     BadReply,
+    Confirm,
     Record,
     Reply,
     ReplyError,
+    Void,
     decode_record,
     decode_reply,
     encode,
@@ -132,3 +134,13 @@ def test_a_long_running_edges_keys_say_it_reads_its_replies_a_frame_at_a_time() 
     assert not grouped(before) and grouped(after) and grouped(child_key)
     assert edge_of_key(child_key) == edge and len(edge) == len(edge_of_key(before)) == 16
     assert edge_of_key(after) != edge_of_key(before), "a prefix of its own, drawn again"
+
+
+def test_a_confirmation_travels_as_itself_not_as_a_void() -> None:
+    """A Confirm is no Void (issue 53): it has no reason, and decodes to a Confirm."""
+    confirm = Confirm("k1", "inv", 3, 4, period="2026", who="key:a", day=date(2026, 1, 2))
+    assert "r" not in confirm.to_json() and confirm.to_json()["o"] == "confirm"
+    back = decode_record(encode(confirm))
+    assert back == confirm and not isinstance(back, Void)
+    void = decode_record(encode(Void("k2", "inv", 3, 4, "typo")))
+    assert isinstance(void, Void) and void.reason == "typo"

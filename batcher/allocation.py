@@ -14,10 +14,10 @@ import orjson
 
 from batcher.classify import Classified, ConfirmAsked, VoidAsked, classify
 from batcher.handout import (
-    Confirmed,
+    ConfirmationsMade,
     Handed,
     Refusal,
-    Voided,
+    VoidsMade,
     abandon,
     assign,
     audits,
@@ -233,7 +233,7 @@ async def _void(
     abandoned: Sequence[VoidAsk],
     keep: float,
     now: datetime,
-) -> Voided:
+) -> VoidsMade:
     """Make the frame's voids in its transaction."""
     asks = void_asks(voids, keep)
     return voided(voids, asks, abandoned, await tx.void([*asks, *abandoned]), now)
@@ -241,7 +241,7 @@ async def _void(
 
 async def _confirm(
     tx: FrameTransaction, confirms: Sequence[ConfirmAsked], keep: float, now: datetime
-) -> Confirmed:
+) -> ConfirmationsMade:
     """Record the frame's confirmations in its transaction."""
     asking = confirming(confirms, keep)
     return confirmed(asking, await tx.confirm(asking.asks), now)

@@ -11,7 +11,7 @@ from datetime import datetime
 from batcher.classify import ConfirmAsked, Live, VoidAsked, error
 from infra.counters import Counter
 from infra.ledger import VoidReason
-from infra.ports import Audit, Claim, ConfirmAsk, Holder, Made, Refused, VoidAsk
+from infra.ports import Audit, Claim, ConfirmAsk, Holder, Made, NotMade, VoidAsk
 from infra.spans import Run, Span
 from infra.wire import Cancel, Reply, ReplyError, edge_of_key
 
@@ -342,7 +342,7 @@ def void_asks(voids: Sequence[VoidAsked], keep: float) -> list[VoidAsk]:
 
 
 @dataclass(frozen=True)
-class Voided:
+class VoidsMade:
     """What became of a frame's voids: those newly made (the abandoned ones first, as the
     audit row lists them), the answers to the records that asked, and how many values were
     voided abandoned."""
@@ -358,7 +358,7 @@ def voided(
     abandoned: Sequence[VoidAsk],
     results: Sequence[Made],
     now: datetime,
-) -> Voided:
+) -> VoidsMade:
     """The voids made, from the store's `results` for `[*asks, *abandoned]` (pure): each asked
     for answered (an abandoned one has no one to answer, nor the batchers' own sweep)."""
     gone = results[len(asks) :]
@@ -370,12 +370,12 @@ def voided(
             made.append(ask)
         if void.reason == VoidReason.NOT_CONFIRMED:
             continue  # the batchers' own sweep: no one awaits the answer
-        if isinstance(result, Refused):
+        if isinstance(result, NotMade):
             replies.append(error(void.key, void.counter, *result))
             continue
         day = counter.today(now)
         replies.append(Reply(void.key, void.counter, ask.first, ask.last, counter.template, day))
-    return Voided(made, replies, values)
+    return VoidsMade(made, replies, values)
 
 
 @dataclass(frozen=True)
@@ -413,20 +413,20 @@ def confirming(confirms: Sequence[ConfirmAsked], keep: float) -> Confirming:
 
 
 @dataclass(frozen=True)
-class Confirmed:
+class ConfirmationsMade:
     """What became of a frame's confirmations: those newly recorded, and every answer."""
 
     made: list[ConfirmAsk]
     replies: list[Reply]
 
 
-def confirmed(confirms: Confirming, results: Sequence[Made], now: datetime) -> Confirmed:
+def confirmed(confirms: Confirming, results: Sequence[Made], now: datetime) -> ConfirmationsMade:
     """The confirmations recorded, from the store's `results` for `confirms.asks` (pure)."""
     made, replies = [], list(confirms.refused)
     for ask, (confirm, counter, _), result in zip(
         confirms.asks, confirms.asked, results, strict=True
     ):
-        if isinstance(result, Refused):
+        if isinstance(result, NotMade):
             replies.append(error(confirm.key, confirm.counter, *result))
             continue
         if result:
@@ -435,4 +435,4 @@ def confirmed(confirms: Confirming, results: Sequence[Made], now: datetime) -> C
         replies.append(
             Reply(confirm.key, confirm.counter, ask.first, ask.last, counter.template, day)
         )
-    return Confirmed(made, replies)
+    return ConfirmationsMade(made, replies)

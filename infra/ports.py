@@ -195,14 +195,14 @@ class Holder(NamedTuple):
     reply: str
 
 
-class Refused(NamedTuple):
+class NotMade(NamedTuple):
     """Why a void or a confirmation was not made (`FrameTransaction.void`, `confirm`)."""
 
     error: ReplyError
     detail: str
 
 
-Made = Refused | bool
+Made = NotMade | bool
 """What became of a void or a confirmation asked: made (True), made before (False), or not."""
 
 

@@ -25,7 +25,7 @@ from batcher.handout import (
     voided,
 )
 from infra.counters import Counter, Reset
-from infra.ports import Claim, Entry, Lease, Refused
+from infra.ports import Claim, Entry, Lease, NotMade
 from infra.spans import Span
 from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void
 
@@ -209,7 +209,7 @@ def test_confirmations_of_a_counter_that_takes_none_are_refused_the_rest_answere
     ]
     asking = confirming(asked, 60.0)
     assert [a.first for a in asking.asks] == [1, 5]
-    done = confirmed(asking, [True, Refused(ReplyError.NOT_ISSUED, "no")], NOW)
+    done = confirmed(asking, [True, NotMade(ReplyError.NOT_ISSUED, "no")], NOW)
     assert [a.first for a in done.made] == [1]
     assert [(r.key, r.error) for r in done.replies] == [
         ("c1", ReplyError.NOT_CONFIRMABLE),
@@ -225,7 +225,7 @@ def test_voided_lists_the_abandoned_voids_made_first_and_answers_only_who_asked(
     ]
     asks = void_asks(asked, 60.0)
     gone = abandon([Cancel("r1", "inv")], {"r1": Span("inv", "2026", 5, 7)}, COUNTERS, 60.0)
-    results = [True, Refused(ReplyError.ALREADY_VOID, "no"), True]
+    results = [True, NotMade(ReplyError.ALREADY_VOID, "no"), True]
     out = voided(asked, asks, gone, results, NOW)
     assert [(a.first, a.reason) for a in out.made] == [(5, "abandoned"), (3, "typo")]
     assert out.abandoned == 3

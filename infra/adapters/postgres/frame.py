@@ -23,7 +23,7 @@ from infra.adapters.postgres.statements import (
     lost,
 )
 from infra.ledger import VoidReason
-from infra.ports import Audit, Claim, ConfirmAsk, DeadLetter, Holder, Lease, Made, Refused, VoidAsk
+from infra.ports import Audit, Claim, ConfirmAsk, DeadLetter, Holder, Lease, Made, NotMade, VoidAsk
 from infra.wire import ReplyError
 
 log = logging.getLogger("numerator.batcher")
@@ -123,11 +123,11 @@ class PostgresFrame:
             if overlap:
                 first, last, reason = overlap[0]
                 why = f"values {first} to {last} are void already, for {reason!r}"
-                results.append(Refused(ReplyError.ALREADY_VOID, why))
+                results.append(NotMade(ReplyError.ALREADY_VOID, why))
                 continue
             if ask.reason == VoidReason.NOT_CONFIRMED and await self._overlap("confirmations", ask):
                 why = "some of these values were confirmed since: the sweep tries again"
-                results.append(Refused(ReplyError.ALREADY_VOID, why))
+                results.append(NotMade(ReplyError.ALREADY_VOID, why))
                 continue
             await self.conn.execute(
                 "INSERT INTO voids (counter, period, first, last, reason, who, keep_until)"
@@ -137,7 +137,7 @@ class PostgresFrame:
             results.append(True)
         return results
 
-    async def _issued(self, ask: VoidAsk | ConfirmAsk) -> Refused | None:
+    async def _issued(self, ask: VoidAsk | ConfirmAsk) -> NotMade | None:
         """Whether the ask's values were handed out (its period's row locked meanwhile: a void
         or confirmation and an allocation of the same counter wait for each other)."""
         cur = await self.conn.execute(
@@ -149,7 +149,7 @@ class PostgresFrame:
         if ask.first >= ask.start and ask.last <= issued:
             return None
         shown = f"the last is {issued}" if issued >= ask.start else "none yet"
-        return Refused(
+        return NotMade(
             ReplyError.NOT_ISSUED,
             f"values {ask.first} to {ask.last} of period {ask.period!r} were not all handed "
             f"out ({shown}, from {ask.start})",
@@ -175,7 +175,7 @@ class PostgresFrame:
                 if void:
                     first, last, reason = void[0]
                     why = f"values {first} to {last} are void, for {reason!r}"
-                    refused = Refused(ReplyError.ALREADY_VOID, why)
+                    refused = NotMade(ReplyError.ALREADY_VOID, why)
             if refused is not None:
                 results.append(refused)
                 continue

@@ -141,13 +141,13 @@ class Shares:
     async def republish(self, lease: Lease) -> None:
         """Publish the replies a crash left held: frames committed but not known published."""
         held = await self.frames.unpublished(lease.stream, lease.shard)
-        for _, raw in held:
-            replies = decode_replies(raw)
+        for one in held:
+            replies = decode_replies(one.replies)
             await self.replies.publish(replies)
             self.metrics.replies_republished.inc(len(replies))
         if held:
             log.warning("published again the replies of %d committed frame(s)", len(held))
-            await self.frames.published([number for number, _ in held])
+            await self.frames.published([one.id for one in held])
 
     async def release(self, lease: Lease) -> None:
         """Give the shard up: a durable stream's lease expires now and keeps its checkpoint, for

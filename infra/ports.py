@@ -173,6 +173,14 @@ class ConfirmAsk:
     keep_s: float
 
 
+class HeldReplies(NamedTuple):
+    """A committed frame's replies as a durable stream's shard holds them until published:
+    their `id` (to mark them published) and the encoded `replies`."""
+
+    id: int
+    replies: bytes
+
+
 class PlainDemand(NamedTuple):
     """A plain frame's demand on one (counter, period) (`Frames.allocate_plain`): its `delta`,
     the counter's `start` and retention class (`klass`: its audit row's), and its `floor` (as a
@@ -379,8 +387,8 @@ class Frames(Protocol):
         counter's newest rows, or a rewind recorded and not mended holds: the floor below which
         a batcher refuses to allocate."""
 
-    async def rewound(self, marks: Sequence[tuple[str, str, int]]) -> None:
-        """Record that each (counter, period) is below `held`, the highest value a batcher
+    async def rewound(self, held: Mapping[tuple[str, str], int]) -> None:
+        """Record that each (counter, period) is below its `held`, the highest value a batcher
         knows was handed out (kept at the greater of two records): a rewind, refused until
         an operator mends it."""
 
@@ -389,7 +397,7 @@ class Frames(Protocol):
         `sequence` (its checkpoint there, under its epoch), or None: whether a commit whose
         answer was lost (Postgres went away as it committed) took effect."""
 
-    async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
+    async def unpublished(self, stream: str, shard: str) -> list[HeldReplies]:
         """Held replies of the shard's committed frames not known to be published, oldest first."""
 
     async def published(self, held: Sequence[int]) -> None: ...

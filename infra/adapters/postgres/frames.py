@@ -3,7 +3,7 @@ durable stream holds until published, and the pruning of what retention lets go.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -15,7 +15,7 @@ from infra.adapters.postgres.frame import PostgresFrame
 from infra.adapters.postgres.pool import Pool, objects
 from infra.adapters.postgres.statements import chained, lost
 from infra.faults import Faults
-from infra.ports import Audit, Lease, PlainDemand
+from infra.ports import Audit, HeldReplies, Lease, PlainDemand
 from infra.spans import Span
 from infra.trail import Start
 
@@ -80,13 +80,13 @@ class PostgresFrames:
             return None
         return [Span(c, p, int(f), int(t)) for found in rows for c, p, f, t in found[0]]
 
-    async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
+    async def unpublished(self, stream: str, shard: str) -> list[HeldReplies]:
         rows = await self.db.fetch(
             "SELECT id, replies FROM frame_replies"
             " WHERE stream = %s AND shard = %s AND NOT published ORDER BY id",
             (stream, shard),
         )
-        return [(int(row[0]), bytes(row[1])) for row in rows]
+        return [HeldReplies(int(row[0]), bytes(row[1])) for row in rows]
 
     async def published(self, held: Sequence[int]) -> None:
         if held:
@@ -186,12 +186,12 @@ class PostgresFrames:
         )
         return {(c, p): int(top) for c, p, top in found if top is not None}
 
-    async def rewound(self, marks: Sequence[tuple[str, str, int]]) -> None:
+    async def rewound(self, held: Mapping[tuple[str, str], int]) -> None:
         await self.db.fetch(
             "INSERT INTO counter_rewinds AS w (counter, period, held)"
             " SELECT m.counter, m.period, m.held"
             " FROM json_to_recordset(%s::json) AS m(counter text, period text, held bigint)"
             " ON CONFLICT (counter, period) DO UPDATE SET held = GREATEST(w.held, excluded.held)"
             " RETURNING 1",
-            (objects({"counter": c, "period": p, "held": h} for c, p, h in marks),),
+            (objects({"counter": c, "period": p, "held": h} for (c, p), h in held.items()),),
         )

@@ -181,6 +181,14 @@ class HeldReplies(NamedTuple):
     replies: bytes
 
 
+class Pruned(NamedTuple):
+    """What pruning the audit trail did (`Frames.prune_chains`): how many rows are `gone`, and
+    where each chain it pruned now starts."""
+
+    gone: int
+    starts: dict[str, Start]
+
+
 class PlainDemand(NamedTuple):
     """A plain frame's demand on one (counter, period) (`Frames.allocate_plain`): its `delta`,
     the counter's `start` and retention class (`klass`: its audit row's), and its `floor` (as a
@@ -412,7 +420,7 @@ class Frames(Protocol):
         """Drop idempotency keys past their expiry, allocation rows and dead letters older than
         `audit_retention` seconds, and held replies older than `reply_retention`; how many went."""
 
-    async def prune_chains(self, now: datetime) -> tuple[int, dict[str, Start]]:
+    async def prune_chains(self, now: datetime) -> Pruned:
         """Drop the audit rows past their keep_until (`prune` does this first); how many went,
         and where each chain it pruned now starts (what a batcher anchors: a prune is an
         anchored event)."""

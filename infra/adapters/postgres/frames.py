@@ -15,7 +15,7 @@ from infra.adapters.postgres.frame import PostgresFrame
 from infra.adapters.postgres.pool import Pool, objects
 from infra.adapters.postgres.statements import chained, lost
 from infra.faults import Faults
-from infra.ports import Audit, HeldReplies, Lease, PlainDemand
+from infra.ports import Audit, HeldReplies, Lease, PlainDemand, Pruned
 from infra.spans import Span
 from infra.trail import Start
 
@@ -120,7 +120,7 @@ class PostgresFrames:
             ("dead_letters", "id", "created_at", cutoff),
             ("frame_replies", "id", "committed_at", now - timedelta(seconds=reply_retention)),
         ]
-        total = (await self.prune_chains(now))[0]
+        total = (await self.prune_chains(now)).gone
         for table, key, column, bound in tables:
             statement = sql.SQL(
                 "WITH gone AS (DELETE FROM {table} WHERE {key} IN"
@@ -138,7 +138,7 @@ class PostgresFrames:
                     break
         return total
 
-    async def prune_chains(self, now: datetime) -> tuple[int, dict[str, Start]]:
+    async def prune_chains(self, now: datetime) -> Pruned:
         total, starts = 0, {}
         for _ in range(PRUNE_BATCHES):
             # The audit trail's oldest rows, noting how far each counter's period was pruned.
@@ -167,7 +167,7 @@ class PostgresFrames:
             starts.update({c: Start(int(i), bytes(h)) for _, c, i, h in found if c is not None})
             if gone < PRUNE_BATCH:
                 break
-        return total, starts
+        return Pruned(total, starts)
 
     async def highest(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         # The counter's newest rows hold its period's highest value (ranges rise in commit

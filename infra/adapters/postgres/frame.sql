@@ -1,8 +1,8 @@
--- A frame's statements, each whole (infra/adapters/postgres/queries.py loads them once, by name).
+-- A frame's statements, each whole (statements.py loads them once, by name).
 -- Rows travel as ONE json parameter each, a JSON array of objects unpacked by json_to_recordset:
 -- psycopg dumps a Python list element by element, far slower than orjson (docs/performance.md).
 --
--- Shared by `plain` and `checkpoint`, and the same text in both:
+-- Shared by `plain` and `checkpoint`, the same text in both (tests/unit/test_statements.py):
 -- * `fenced`, the checkpoint fenced by the lease's epoch: it yields a row only while the lease
 --   holds; everything else the statement writes is written only if it does.
 -- * the audit rows, from a CTE `rows` (klass, keep_s, ranges, detail, names): each the next link

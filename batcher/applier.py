@@ -9,14 +9,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import cast
+from dataclasses import dataclass
 
 from batcher.allocation import Basis, Outcome, apply, decode_replies
 from batcher.frame import Frame
-from batcher.gather import Gather, Reads
+from batcher.gather import Gather
 from batcher.known import Known
 from batcher.recent import Recent
 from batcher.rewinds import Rewinds
+from batcher.shared import Shared
 from batcher.shares import Shares
 from infra.adapters.beats import reply_lag
 from infra.adapters.push import Pusher
@@ -47,6 +48,29 @@ LEASE_CHECK_S = 0.25
 """How long a batcher that gives records up waits to learn whether its lease is still its own."""
 
 
+@dataclass(frozen=True, slots=True)
+class Committed:
+    """A frame's try committed: its outcome."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Emptied:
+    """Every record of a frame was given up, none committed: the lease to go on with."""
+
+    lease: Lease
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """Another batcher took the shard over: the frame is left to it."""
+
+
+Tried = Committed | Emptied | Dropped
+"""How a frame's tries ended (`Applier._commit_retried`)."""
+
+
 class Applier:
     def __init__(
         self,
@@ -59,7 +83,7 @@ class Applier:
         settings: Settings,
         metrics: Metrics,
         faults: Faults,
-        trouble: set[str],
+        shared: Shared,
         push: Pusher | None = None,
     ) -> None:
         """`push`: pushes committed replies to the edges whose records name an inbox (none
@@ -67,15 +91,14 @@ class Applier:
         self.stream, self.replies, self.frames = stream, replies, frames
         self.shares, self.known, self.recent = shares, known, recent
         self.settings, self.metrics, self.faults = settings, metrics, faults
-        self.trouble = trouble
+        self.shared = shared
         # On a durable stream (Kinesis) a beat's frames publish together; a stream that counts
-        # its reads in flight (KinesisStream.reading) has them waited for as well. Phased beats
+        # its reads in flight (Stream.reads) has them waited for as well. Phased beats
         # read the shards one after another: no two frames share a beat.
-        shared = settings.aws.read_beats is ReadBeats.SHARED
-        gather_s = settings.aws.reply_gather_ms / 1000 if stream.durable and shared else 0.0
-        reads = cast(Reads, stream) if hasattr(stream, "read_ended") else None
+        together = settings.aws.read_beats is ReadBeats.SHARED
+        gather_s = settings.aws.reply_gather_ms / 1000 if stream.durable and together else 0.0
         interval = settings.aws.read_interval_ms / 1000
-        self.gather = Gather(replies.publish, gather_s, reads, interval, reply_lag(settings))
+        self.gather = Gather(replies.publish, gather_s, stream.reads, interval, reply_lag(settings))
         self.push = push or Pusher(None)
         self.rewinds = Rewinds(frames)
 
@@ -85,9 +108,12 @@ class Applier:
         batcher took the shard over."""
         self._observe(frame, lease)
         with traces.step("commit"):
-            outcome = await self._commit_retried(frame, lease)
-        if not isinstance(outcome, Outcome):
-            return outcome
+            ended = await self._commit_retried(frame, lease)
+        if isinstance(ended, Dropped):
+            return None
+        if isinstance(ended, Emptied):
+            return ended.lease
+        outcome = ended.outcome
         self._count(outcome)
         if outcome.rewound:
             await self.rewinds.found(outcome.rewound)
@@ -96,7 +122,7 @@ class Applier:
         frame.applied(outcome.replies)
         self.metrics.pushes_sent.inc(self.push.send(frame.entries, outcome.replies))
         lease = self._past(lease, frame.read_to, frame.last_sequence)
-        self.shares.published.pop(lease.shard, None)  # marked in this frame's transaction
+        self.shared.marked(lease.shard)  # marked in this frame's transaction
         if self.faults.pause_before_publish_s:
             log.warning(
                 "fault: frame committed on shard %s, pausing %gs before publishing",
@@ -107,7 +133,7 @@ class Applier:
         with traces.step("publish"):
             published = await self._publish(frame, token)
         if published and outcome.held is not None:
-            self.shares.published.setdefault(lease.shard, []).append(outcome.held)
+            self.shared.published(lease.shard, outcome.held)
         return lease
 
     def _observe(self, frame: Frame, lease: Lease) -> None:
@@ -120,9 +146,9 @@ class Applier:
             max(0.0, now - frame.opened(default=now)) if behind is None else behind
         )
 
-    async def _commit_retried(self, frame: Frame, lease: Lease) -> Outcome | Lease | None:
+    async def _commit_retried(self, frame: Frame, lease: Lease) -> Tried:
         """The frame's outcome once a try commits; or, with no outcome to count, the lease to go
-        on with (the frame emptied by giving up on its records), or None (the lease lost).
+        on with (Emptied: every record given up), or Dropped (the lease lost).
         Between tries the frame takes in what its shard holds behind it (`_take_in`): through
         an outage of minutes every record is answered 'unavailable' before its edge stops
         waiting, and none piles up behind a frame that cannot commit."""
@@ -138,15 +164,15 @@ class Applier:
                     lease = await self._lost(frame, lease, tried, given_up)
                     tried, given_up = None, []
                 if not len(frame):  # every record given up: none committed
-                    return self._past(lease, frame.read_to or lease.sequence, None)
+                    return Emptied(self._past(lease, frame.read_to or lease.sequence, None))
                 tried = frame.last_sequence
                 outcome = await self._commit(frame, lease)
                 break
             except LeaseLost as exc:
                 log.error("%s; dropping the frame to its new owner", exc)
-                return None
+                return Dropped()
             except (Unavailable, StoreError) as exc:
-                self.trouble.add("frames")
+                self.shared.frames_failing(True)
                 self.metrics.frame_retries.inc()
                 backoff = backoff or Backoff()
                 delay = backoff.next()
@@ -165,10 +191,10 @@ class Applier:
                 await self._take_in(frame, lease, delay, slack, problem, cancelled)
             except LeaseLost as exc:
                 log.error("%s; dropping the frame to its new owner", exc)
-                return None
-        self.trouble.discard("frames")
+                return Dropped()
+        self.shared.frames_failing(False)
         self.metrics.frame_commit_seconds.observe(time.monotonic() - began)
-        return outcome
+        return Committed(outcome)
 
     async def _take_in(
         self,
@@ -362,7 +388,7 @@ class Applier:
             retention.idempotency_retention_s,
             keep=retention.audit_retention_s,
             hold=durable,
-            published=self.shares.published.get(lease.shard, ()),
+            published=self.shared.unmarked(lease.shard),
             earlier=earlier,
             recent=recent,
             floors=self.known.floors,

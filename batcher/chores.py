@@ -211,7 +211,7 @@ class Prune:
         """Prune as of `now`; the anchor record of where the chains now start, if any were
         pruned."""
         now = now or utc_now()
-        self.unanchored.update((await self.frames.prune_chains(now))[1])
+        self.unanchored.update((await self.frames.prune_chains(now)).starts)
         record = None
         if self.anchors is not None and self.unanchored:
             starts = {

@@ -24,21 +24,14 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Protocol
 
+from infra.ports import Reads
 from infra.wire import Reply
 
 Publish = Callable[[Sequence[Reply]], Awaitable[None]]
 WRITE_S = 0.01
 """A reply write's own time (a BatchWriteItem, about 5 ms on AWS): a gather publishes at least
 this long before the edges first read the replies of the beat."""
-
-
-class Reads(Protocol):
-    """What the gather sees of the stream's reads (infra/adapters/kinesis.py)."""
-
-    reading: int  # GetRecords calls in flight
-    read_ended: Callable[[], None] | None  # called soon after each ends
 
 
 class Gather:

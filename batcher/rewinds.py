@@ -1,6 +1,6 @@
 """Rewinds a batcher's frames found: a counter whose Postgres row is below values already handed
 out (Postgres forgot commits: a failover to a standby that lacked them). The frame refused its
-records (batcher/allocation.py `refuse`); here it is said once and recorded in Postgres, where
+records (batcher/handout.py `refuse`); here it is said once and recorded in Postgres, where
 every batcher's floor reads it and `numerator counters mend` finds it (docs/runbook.md)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Rewinds:
                 name, period, held, name,
             )  # fmt: skip
         try:
-            await self.frames.rewound([(n, p, held) for (n, p), held in new.items()])
+            await self.frames.rewound(new)
         except NumeratorError as exc:  # said again with the next frame refused
             log.warning("could not record the rewind in Postgres: %s", exc)
             return

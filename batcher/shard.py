@@ -8,9 +8,11 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 
 from batcher.applier import Applier
 from batcher.frame import Frame, State, collect_for
+from batcher.shared import Shared
 from batcher.shares import Shares
 from batcher.stopping import Stopping
 from infra.backoff import Backoff
@@ -22,9 +24,13 @@ from infra.settings import Settings
 log = logging.getLogger("numerator.batcher")
 
 
-def dead(shard: str) -> str:
-    """The trouble a shard's dead loop shows on /healthz, named as its task is."""
-    return f"dead shard-{shard}"
+@dataclass(frozen=True, slots=True)
+class Read:
+    """What one read of a shard gave (`ShardLoop._records`): its entries, none when it could not
+    be read now; `ended`: the shard is read to its end."""
+
+    entries: list[Entry]
+    ended: bool = False
 
 
 class ShardLoop:
@@ -35,14 +41,12 @@ class ShardLoop:
         applier: Applier,
         settings: Settings,
         stopping: Stopping,
-        trouble: set[str],
-        restarts: dict[str, Backoff],
+        shared: Shared,
     ) -> None:
-        """`trouble`: what is wrong now, shown on /healthz; `restarts`: per shard whose loop
-        died, when to try again (kept by the supervisor, ended here once the loop works)."""
+        """`shared`: where the loop says it cannot read its shard, or works again after it died."""
         self.stream, self.shares, self.applier = stream, shares, applier
         self.frames, self.stopping = settings.frames, stopping
-        self.trouble, self.restarts = trouble, restarts
+        self.shared = shared
 
     async def run(self, shard: str, parents: tuple[str, ...] = ()) -> None:
         """Hold the shard's lease whenever this batcher's share allows, and read it while held."""
@@ -69,10 +73,11 @@ class ShardLoop:
                 break
             stopping = self.stopping.is_set()
             read_at = time.time_ns()  # for the frame's trace span, when this process traces
-            entries = await self._records(lease, limit, stopping, failed)
+            got = await self._records(lease, limit, stopping, failed)
             read = (read_at, time.time_ns())
-            if entries is None:
+            if got.ended:
                 return None
+            entries = got.entries
             if time.monotonic() - renewed > self.frames.lease_ttl_s / 3:
                 renewed = time.monotonic()
                 if (lease := await self.shares.renew(lease)) is None:
@@ -80,7 +85,7 @@ class ShardLoop:
             if not entries:
                 if stopping:
                     break
-                self._working(shard, committed=False)
+                self.shared.working(shard, committed=False)
                 continue
             # From here to its publish the frame holds up the replies of the frames of this
             # batcher's other shards, to be published with them (batcher/gather.py).
@@ -93,37 +98,26 @@ class ShardLoop:
                     lease = await self.applier.apply(frame, lease, token)
                 ended = time.monotonic()
             if frame.state is not State.OPEN:
-                self._working(shard, committed=True)
+                self.shared.working(shard, committed=True)
         return lease
 
-    def _working(self, shard: str, committed: bool) -> None:
-        """A restarted shard loop works: nothing was waiting for it, or a frame committed
-        (which also ends its backoff: a loop that keeps dying waits longer each time)."""
-        if shard not in self.restarts:
-            return
-        self.trouble.discard(dead(shard))
-        if committed:
-            del self.restarts[shard]
-
-    async def _records(
-        self, lease: Lease, limit: int, stopping: bool, failed: Backoff
-    ) -> list[Entry] | None:
+    async def _records(self, lease: Lease, limit: int, stopping: bool, failed: Backoff) -> Read:
         """The shard's next records: none when it cannot be read now (after a pause that grows
-        while it cannot); None when it is read to its end."""
+        while it cannot); or that it is read to its end."""
         shard = lease.shard
         try:
             entries = await self.stream.read(shard, lease.sequence, limit, 0 if stopping else 0.1)
         except ShardEnded:
             await self.shares.end(lease)
-            return None
+            return Read([], ended=True)
         except Unavailable as exc:
             log.warning("cannot read shard %s: %s", shard, exc)
-            self.trouble.add(f"read {shard}")
+            self.shared.readable(shard, False)
             await asyncio.sleep(failed.next() + 0.1)
-            return []
-        self.trouble.discard(f"read {shard}")
+            return Read([])
+        self.shared.readable(shard, True)
         failed.reset()
-        return list(entries)
+        return Read(list(entries))
 
     async def _collect(
         self, shard: str, frame: Frame, limit: int, began: float, ended: float

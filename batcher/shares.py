@@ -13,6 +13,7 @@ import logging
 import math
 
 from batcher.allocation import decode_replies
+from batcher.shared import Shared
 from batcher.stopping import Stopping
 from infra.backoff import Backoff
 from infra.errors import NumeratorError, Unavailable
@@ -33,14 +34,15 @@ class Shares:
         ttl: float,
         metrics: Metrics,
         stopping: Stopping,
+        shared: Shared,
     ) -> None:
         self.stream, self.replies, self.leases, self.frames = stream, replies, leases, frames
         self.owner, self.ttl, self.metrics, self.stopping = owner, ttl, metrics, stopping
+        self.shared = shared  # the held replies published since their shard's last frame
         self.held: set[str] = set()  # shards whose lease this batcher holds (or is taking)
         self.share = math.inf  # how many shards it should hold: all, until it knows the others
         self.ended: set[str] = set()  # shards read to their end, by this batcher or another
         self._epochs: dict[str, int] = {}  # per shard: the lease epoch this batcher last held
-        self.published: dict[str, list[int]] = {}  # per shard: held replies since published
 
     async def balance(self, shards: dict[str, tuple[str, ...]]) -> None:
         """Say this batcher is alive, and work out its share of the shards not yet ended."""
@@ -126,7 +128,7 @@ class Shares:
         has no next frame to do it, mark the replies published since the last frame as such, so
         that a later owner does not send them again."""
         try:
-            await self.frames.published(self.published.pop(lease.shard, []))
+            await self.frames.published(self.shared.marked(lease.shard))
             renewed = await self.leases.acquire(lease.stream, lease.shard, self.owner, self.ttl)
         except Unavailable as exc:
             log.warning("cannot renew the lease of shard %s: %s", lease.shard, exc)
@@ -139,19 +141,19 @@ class Shares:
     async def republish(self, lease: Lease) -> None:
         """Publish the replies a crash left held: frames committed but not known published."""
         held = await self.frames.unpublished(lease.stream, lease.shard)
-        for _, raw in held:
-            replies = decode_replies(raw)
+        for one in held:
+            replies = decode_replies(one.replies)
             await self.replies.publish(replies)
             self.metrics.replies_republished.inc(len(replies))
         if held:
             log.warning("published again the replies of %d committed frame(s)", len(held))
-            await self.frames.published([number for number, _ in held])
+            await self.frames.published([one.id for one in held])
 
     async def release(self, lease: Lease) -> None:
         """Give the shard up: a durable stream's lease expires now and keeps its checkpoint, for
         the next owner; a memory stream's shard dies with this process, so its row goes."""
         try:
-            await self.frames.published(self.published.pop(lease.shard, []))
+            await self.frames.published(self.shared.marked(lease.shard))
             await self.leases.release(lease, forget=not self.stream.durable)
         except NumeratorError as exc:
             log.warning("cannot release shard %s: %s", lease.shard, exc)
@@ -159,7 +161,7 @@ class Shares:
     async def end(self, lease: Lease) -> None:
         """The shard is closed and read to its end: say so, so that its children are read."""
         try:
-            await self.frames.published(self.published.pop(lease.shard, []))
+            await self.frames.published(self.shared.marked(lease.shard))
             await self.leases.end(lease)
             self.ended.add(lease.shard)
             log.info("shard %s is read to its end", lease.shard)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from batcher.shard import ShardLoop, dead
+from batcher.shard import ShardLoop
+from batcher.shared import Shared
 from batcher.shares import Shares
 from batcher.stopping import Stopping
-from infra.backoff import Backoff
 from infra.observe.metrics import Metrics
 
 log = logging.getLogger("numerator.batcher")
@@ -21,11 +21,10 @@ class Supervisor:
         shares: Shares,
         metrics: Metrics,
         stopping: Stopping,
-        trouble: set[str],
-        restarts: dict[str, Backoff],
+        shared: Shared,
     ) -> None:
         self.loop, self.shares, self.metrics, self.stopping = loop, shares, metrics, stopping
-        self.trouble, self.restarts = trouble, restarts
+        self.shared = shared
         self.tasks: list[asyncio.Task[None]] = []
         self._reading: set[str] = set()
         self._parents: dict[str, tuple[str, ...]] = {}  # per shard read: its parents not ended
@@ -55,15 +54,13 @@ class Supervisor:
         if error is None:
             return
         shard = task.get_name().removeprefix("shard-")
-        self.trouble.add(dead(shard))
+        delay = self.shared.died(shard)
         self._reading.discard(shard)
         self.shares.drop(shard)
         self.metrics.shard_restarts.inc()
         if self.stopping.is_set():
             log.error("%s stopped", task.get_name(), exc_info=error)
             return
-        delay = self.restarts.setdefault(shard, Backoff(base=1.0, cap=30.0)).next()
-        delay = max(delay, 0.1)
         log.error("%s stopped; reading it again in %.1fs", task.get_name(), delay, exc_info=error)
         asyncio.get_running_loop().call_later(delay, self._again, shard)
 

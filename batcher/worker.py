@@ -18,11 +18,11 @@ from batcher.chores import Prune, Sweep, Trail
 from batcher.known import Known
 from batcher.recent import Recent
 from batcher.shard import ShardLoop
+from batcher.shared import Shared
 from batcher.shares import Shares
 from batcher.stopping import Stopping
 from batcher.supervisor import Supervisor
 from infra.adapters.push import Pusher
-from infra.backoff import Backoff
 from infra.clock import utc_now
 from infra.errors import NumeratorError
 from infra.faults import Faults
@@ -56,11 +56,18 @@ class Batcher:
         self.stream, self.store, self.metrics = stream, store, metrics
         self.owner = owner or uuid.uuid4().hex
         self.stopping = Stopping()
-        self._trouble: set[str] = set()  # what is wrong now: "frames", "read <shard>", ...
-        restarts: dict[str, Backoff] = {}  # per shard whose loop died: when to try again
+        self.shared = Shared()  # what its jobs share: trouble, restarts, replies published
         frames, retention = settings.frames, settings.retention
         self.shares = Shares(
-            stream, replies, store, store, self.owner, frames.lease_ttl_s, metrics, self.stopping
+            stream,
+            replies,
+            store,
+            store,
+            self.owner,
+            frames.lease_ttl_s,
+            metrics,
+            self.stopping,
+            self.shared,
         )
         self.known = Known(store, store, clock)
         applier = Applier(
@@ -73,15 +80,11 @@ class Batcher:
             settings,
             metrics,
             faults or Faults(),
-            self._trouble,
+            self.shared,
             push,
         )
-        loop = ShardLoop(
-            stream, self.shares, applier, settings, self.stopping, self._trouble, restarts
-        )
-        self.supervisor = Supervisor(
-            loop, self.shares, metrics, self.stopping, self._trouble, restarts
-        )
+        loop = ShardLoop(stream, self.shares, applier, settings, self.stopping, self.shared)
+        self.supervisor = Supervisor(loop, self.shares, metrics, self.stopping, self.shared)
         self.alerts: dict[str, str] = {}  # what a person must look at: /healthz's `alerts`
         self.trail = Trail(
             stream, store, anchors, self.owner, retention, self.stopping, metrics, self.alerts
@@ -97,14 +100,12 @@ class Batcher:
 
     @property
     def healthy(self) -> bool:
-        """Nothing is wrong now: no frame being retried, no shard that cannot be read, no shard
-        loop dead. Each trouble clears itself when the thing works again, so a passing outage
-        does not leave a container's health check failing for ever."""
-        return not self._trouble
+        """Nothing is wrong now (Shared.healthy)."""
+        return self.shared.healthy
 
     @property
     def trouble(self) -> list[str]:
-        return sorted(self._trouble)
+        return self.shared.trouble()
 
     @property
     def tasks(self) -> list[asyncio.Task[None]]:

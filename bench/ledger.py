@@ -16,10 +16,12 @@ import asyncio
 import time
 from datetime import UTC, datetime
 
-from batcher.allocation import Live, audits, demand
+from batcher.classify import Live
+from batcher.handout import audits, demand
 from infra.adapters.postgres import PostgresStore, migrate
 from infra.counters import Counter, Reset
 from infra.ledger import export, report, voids
+from infra.ports import PlainDemand
 from infra.run.embedded import ephemeral
 from infra.wire import Record
 
@@ -42,9 +44,9 @@ async def run(url: str, values: int, per_frame: int, requesters: int) -> None:
             for i in range(per_frame)
         ]
         wanted = demand(takers)
-        klass = counter.keeping(86_400)[0]
+        klass = counter.keeping(86_400).klass
         rows = audits(takers, (), {counter.name: counter}, 86_400)
-        plain = [(n, p, sum(c), counter.start, klass, 0) for (n, p), c in wanted.items()]
+        plain = [PlainDemand(n, p, sum(c), counter.start, klass, 0) for (n, p), c in wanted.items()]
         await store.allocate_plain(lease, str(frame + 1), plain, list(rows.values()))
     wrote = time.perf_counter() - began
     size = await store.trail_size()

@@ -4,7 +4,7 @@ the statement and with stand-ins for it, driven by wrk in alternating rounds.
     python -m bench.standins --rounds 6 --connections 64 --duration 5
 
 Each server is numerator's own (one worker, the embedded mode, one throwaway Postgres for all);
-in each but `statement` a plain frame's ONE statement (infra/adapters/postgres/frames.py: PLAIN)
+in each but `statement` a plain frame's ONE statement (infra/adapters/postgres/frame.sql: `plain`)
 is replaced, in that server's processes only, by a stand-in that keeps the counter's totals in
 the process:
 
@@ -33,6 +33,7 @@ from contextlib import ExitStack
 from typing import Any
 
 from bench import local, wrk
+from infra.ports import PlainDemand
 
 KINDS = ("none", "trip", "row", "unaudited", "statement", "unflushed")
 ENVIRONMENT = {"unflushed": {"PGOPTIONS": "-c synchronous_commit=off"}}
@@ -102,9 +103,10 @@ def stand_in(kind: str) -> None:
     if kind not in KINDS:
         raise SystemExit(f"no such stand-in: {kind}")
     if kind == "unaudited":
-        from infra.adapters.postgres import frames
+        from bench.statement import PARTS
+        from infra.adapters.postgres import statements
 
-        frames.PLAIN = frames.ALLOCATED + frames.ANSWER  # read by allocate_plain at each call
+        statements.PLAIN = PARTS["unaudited"]  # read by allocate_plain at each call
     if kind in ("none", "trip", "row"):
         replace(kind)
 
@@ -121,7 +123,7 @@ def replace(kind: str) -> None:
         self: PostgresFrames,
         lease: Any,
         sequence: str,
-        demand: Sequence[tuple[str, str, int, int, str, int]],
+        demand: Sequence[PlainDemand],
         audits: Any,
     ) -> dict[tuple[str, str], int]:
         if kind == "none":
@@ -142,12 +144,12 @@ def replace(kind: str) -> None:
                         made.append(True)
                     found = await conn.execute(
                         f"UPDATE {ROW} SET n = n + %s WHERE pid = %s RETURNING n",
-                        (sum(row[2] for row in demand), os.getpid()),
+                        (sum(row.delta for row in demand), os.getpid()),
                     )
                     await found.fetchall()
-        for counter, period, delta, *_ in demand:
-            totals[counter, period] = totals.get((counter, period), 0) + delta
-        return {pair: totals[pair] for pair in {(row[0], row[1]) for row in demand}}
+        for row in demand:
+            totals[row.counter, row.period] = totals.get((row.counter, row.period), 0) + row.delta
+        return {pair: totals[pair] for pair in {(row.counter, row.period) for row in demand}}
 
     PostgresFrames.allocate_plain = allocate_plain  # type: ignore[method-assign]
 

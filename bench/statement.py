@@ -7,11 +7,11 @@ statements, autocommit, as the batcher's pool runs them) that sends each stateme
 again, each its own transaction, with `synchronous_commit` on (the service's setting) and off (no
 wait for the commit's WAL flush, which the service never does). Prints the time a statement,
 the best of `--rounds` rounds: a round trip (`SELECT 1`), the fence alone, the addition to the
-counter's row alone, the frame without its audit row, and the frame as the batcher sends it
-(infra/adapters/postgres/frames.py: PLAIN). On one hot counter a frame holds the counter's row
-from its addition to the end of its commit, and the next frame waits for it: at 64 connections
-this time, a frame of about 30 requests, is part of what /next waits on; the worker's own loop
-and frame path are the rest (docs/performance.md).
+counter's row alone, the frame without its audit row (those three in bench/statement.sql), and
+the frame as the batcher sends it (infra/adapters/postgres/frame.sql: `plain`). On one hot
+counter a frame holds the counter's row from its addition to the end of its commit, and the next
+frame waits for it: at 64 connections this time, a frame of about 30 requests, is part of what
+/next waits on; the worker's own loop and frame path are the rest (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -21,18 +21,20 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable
+from importlib import resources
 from typing import Any
 
 import psycopg
 
 from bench import local
 from infra.adapters.postgres import PostgresStore
-from infra.adapters.postgres.frames import ALLOCATED, ANSWER, PLAIN, plain_parameters
+from infra.adapters.postgres.frames import plain_parameters
 from infra.adapters.postgres.pool import migrate
-from infra.adapters.postgres.statements import ADD, FENCED, fence
+from infra.adapters.postgres.statements import PLAIN, fence, load
 from infra.counters import Counter
-from infra.ports import Audit, Lease
+from infra.ports import Audit, Lease, PlainDemand
 
+PARTS = load((resources.files("bench") / "statement.sql").read_text())
 COUNTER = "hot"
 KEEP_S = 86_400.0
 RECORDS = 30  # a frame's records at 64 connections on one hot counter
@@ -107,7 +109,7 @@ def statements(lease: Lease, made: dict[str, int]) -> dict[str, Statement]:
     klass = f"{KEEP_S:g}s-never"
     who = [[COUNTER, "", [[RECORDS, "127.0.0.1", None, "bench"]]]]
     audit = Audit(klass, KEEP_S, {"r": who, "v": []}, [])
-    demand = [(COUNTER, "", RECORDS, 1, klass, 0)]
+    demand = [PlainDemand(COUNTER, "", RECORDS, 1, klass, 0)]
     sequence = iter(range(1, 1 << 62))
 
     def counted(*kinds: str) -> None:
@@ -123,7 +125,7 @@ def statements(lease: Lease, made: dict[str, int]) -> dict[str, Statement]:
 
     def addition() -> tuple[str, Any]:
         counted("added")
-        return ADD.format(rows="%(counter)s::text, ''::text, %(delta)s::bigint"), {
+        return PARTS["addition"], {
             "counter": COUNTER,
             "delta": RECORDS,
         }
@@ -131,11 +133,11 @@ def statements(lease: Lease, made: dict[str, int]) -> dict[str, Statement]:
     return {
         TRIP: lambda: ("SELECT 1", None),
         "the fence (the lease's checkpoint)": lambda: (
-            f"WITH {FENCED} SELECT count(*) FROM fenced",
+            PARTS["fence"],
             fence(lease, str(next(sequence))),
         ),
         "the addition (the counter's row)": addition,
-        UNAUDITED: plain(ALLOCATED + ANSWER),
+        UNAUDITED: plain(PARTS["unaudited"]),
         FRAME: plain(PLAIN, "audited"),
     }
 

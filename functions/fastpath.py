@@ -37,7 +37,7 @@ from infra.counters import template
 from infra.errors import AwsRefused, ReplyTimeout, StreamFull, Unavailable
 from infra.observe import traces
 from infra.settings import loopback
-from infra.wire import BadReply, Record, Reply, Void, reply_key
+from infra.wire import BadReply, Confirm, Record, Reply, Void, reply_key
 
 log = logging.getLogger("numerator.edge")
 
@@ -133,7 +133,7 @@ async def replied(work: Awaitable[Reply], retry_after: int) -> Reply:
 
 
 async def put_and_wait(
-    edge: Edge, record: Record | Void, timeout: float, left: Callable[[], bool] = staying
+    edge: Edge, record: Record | Void | Confirm, timeout: float, left: Callable[[], bool] = staying
 ) -> Reply:
     """Put a record for one request and await its reply; ClientLeft (its record given up) when
     its client is known gone (`left`) as the reply comes."""

@@ -92,7 +92,7 @@ async def confirm(request: Request) -> Response:
     return await mark(request, Confirm)
 
 
-async def mark(request: Request, kind: type[Void]) -> Response:
+async def mark(request: Request, kind: type[Void] | type[Confirm]) -> Response:
     """Void or confirm values: one record per contiguous range, put together and each answered
     by the batcher in its frame's transaction; a refusal names the ranges that were done."""
     edge = edge_of(request)
@@ -119,7 +119,9 @@ async def mark(request: Request, kind: type[Void]) -> Response:
     # The ranges are asked for together, each its own record: one frame answers them all within
     # one timeout (in turn, a timeout each, the later ones outlived their deadline).
     records = [
-        kind(reply_key(), counter.name, first, last, reason, period, who, deadline, sent)
+        Void(reply_key(), counter.name, first, last, reason, period, who, deadline, sent)
+        if kind is Void
+        else Confirm(reply_key(), counter.name, first, last, period, who, deadline, sent)
         for first, last in spans
     ]
     answers = await asyncio.gather(

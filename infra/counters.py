@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from enum import StrEnum
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from infra.errors import InvalidCounter
@@ -210,7 +210,7 @@ class Counter:
     def retention_s(self, default: float) -> float:
         return self.retention_days * 86_400.0 if self.retention_days else default
 
-    def keeping(self, default: float) -> tuple[str, float]:
+    def keeping(self, default: float) -> Retention:
         """The retention class of this counter's audit rows, and how long after it is written
         a row of it is kept: the retention, plus the longest a period lasts (and a day of time
         zones), so that a period's rows are kept at least the retention after it ends. All the
@@ -264,10 +264,19 @@ class Counter:
         )
 
 
+class Retention(NamedTuple):
+    """How a counter's audit rows are kept (Counter.keeping): `klass`, their retention class
+    (the rows of one class share a chain, "86400s-never"), and `keep_s`, how long after it is
+    written a row of it is kept."""
+
+    klass: str
+    keep_s: float
+
+
 @lru_cache(maxsize=256)  # asked per counter per frame
-def _keeping(retention: float, reset: Reset) -> tuple[str, float]:
+def _keeping(retention: float, reset: Reset) -> Retention:
     seconds = format(retention, "f").rstrip("0").rstrip(".")
-    return f"{seconds}s-{reset.value}", retention + PERIOD_S[reset]
+    return Retention(f"{seconds}s-{reset.value}", retention + PERIOD_S[reset])
 
 
 def check_retention(days: object) -> int | None:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import date, datetime
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from infra.counters import Counter
 from infra.keys import Key
@@ -39,6 +39,15 @@ class Entry:
         return cls(shard, sequence, record, raw, key=record.key)
 
 
+@dataclass(slots=True)
+class Reads:
+    """A stream's reads in flight (Kinesis's GetRecords calls), as the stream counts them, and
+    what it calls soon after each ends: what a batcher's gather waits for (batcher/gather.py)."""
+
+    reading: int = 0
+    read_ended: Callable[[], None] | None = None
+
+
 class Stream(Protocol):
     """An ordered, sharded log of records (in memory, or Kinesis).
 
@@ -50,6 +59,10 @@ class Stream(Protocol):
 
     name: str
     durable: bool
+
+    @property
+    def reads(self) -> Reads | None:
+        """Its reads in flight, when it counts them (Kinesis); None when it does not."""
 
     async def put(self, records: Sequence[Demand]) -> None:
         """Append records, each to the shard its counter maps to; raise StreamFull when the
@@ -148,6 +161,68 @@ class VoidAsk:
 
 
 @dataclass(frozen=True, slots=True)
+class ConfirmAsk:
+    """A confirmation to record in a frame's transaction, checked there as a void is."""
+
+    counter: str
+    period: str
+    first: int
+    last: int
+    who: str
+    start: int
+    keep_s: float
+
+
+class HeldReplies(NamedTuple):
+    """A committed frame's replies as a durable stream's shard holds them until published:
+    their `id` (to mark them published) and the encoded `replies`."""
+
+    id: int
+    replies: bytes
+
+
+class Pruned(NamedTuple):
+    """What pruning the audit trail did (`Frames.prune_chains`): how many rows are `gone`, and
+    where each chain it pruned now starts."""
+
+    gone: int
+    starts: dict[str, Start]
+
+
+class PlainDemand(NamedTuple):
+    """A plain frame's demand on one (counter, period) (`Frames.allocate_plain`): its `delta`,
+    the counter's `start` and retention class (`klass`: its audit row's), and its `floor` (as a
+    count of values handed out: the audit trail's highest)."""
+
+    counter: str
+    period: str
+    delta: int
+    start: int
+    klass: str
+    floor: int
+
+
+class Holder(NamedTuple):
+    """A record holding an Idempotency-Key's values: the key's counter, the key, and the
+    record's reply key (`FrameTransaction.hand_over`, `free`)."""
+
+    counter: str
+    key: str
+    reply: str
+
+
+class NotMade(NamedTuple):
+    """Why a void or a confirmation was not made (`FrameTransaction.void`, `confirm`)."""
+
+    error: ReplyError
+    detail: str
+
+
+Made = NotMade | bool
+"""What became of a void or a confirmation asked: made (True), made before (False), or not."""
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     stream: str
     shard: str
@@ -174,12 +249,12 @@ class FrameTransaction(Protocol):
 
     async def remember(self, claims: Sequence[Claim], retention: float) -> None: ...
 
-    async def hand_over(self, holders: Sequence[tuple[str, str, str]]) -> None:
-        """Each (counter, Idempotency-Key, reply key): the key's values were answered again, to
+    async def hand_over(self, holders: Sequence[Holder]) -> None:
+        """Each holder: the key's values were answered again, to
         that record (a retry), which holds them too, beside the records answered them before."""
 
-    async def free(self, holders: Sequence[tuple[str, str, str]]) -> list[Claim]:
-        """Each (counter, Idempotency-Key, reply key): that record's request was cancelled, and
+    async def free(self, holders: Sequence[Holder]) -> list[Claim]:
+        """Each holder: that record's request was cancelled, and
         no longer holds the key's values. A key none of whose records holds its values any
         more is forgotten; the claims forgotten, whose values are to be voided (`holder`: one
         of the cancelled records). A key answered to a request not cancelled is kept: its
@@ -187,12 +262,12 @@ class FrameTransaction(Protocol):
 
     async def dead_letter(self, letters: Sequence[DeadLetter]) -> None: ...
 
-    async def void(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
+    async def void(self, asks: Sequence[VoidAsk]) -> list[Made]:
         """Make each void, in order: True when made, False when the same void was made before
         (the same values, the same reason: idempotent), or why not (values not handed out
         yet, or void already for another reason)."""
 
-    async def confirm(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
+    async def confirm(self, asks: Sequence[ConfirmAsk]) -> list[Made]:
         """Record each confirmation, in order: True when new, False when made before, or why
         not (values not handed out yet, or void)."""
 
@@ -306,12 +381,12 @@ class Frames(Protocol):
         self,
         lease: Lease,
         sequence: str,
-        demand: Sequence[tuple[str, str, int, int, str, int]],
+        demand: Sequence[PlainDemand],
         audits: Sequence[Audit],
     ) -> dict[tuple[str, str], int]:
-        """A plain frame in one transaction: add each (counter, period, delta, start, class,
-        floor)'s delta (not below its floor, as `FrameTransaction.allocate`), write the audit
-        rows (`audits`, one per class, their ranges made from what was allocated), and move the
+        """A plain frame in one transaction: add each demand's delta (not below its floor, as
+        `FrameTransaction.allocate`), write the audit rows (`audits`, one per class, their
+        ranges made from what was allocated), and move the
         lease's checkpoint to `sequence`, fenced by its epoch (LeaseLost, and nothing applied,
         if another batcher holds it now); the allocated totals by (counter, period)."""
 
@@ -320,8 +395,8 @@ class Frames(Protocol):
         counter's newest rows, or a rewind recorded and not mended holds: the floor below which
         a batcher refuses to allocate."""
 
-    async def rewound(self, marks: Sequence[tuple[str, str, int]]) -> None:
-        """Record that each (counter, period) is below `held`, the highest value a batcher
+    async def rewound(self, held: Mapping[tuple[str, str], int]) -> None:
+        """Record that each (counter, period) is below its `held`, the highest value a batcher
         knows was handed out (kept at the greater of two records): a rewind, refused until
         an operator mends it."""
 
@@ -330,7 +405,7 @@ class Frames(Protocol):
         `sequence` (its checkpoint there, under its epoch), or None: whether a commit whose
         answer was lost (Postgres went away as it committed) took effect."""
 
-    async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
+    async def unpublished(self, stream: str, shard: str) -> list[HeldReplies]:
         """Held replies of the shard's committed frames not known to be published, oldest first."""
 
     async def published(self, held: Sequence[int]) -> None: ...
@@ -345,7 +420,7 @@ class Frames(Protocol):
         """Drop idempotency keys past their expiry, allocation rows and dead letters older than
         `audit_retention` seconds, and held replies older than `reply_retention`; how many went."""
 
-    async def prune_chains(self, now: datetime) -> tuple[int, dict[str, Start]]:
+    async def prune_chains(self, now: datetime) -> Pruned:
         """Drop the audit rows past their keep_until (`prune` does this first); how many went,
         and where each chain it pruned now starts (what a batcher anchors: a prune is an
         anchored event)."""

@@ -250,44 +250,91 @@ class Void:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Void:
-        key = data.get("k")
-        if not isinstance(key, str) or not key:
-            raise BadRecord("void has no reply key")
-        counter, first, last = data.get("c"), data.get("f"), data.get("l")
-        reason, period, who = data.get("r"), data.get("p"), data.get("w", "")
-        if not isinstance(counter, str) or not counter:
-            raise BadRecord("void has no counter", key)
-        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (first, last)):
-            raise BadRecord("a void's first and last must be integers", key)
-        assert isinstance(first, int) and isinstance(last, int)
-        if not 0 <= first <= last <= MAX_VALUE:
-            raise BadRecord(f"a void's values must be 0 to {MAX_VALUE}, first to last", key)
-        if not 0 <= last - first < MAX_VOID:
-            raise BadRecord(f"a void takes 1 to {MAX_VOID} values, first to last", key)
+        key, counter, first, last = _span(data)
+        reason = data.get("r")
         if not isinstance(reason, str) or not reason:
             raise BadRecord("a void needs a reason", key)
-        if period is not None and not isinstance(period, str):
-            raise BadRecord("a void's period must be a string", key)
-        if not isinstance(who, str):
-            raise BadRecord("who must be a string", key)
-        deadline, sent = _times(data, key)
-        try:
-            day = date.fromisoformat(data["y"]) if "y" in data else None
-        except (TypeError, ValueError):
-            raise BadRecord("a void's day must be an ISO date", key) from None
+        period, who, deadline, sent, day = _where(data, key)
         return cls(key, counter, first, last, reason, period, who, deadline, sent, day)
 
 
+def _span(data: dict[str, Any]) -> tuple[str, str, int, int]:
+    """A void's or a confirmation's reply key, counter and values, checked."""
+    key = data.get("k")
+    if not isinstance(key, str) or not key:
+        raise BadRecord("void has no reply key")
+    counter, first, last = data.get("c"), data.get("f"), data.get("l")
+    if not isinstance(counter, str) or not counter:
+        raise BadRecord("void has no counter", key)
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (first, last)):
+        raise BadRecord("a void's first and last must be integers", key)
+    assert isinstance(first, int) and isinstance(last, int)
+    if not 0 <= first <= last <= MAX_VALUE:
+        raise BadRecord(f"a void's values must be 0 to {MAX_VALUE}, first to last", key)
+    if not 0 <= last - first < MAX_VOID:
+        raise BadRecord(f"a void takes 1 to {MAX_VOID} values, first to last", key)
+    return key, counter, first, last
+
+
+def _where(data: dict[str, Any], key: str) -> tuple[str | None, str, float, float, date | None]:
+    """A void's or a confirmation's period, who asked, times and day, checked."""
+    period, who = data.get("p"), data.get("w", "")
+    if period is not None and not isinstance(period, str):
+        raise BadRecord("a void's period must be a string", key)
+    if not isinstance(who, str):
+        raise BadRecord("who must be a string", key)
+    deadline, sent = _times(data, key)
+    try:
+        day = date.fromisoformat(data["y"]) if "y" in data else None
+    except (TypeError, ValueError):
+        raise BadRecord("a void's day must be an ISO date", key) from None
+    return period, who, deadline, sent, day
+
+
 @dataclass(slots=True)
-class Confirm(Void):
+class Confirm:
     """A client says it used values [first, last] of a counter that needs confirmation: they
-    are final, never voided not-confirmed. Answered like a void (idempotent)."""
+    are final, never voided not-confirmed. Answered like a void (idempotent); a void's fields
+    but a reason."""
+
+    key: str
+    counter: str
+    first: int
+    last: int
+    period: str | None = None
+    who: str = ""
+    deadline: float = 0.0
+    sent: float = 0.0
+    day: date | None = None
+
+    @property
+    def idempotency_key(self) -> None:
+        return None
 
     def to_json(self) -> dict[str, Any]:
-        out = Void.to_json(self)
-        out["o"] = "confirm"
-        del out["r"]
+        out: dict[str, Any] = {
+            "v": VERSION,
+            "o": "confirm",
+            "k": self.key,
+            "c": self.counter,
+            "f": self.first,
+            "l": self.last,
+            "d": self.deadline,
+            "s": self.sent,
+        }
+        if self.period is not None:
+            out["p"] = self.period
+        if self.day is not None:
+            out["y"] = self.day.isoformat()
+        if self.who:
+            out["w"] = self.who
         return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Confirm:
+        key, counter, first, last = _span(data)
+        period, who, deadline, sent, day = _where(data, key)
+        return cls(key, counter, first, last, period, who, deadline, sent, day)
 
 
 @dataclass(slots=True)
@@ -323,7 +370,7 @@ class Cancel:
         return cls(key, counter, idem, who)
 
 
-Demand = Record | Void | Cancel
+Demand = Record | Void | Confirm | Cancel
 """What the edge puts on the stream."""
 
 
@@ -408,7 +455,7 @@ def decode_record(raw: bytes) -> Demand:
     if kind == "void":
         return Void.from_json(data)
     if kind == "confirm":
-        return Confirm.from_json({**data, "r": "confirm"})
+        return Confirm.from_json(data)
     if kind == "cancel":
         return Cancel.from_json(data)
     return Record.from_json(data)

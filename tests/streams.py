@@ -15,6 +15,7 @@ from infra.wire import Record, encode
 
 class ListStream:
     durable = True
+    reads = None
 
     def __init__(self, raws: Sequence[bytes] = ()) -> None:
         self.name = f"test-{uuid.uuid4().hex[:8]}"

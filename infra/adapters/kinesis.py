@@ -29,7 +29,7 @@ import logging
 import time
 import zlib
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +39,7 @@ from infra.adapters.limits import PUT_RECORDS_MAX, PUT_RECORDS_MAX_BYTES
 from infra.backoff import Retries
 from infra.errors import AwsRefused, NumeratorError, ShardEnded, StreamFull
 from infra.observe.metrics import Metrics
-from infra.ports import Entry
+from infra.ports import Entry, Reads
 from infra.wire import Cancel, Demand, Record, encode
 
 log = logging.getLogger("numerator.kinesis")
@@ -59,6 +59,52 @@ Row = tuple[bytes, str, str | None, str]
 """A record to put: its data, partition key, explicit hash key (or None) and reply key."""
 Waiter = tuple[list[Row], "asyncio.Future[None]"]
 """One put() call: its records, and the future it awaits."""
+
+
+class Placement:
+    """Phased beats: the open shards a put aims at (listed once, and again every SHARDS_EVERY_S
+    or when a put lands on a shard not listed), and where each of the latest PLACED records
+    landed, by reply key: the hash key it went under (None: its partition key's) and its
+    shard's phase."""
+
+    def __init__(self, interval: float) -> None:
+        self.phases = beats.Phases(interval)
+        self.listed = -SHARDS_EVERY_S  # monotonic time the open shards were listed
+        self.placed: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
+
+    def chosen(self, returns: float) -> str | None:
+        """The hash key of the shard read first after `returns`, when a put begun now is
+        expected to return (None before the shards are listed)."""
+        if not self.phases:
+            return None
+        return self.phases.choose(returns)[0]
+
+    def aim(self, record: Demand, chosen: str | None) -> str | None:
+        """The hash key to put a record under: `chosen` for a Record without an Idempotency-Key
+        (a keyed one keeps its partition, where its retries meet), its record's for a Cancel;
+        None to go by the partition key. A front frame's records (one a counter) all go to the
+        one shard, as a Lambda container's lone record does."""
+        if isinstance(record, Cancel):
+            placed = self.placed.get(record.key)
+            return placed[0] if placed else None  # by the partition key: its record's shard
+        if not isinstance(record, Record) or record.idempotency_key:
+            return None
+        return chosen
+
+    def landed(self, key: str, aim: str | None, shard: str, read_phase: float) -> None:
+        """Keep where a record landed (`read_phase`: its shard's, as read, if not listed)."""
+        phase = self.phases.of.get(shard)
+        if phase is None:
+            phase = read_phase
+            if self.phases:  # a shard not listed (a reshard): list them again, at the next put
+                self.listed = -SHARDS_EVERY_S
+        self.placed[key] = (aim, phase)
+        if len(self.placed) > PLACED:
+            self.placed.popitem(last=False)
+
+    def phase(self, key: str) -> float:
+        placed = self.placed.get(key)
+        return placed[1] if placed else 0.0
 
 
 @dataclass
@@ -91,15 +137,10 @@ class KinesisStream:
         self._cursors: dict[str, _Cursor] = {}
         self._behind: dict[str, float] = {}
         self._wall = beats.Wall()
-        self.reading = 0  # GetRecords calls in flight (the batcher's gather waits for them)
-        self.read_ended: Callable[[], None] | None = None  # called soon after each of them
+        self.reads = Reads()  # GetRecords calls in flight (the batcher's gather waits for them)
         self.phased = phased
-        self._phases = beats.Phases(read_interval)  # phased: the open shards, for puts
-        self._listed = -SHARDS_EVERY_S  # monotonic time they were listed
+        self.placement = Placement(read_interval)  # phased: where puts aim, where they landed
         self._read_phases: dict[str, float] = {}  # phased: every shard's phase, for reads
-        self._placed: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
-        """Phased: by a record's reply key, the hash key it went under (None: its partition
-        key's), and its shard's phase."""
         self.put_times = beats.Times(0.01, 0.005)  # first guess: AWS's (latency.json)
 
     def partition(self, record: Demand) -> str:
@@ -116,8 +157,9 @@ class KinesisStream:
         chosen = None
         if self.phased:
             await self._list_open()
-            chosen = self._chosen()
-        rows = [(encode(r), self.partition(r), self._aim(r, chosen), r.key) for r in records]
+            chosen = self.placement.chosen(time.time() + self.put_times.likely() + PUT_GUARD_S)
+        aim = self.placement.aim if self.phased else lambda record, chosen: None
+        rows = [(encode(r), self.partition(r), aim(r, chosen), r.key) for r in records]
         self._pending.append((rows, done))
         if self._flushing is None or self._flushing.done():
             self._flushing = loop.create_task(self._flush())
@@ -129,48 +171,26 @@ class KinesisStream:
         next beat, when batchers read every shard on the same beats; on phased beats, the next
         beat of the shard read first after such a put returns, where `put` aims it. None where
         there are no beats, or on phased beats before the shards are listed."""
-        if self.read_interval <= 0 or (self.phased and not self._phases):
+        phases = self.placement.phases
+        if self.read_interval <= 0 or (self.phased and not phases):
             return None
         margin = takes + PUT_GUARD_S
         now = time.time()
         returns = now + max(0.0, after) + margin
-        phase = self._phases.choose(returns)[1] if self.phased else 0.0
+        phase = phases.choose(returns)[1] if self.phased else 0.0
         return beats.beat(returns, self.read_interval, phase) - margin - now
 
     def phase(self, key: str) -> float:
         """The phase of the shard the record of reply key `key` landed on (0 when not phased, or
         not known)."""
-        placed = self._placed.get(key)
-        return placed[1] if placed else 0.0
-
-    def _chosen(self) -> str | None:
-        """Phased: the hash key of the shard read first after a put begun now returns (None
-        before the shards are listed)."""
-        if not self._phases:
-            return None
-        returns = time.time() + self.put_times.likely() + PUT_GUARD_S
-        return self._phases.choose(returns)[0]
-
-    def _aim(self, record: Demand, chosen: str | None) -> str | None:
-        """The hash key to put a record under: `chosen` for a Record without an Idempotency-Key
-        (a keyed one keeps its partition, where its retries meet), its record's for a Cancel;
-        None to go by the partition key. A front frame's records (one a counter) all go to the
-        one shard, as a Lambda container's lone record does."""
-        if not self.phased:
-            return None
-        if isinstance(record, Cancel):
-            placed = self._placed.get(record.key)
-            return placed[0] if placed else None  # by the partition key: its record's shard
-        if not isinstance(record, Record) or record.idempotency_key:
-            return None
-        return chosen
+        return self.placement.phase(key)
 
     async def _list_open(self) -> None:
         """Phased: list the open shards, if not listed for SHARDS_EVERY_S. A listing that fails
         leaves puts to their partition keys until the next."""
-        if time.monotonic() - self._listed < SHARDS_EVERY_S:
+        if time.monotonic() - self.placement.listed < SHARDS_EVERY_S:
             return
-        self._listed = time.monotonic()
+        self.placement.listed = time.monotonic()
         try:
             listed = await self._list()
         except NumeratorError as exc:
@@ -181,18 +201,7 @@ class KinesisStream:
             for s in listed
             if "EndingSequenceNumber" not in s.get("SequenceNumberRange", {})
         ]
-        self._phases = beats.Phases(self.read_interval, open_)
-
-    def _landed(self, key: str, aim: str | None, shard: str) -> None:
-        """Keep where a record landed (phased beats)."""
-        phase = self._phases.of.get(shard)
-        if phase is None:
-            phase = self._read_phases.get(shard, 0.0)
-            if self._phases:  # a shard not listed (a reshard): list them again, at the next put
-                self._listed = -SHARDS_EVERY_S
-        self._placed[key] = (aim, phase)
-        if len(self._placed) > PLACED:
-            self._placed.popitem(last=False)
+        self.placement.phases = beats.Phases(self.read_interval, open_)
 
     async def _flush(self) -> None:
         while self._pending:
@@ -245,7 +254,8 @@ class KinesisStream:
             )
             self.put_times.add(time.monotonic() - began)
             if self.phased:
-                self._landed(row[3], row[2], one.get("ShardId", ""))
+                shard = one.get("ShardId", "")
+                self.placement.landed(row[3], row[2], shard, self._read_phases.get(shard, 0.0))
             return []
         out = await self.calls(
             self.client.put_records,
@@ -257,7 +267,9 @@ class KinesisStream:
         if self.phased:
             for i, result in zip(todo, results, strict=False):
                 if "ShardId" in result:
-                    self._landed(rows[i][3], rows[i][2], result["ShardId"])
+                    shard = result["ShardId"]
+                    read = self._read_phases.get(shard, 0.0)
+                    self.placement.landed(rows[i][3], rows[i][2], shard, read)
         if not out.get("FailedRecordCount"):
             return []
         left = [i for i, r in zip(todo, results, strict=True) if "ErrorCode" in r]
@@ -339,7 +351,7 @@ class KinesisStream:
             if cursor.iterator is None:
                 cursor.iterator = await self._iterator(shard, cursor.position)
             cursor.last_read = time.monotonic()
-            self.reading += 1
+            self.reads.reading += 1
             try:
                 out = await self.calls(
                     self.client.get_records, ShardIterator=cursor.iterator, Limit=min(limit, 10_000)
@@ -350,9 +362,9 @@ class KinesisStream:
                     raise
                 cursor.iterator = None  # made again from the position, once
             finally:
-                self.reading -= 1
-                if self.read_ended is not None:  # once the read's records are in a frame
-                    asyncio.get_running_loop().call_soon(self.read_ended)
+                self.reads.reading -= 1
+                if self.reads.read_ended is not None:  # once the read's records are in a frame
+                    asyncio.get_running_loop().call_soon(self.reads.read_ended)
         else:
             return []
         cursor.iterator = out.get("NextShardIterator")

@@ -23,6 +23,7 @@ class MemoryStream:
 
     name = "memory"
     durable = False
+    reads = None  # a read waits for nothing but records
 
     def __init__(self, capacity: int = 50_000) -> None:
         self.capacity = capacity

@@ -16,7 +16,7 @@ from infra.adapters.postgres import PostgresStore
 from infra.counters import Counter
 from infra.errors import LeaseLost, ShardEnded, Unavailable
 from infra.observe.metrics import Metrics
-from infra.ports import Audit, Entry
+from infra.ports import Audit, Entry, PlainDemand
 from infra.settings import Settings
 from infra.spans import Span
 from infra.wire import Record, Reply, ReplyError
@@ -171,13 +171,18 @@ async def test_a_plain_frame_is_fenced_and_audited_in_one_statement(
     owner = await store.acquire(stream, "s", "b", ttl=30)
     assert owner is not None
     with pytest.raises(LeaseLost):
-        await store.allocate_plain(stale, "1", [(name, "", 5, 100, CLASS, 0)], [audit()])
+        await store.allocate_plain(stale, "1", [PlainDemand(name, "", 5, 100, CLASS, 0)], [audit()])
     assert await store.allocated(name, "") == 0
 
     first = await store.allocate_plain(
-        owner, "1", [(name, "", 5, 100, CLASS, 0), (other, "", 2, 1, CLASS, 0)], [audit()]
+        owner,
+        "1",
+        [PlainDemand(name, "", 5, 100, CLASS, 0), PlainDemand(other, "", 2, 1, CLASS, 0)],
+        [audit()],
     )
-    second = await store.allocate_plain(owner, "2", [(name, "", 3, 100, CLASS, 0)], [audit()])
+    second = await store.allocate_plain(
+        owner, "2", [PlainDemand(name, "", 3, 100, CLASS, 0)], [audit()]
+    )
     assert first == {(name, ""): 5, (other, ""): 2} and second == {(name, ""): 8}
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         cur = await conn.execute(
@@ -241,6 +246,7 @@ class Resharded:
     ends, as a closed Kinesis shard does; the child holds later records."""
 
     durable = True
+    reads = None
 
     def __init__(self, parent: ListStream, child: ListStream) -> None:
         self.name = parent.name

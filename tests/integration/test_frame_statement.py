@@ -1,4 +1,4 @@
-"""A plain frame's ONE statement (infra/adapters/postgres/frames.py: PLAIN) as Postgres plans it:
+"""A plain frame's ONE statement (infra/adapters/postgres/frame.sql: `plain`) as Postgres plans it:
 what each frame pays for, checked in the plan rather than timed."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import uuid
 import psycopg
 
 from infra.adapters.postgres import PostgresStore
-from infra.adapters.postgres.frames import PLAIN, plain_parameters
+from infra.adapters.postgres.frames import plain_parameters
+from infra.adapters.postgres.statements import PLAIN
 from infra.counters import Counter
-from infra.ports import Audit
+from infra.ports import Audit, PlainDemand
 
 KEEP_S = 86_400.0
 
@@ -27,7 +28,7 @@ async def test_a_frame_looks_up_its_chains_head_once(
     assert lease is not None
     klass = f"{KEEP_S:g}s-never"
     audit = Audit(klass, KEEP_S, {"r": [[name, "", [[3, "127.0.0.1", None, "test"]]]], "v": []}, [])
-    demand = [(name, "", 3, 1, klass, 0)]
+    demand = [PlainDemand(name, "", 3, 1, klass, 0)]
     for sequence in ("1", "2"):  # a chain with a head to find
         assert await store.allocate_plain(lease, sequence, demand, [audit]) == {
             (name, ""): 3 * int(sequence)

@@ -321,7 +321,7 @@ async def test_beats_front_frames_on_phased_beats_go_to_the_shard_read_next(
             )
             records = edge.metrics.records_put.value - began
             stream = edge.aws.stream
-            phases = {stream.phase(key) for key in list(stream._placed)[1:]}
+            phases = {stream.phase(key) for key in list(stream.placement.placed)[1:]}
     assert [r.status_code for r in got] == [200] * 60
     assert sorted(values(got[1::2])) == list(range(2, 32))
     assert sorted(values(got[0::2])) == list(range(1, 31))

@@ -257,11 +257,11 @@ async def test_phased_a_front_frames_records_go_together_to_the_shard_read_next(
             frame = [Record(f"a{n}", "inv"), Record(f"b{n}", "po"), Record(f"c{n}", "rx")]
             expected = time.time() + kinesis.put_times.likely() + PUT_GUARD_S
             await kinesis.put([*frame, Record(f"k{n}", "inv", idempotency_key="same")])
-            landed = {kinesis._placed[r.key] for r in frame}
+            landed = {kinesis.placement.placed[r.key] for r in frame}
             assert len(landed) == 1, landed  # one shard for the frame
             aim, phase = landed.pop()
             assert aim is not None and beats.beat(expected, 0.2, phase) - expected <= 0.05 + 1e-3
-            assert kinesis._placed[f"k{n}"][0] is None  # by its partition key
+            assert kinesis.placement.placed[f"k{n}"][0] is None  # by its partition key
             await asyncio.sleep(0.017 * (n % 5))
 
 

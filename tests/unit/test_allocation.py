@@ -9,19 +9,24 @@ from itertools import pairwise
 from hypothesis import given
 from hypothesis import strategies as st
 
-from batcher.allocation import (
-    Live,
+from batcher.classify import ConfirmAsked, Live, VoidAsked, classify
+from batcher.handout import (
     abandon,
     assign,
     audits,
-    classify,
+    confirmed,
+    confirming,
     demand,
     hand_out,
+    refuse,
     share,
     split,
+    void_asks,
+    voided,
 )
 from infra.counters import Counter, Reset
-from infra.ports import Claim, Entry, Lease
+from infra.ports import Claim, Entry, Lease, NotMade
+from infra.spans import Span
 from infra.wire import Cancel, Confirm, Record, Reply, ReplyError, Void
 
 counts = st.lists(st.integers(min_value=1, max_value=1000), min_size=1, max_size=200)
@@ -125,7 +130,7 @@ def test_classify_sets_voids_confirms_and_cancels_apart_with_their_periods() -> 
         entry(13, Cancel("r-old", "inv")),  # applied in an earlier frame: voided, abandoned
         entry(14, Void("v1", "inv", 3, 4, "typo")),  # no period named: the current one
         entry(15, Void("v2", "inv", 1, 1, "typo", period="2025")),
-        entry(16, Confirm("c1", "ber", 1, 2, "", day=date(2027, 1, 1))),
+        entry(16, Confirm("c1", "ber", 1, 2, day=date(2027, 1, 1))),
         entry(17, Void("v3", "nope", 1, 1, "typo")),  # no such counter: a dead letter
     ]
     sorted_ = classify(entries, COUNTERS, LEASE, NOW, 0.0, {})
@@ -180,3 +185,51 @@ def test_audits_merge_a_requesters_keyless_run_and_keep_keys_apart() -> None:
     rows = audits(records, (), COUNTERS, 60.0)
     ((_, _, runs),) = next(iter(rows.values())).detail["r"]
     assert [run[0] for run in runs] == [3, 1, 1]  # a and b merge; the keyed one and e2 apart
+
+
+def test_refuse_answers_the_takers_of_a_period_below_its_floor_and_keeps_the_rest() -> None:
+    ber = Live(Record("b", "ber"), COUNTERS["ber"], "2027", NOW.date())
+    takers = [live("a"), ber, live("c")]
+    wanted = demand(takers)
+    refusal = refuse(takers, wanted, {("ber", "2027"): 1}, {("inv", "2026"): 40})
+    assert [x.record.key for x in refusal.takers] == ["b"]
+    assert refusal.wanted == {("ber", "2027"): [1]}
+    assert [r.key for r in refusal.replies] == ["a", "c"]
+    assert {r.error for r in refusal.replies} == {ReplyError.REWOUND}
+    assert refusal.rewound == {("inv", "2026"): 40}
+    assert refuse(takers, wanted, {**dict.fromkeys(wanted, 1)}, {}).replies == []
+
+
+def test_confirmations_of_a_counter_that_takes_none_are_refused_the_rest_answered() -> None:
+    takes = Counter(name="ack", start=1, confirm=True)
+    asked = [
+        ConfirmAsked(Confirm("c1", "inv", 1, 2), COUNTERS["inv"], "2026"),
+        ConfirmAsked(Confirm("c2", "ack", 1, 2), takes, ""),
+        ConfirmAsked(Confirm("c3", "ack", 5, 5), takes, ""),
+    ]
+    asking = confirming(asked, 60.0)
+    assert [a.first for a in asking.asks] == [1, 5]
+    done = confirmed(asking, [True, NotMade(ReplyError.NOT_ISSUED, "no")], NOW)
+    assert [a.first for a in done.made] == [1]
+    assert [(r.key, r.error) for r in done.replies] == [
+        ("c1", ReplyError.NOT_CONFIRMABLE),
+        ("c2", None),
+        ("c3", ReplyError.NOT_ISSUED),
+    ]
+
+
+def test_voided_lists_the_abandoned_voids_made_first_and_answers_only_who_asked() -> None:
+    asked = [
+        VoidAsked(Void("v1", "inv", 3, 4, "typo"), COUNTERS["inv"], "2026"),
+        VoidAsked(Void("v2", "inv", 9, 9, "typo"), COUNTERS["inv"], "2026"),
+    ]
+    asks = void_asks(asked, 60.0)
+    gone = abandon([Cancel("r1", "inv")], {"r1": Span("inv", "2026", 5, 7)}, COUNTERS, 60.0)
+    results = [True, NotMade(ReplyError.ALREADY_VOID, "no"), True]
+    out = voided(asked, asks, gone, results, NOW)
+    assert [(a.first, a.reason) for a in out.made] == [(5, "abandoned"), (3, "typo")]
+    assert out.abandoned == 3
+    assert [(r.key, r.error) for r in out.replies] == [
+        ("v1", None),
+        ("v2", ReplyError.ALREADY_VOID),
+    ]

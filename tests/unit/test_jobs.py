@@ -50,6 +50,7 @@ class Ledger:
 
 class Stream:
     name, durable = "s", True
+    reads = None
 
     def __init__(self) -> None:
         self.put_: list[Demand] = []

@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 from infra.wire import (
     BadRecord,
     BadReply,
+    Confirm,
     Record,
     Reply,
     ReplyError,
+    Void,
     decode_record,
     decode_reply,
     encode,
@@ -147,3 +149,13 @@ def test_a_traced_record_carries_its_traceparent_and_an_untraced_one_nothing() -
     assert decode_record(old) == Record("k-3", "inv", 2)
     odd = b'{"v": 1, "k": "k-4", "c": "inv", "n": 1, "d": 0, "s": 0, "tp": 7}'
     assert decode_record(odd) == Record("k-4", "inv")  # a trace it cannot read is no trace
+
+
+def test_a_confirmation_travels_as_itself_not_as_a_void() -> None:
+    """A Confirm is no Void (issue 53): it has no reason, and decodes to a Confirm."""
+    confirm = Confirm("k1", "inv", 3, 4, period="2026", who="key:a", day=date(2026, 1, 2))
+    assert "r" not in confirm.to_json() and confirm.to_json()["o"] == "confirm"
+    back = decode_record(encode(confirm))
+    assert back == confirm and not isinstance(back, Void)
+    void = decode_record(encode(Void("k2", "inv", 3, 4, "typo")))
+    assert isinstance(void, Void) and void.reason == "typo"

@@ -7,10 +7,23 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from infra.adapters.postgres.pool import Connection, rows
-from infra.adapters.postgres.statements import ADD, AUDIT, FENCED, FLOOR_HOLDS, chained, lost
+from psycopg import sql
+
+from infra.adapters.postgres.pool import Connection, objects
+from infra.adapters.postgres.statements import (
+    ALLOCATE,
+    CHECKPOINT,
+    CLAIMS,
+    FORGET,
+    FREE,
+    HAND_OVER,
+    REMEMBER,
+    RESERVE,
+    chained,
+    lost,
+)
 from infra.ledger import VoidReason
-from infra.ports import Audit, Claim, DeadLetter, Lease, VoidAsk
+from infra.ports import Audit, Claim, ConfirmAsk, DeadLetter, Holder, Lease, Made, NotMade, VoidAsk
 from infra.wire import ReplyError
 
 log = logging.getLogger("numerator.batcher")
@@ -25,47 +38,28 @@ class PostgresFrame:
         self.conn, self.pause = conn, pause
 
     async def claims(self, keys: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Claim]:
-        # First reserve every key that has no live answer, with a placeholder row this
-        # transaction will fill in (`remember`). A concurrent frame holding the same key — another
-        # worker's batcher — makes this insert wait until that frame ends; once it commits, its
-        # answer is read below and shared, instead of a second allocation overwriting it. Keys go
-        # in sorted order, so two frames never wait on each other in a cycle.
-        wanted = rows(sorted(keys))
-        cur = await self.conn.execute(
-            "INSERT INTO idempotency_keys AS i"
-            " (counter, key, count, first, last, day, expires_at)"
-            " SELECT k->>0, k->>1, 0, 0, 0, current_date, now()"
-            " FROM json_array_elements(%s::json) AS k"
-            " ON CONFLICT (counter, key) DO UPDATE SET expires_at = now()"
-            " WHERE i.expires_at <= now()"  # an expired answer is reserved anew
-            " RETURNING counter, key",
-            (wanted,),
-        )
+        # Reserve the keys that have no live answer (frame.sql: `reserve`): a concurrent frame
+        # holding one — another worker's batcher — makes this wait until that frame ends; once
+        # it commits, its answer is read below and shared, instead of a second allocation
+        # overwriting it.
+        wanted = objects({"counter": c, "key": k} for c, k in sorted(keys))
+        cur = await self.conn.execute(RESERVE, {"keys": wanted})
         reserved = {(row[0], row[1]) for row in await cur.fetchall()}
         if len(reserved) == len(keys):
             return {}
-        cur = await self.conn.execute(
-            "SELECT i.counter, i.key, i.count, i.first, i.last, i.day, i.holder"
-            " FROM idempotency_keys i"
-            " JOIN json_array_elements(%s::json) AS k ON i.counter = k->>0 AND i.key = k->>1"
-            " WHERE i.expires_at > now()",
-            (rows(k for k in keys if k not in reserved),),
-        )
+        taken = objects({"counter": c, "key": k} for c, k in keys if (c, k) not in reserved)
+        cur = await self.conn.execute(CLAIMS, {"keys": taken})
         return {(row[0], row[1]): Claim(*row) for row in await cur.fetchall()}
 
     async def allocate(
         self, deltas: dict[tuple[str, str], int], floors: Mapping[tuple[str, str], int]
     ) -> dict[tuple[str, str], int]:
-        # One statement for every counter of the frame.
-        keys = sorted(deltas)
-        held = FLOOR_HOLDS.format("d->>0", "d->>1", "(d->>3)::bigint")
-        cur = await self.conn.execute(
-            ADD.format(
-                rows="d->>0, d->>1, (d->>2)::bigint FROM json_array_elements(%s::json) d"
-                f" WHERE {held}"
-            ),
-            (rows((c, p, deltas[(c, p)], floors.get((c, p), 0)) for c, p in keys),),
-        )
+        # One statement for every counter of the frame (frame.sql: `allocate`).
+        wanted = [
+            {"counter": c, "period": p, "delta": deltas[(c, p)], "floor": floors.get((c, p), 0)}
+            for c, p in sorted(deltas)
+        ]
+        cur = await self.conn.execute(ALLOCATE, {"deltas": objects(wanted)})
         totals = {(row[0], row[1]): row[2] for row in await cur.fetchall()}
         pause = self.pause()
         if pause:
@@ -76,60 +70,33 @@ class PostgresFrame:
     async def remember(self, claims: Sequence[Claim], retention: float) -> None:
         if not claims:
             return
-        await self.conn.execute(
-            "INSERT INTO idempotency_keys"
-            " (counter, key, count, first, last, day, holder, holders, expires_at)"
-            " SELECT c->>0, c->>1, (c->>2)::int, (c->>3)::bigint, (c->>4)::bigint,"
-            " (c->>5)::date, c->>6, ARRAY[c->>6],"
-            " now() + make_interval(secs => %s)"
-            " FROM json_array_elements(%s::json) AS c"
-            " ON CONFLICT (counter, key) DO UPDATE SET count = excluded.count,"
-            " first = excluded.first, last = excluded.last, day = excluded.day,"
-            " holder = excluded.holder,"
-            " holders = excluded.holders, expires_at = excluded.expires_at",
-            (
-                retention,
-                rows((c.counter, c.key, c.count, c.first, c.last, c.day, c.holder) for c in claims),
-            ),
+        made = objects(
+            {
+                "counter": c.counter,
+                "key": c.key,
+                "count": c.count,
+                "first": c.first,
+                "last": c.last,
+                "day": c.day,
+                "holder": c.holder,
+            }
+            for c in claims
         )
+        await self.conn.execute(REMEMBER, {"retention": retention, "claims": made})
 
-    async def hand_over(self, holders: Sequence[tuple[str, str, str]]) -> None:
-        if not holders:
-            return
-        await self.conn.execute(
-            "UPDATE idempotency_keys i"
-            " SET holders = ARRAY(SELECT DISTINCT unnest(i.holders || h.added))"
-            " FROM (SELECT e->>0 AS counter, e->>1 AS key, array_agg(e->>2) AS added"
-            " FROM json_array_elements(%s::json) AS e GROUP BY 1, 2) AS h"
-            " WHERE i.counter = h.counter AND i.key = h.key",
-            (rows(holders),),
-        )
+    async def hand_over(self, holders: Sequence[Holder]) -> None:
+        if holders:
+            await self.conn.execute(HAND_OVER, {"holders": objects(h._asdict() for h in holders)})
 
-    async def free(self, holders: Sequence[tuple[str, str, str]]) -> list[Claim]:
+    async def free(self, holders: Sequence[Holder]) -> list[Claim]:
         if not holders:
             return []
         # A key all of whose holders were cancelled is forgotten (its claim returned, to void);
-        # one some of whose holders were, keeps the others. Two statements: one statement may
-        # not both update and delete a row.
-        cancelled = rows(holders)
-        gone = (
-            " (SELECT e->>0 AS counter, e->>1 AS key, array_agg(e->>2) AS gone"
-            " FROM json_array_elements(%s::json) AS e GROUP BY 1, 2) AS h"
-        )
-        cur = await self.conn.execute(
-            f"DELETE FROM idempotency_keys i USING {gone}"
-            " WHERE i.counter = h.counter AND i.key = h.key AND i.holders && h.gone"
-            " AND i.holders <@ h.gone AND i.expires_at > now()"
-            " RETURNING i.counter, i.key, i.count, i.first, i.last, i.day, h.gone[1]",
-            (cancelled,),
-        )
+        # one some of whose holders were, keeps the others (frame.sql: `forget`, `free`).
+        cancelled = {"holders": objects(h._asdict() for h in holders)}
+        cur = await self.conn.execute(FORGET, cancelled)
         freed = [Claim(*row) for row in await cur.fetchall()]
-        await self.conn.execute(
-            "UPDATE idempotency_keys i"
-            " SET holders = ARRAY(SELECT x FROM unnest(i.holders) AS x WHERE x <> ALL(h.gone))"
-            f" FROM {gone} WHERE i.counter = h.counter AND i.key = h.key AND i.holders && h.gone",
-            (cancelled,),
-        )
+        await self.conn.execute(FREE, cancelled)
         return freed
 
     async def dead_letter(self, letters: Sequence[DeadLetter]) -> None:
@@ -142,8 +109,8 @@ class PostgresFrame:
                 [(x.stream, x.shard, x.sequence, x.problem, x.raw) for x in letters],
             )
 
-    async def void(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
-        results: list[tuple[ReplyError, str] | bool] = []
+    async def void(self, asks: Sequence[VoidAsk]) -> list[Made]:
+        results: list[Made] = []
         for ask in asks:
             refused = await self._issued(ask)
             if refused is not None:
@@ -156,11 +123,11 @@ class PostgresFrame:
             if overlap:
                 first, last, reason = overlap[0]
                 why = f"values {first} to {last} are void already, for {reason!r}"
-                results.append((ReplyError.ALREADY_VOID, why))
+                results.append(NotMade(ReplyError.ALREADY_VOID, why))
                 continue
             if ask.reason == VoidReason.NOT_CONFIRMED and await self._overlap("confirmations", ask):
                 why = "some of these values were confirmed since: the sweep tries again"
-                results.append((ReplyError.ALREADY_VOID, why))
+                results.append(NotMade(ReplyError.ALREADY_VOID, why))
                 continue
             await self.conn.execute(
                 "INSERT INTO voids (counter, period, first, last, reason, who, keep_until)"
@@ -170,7 +137,7 @@ class PostgresFrame:
             results.append(True)
         return results
 
-    async def _issued(self, ask: VoidAsk) -> tuple[ReplyError, str] | None:
+    async def _issued(self, ask: VoidAsk | ConfirmAsk) -> NotMade | None:
         """Whether the ask's values were handed out (its period's row locked meanwhile: a void
         or confirmation and an allocation of the same counter wait for each other)."""
         cur = await self.conn.execute(
@@ -182,22 +149,25 @@ class PostgresFrame:
         if ask.first >= ask.start and ask.last <= issued:
             return None
         shown = f"the last is {issued}" if issued >= ask.start else "none yet"
-        return (
+        return NotMade(
             ReplyError.NOT_ISSUED,
             f"values {ask.first} to {ask.last} of period {ask.period!r} were not all handed "
             f"out ({shown}, from {ask.start})",
         )
 
-    async def _overlap(self, table: str, ask: VoidAsk) -> list[tuple[Any, ...]]:
+    async def _overlap(self, table: str, ask: VoidAsk | ConfirmAsk) -> list[tuple[Any, ...]]:
+        columns = ["first", "last", "reason"] if table == "voids" else ["first", "last"]
         cur = await self.conn.execute(
-            f"SELECT first, last{', reason' if table == 'voids' else ''} FROM {table}"
-            " WHERE counter = %s AND period = %s AND first <= %s AND last >= %s ORDER BY first",
+            sql.SQL(
+                "SELECT {} FROM {} WHERE counter = %s AND period = %s AND first <= %s"
+                " AND last >= %s ORDER BY first"
+            ).format(sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(table)),
             (ask.counter, ask.period, ask.last, ask.first),
         )
         return await cur.fetchall()
 
-    async def confirm(self, asks: Sequence[VoidAsk]) -> list[tuple[ReplyError, str] | bool]:
-        results: list[tuple[ReplyError, str] | bool] = []
+    async def confirm(self, asks: Sequence[ConfirmAsk]) -> list[Made]:
+        results: list[Made] = []
         for ask in asks:
             refused = await self._issued(ask)
             if refused is None:
@@ -205,7 +175,7 @@ class PostgresFrame:
                 if void:
                     first, last, reason = void[0]
                     why = f"values {first} to {last} are void, for {reason!r}"
-                    refused = (ReplyError.ALREADY_VOID, why)
+                    refused = NotMade(ReplyError.ALREADY_VOID, why)
             if refused is not None:
                 results.append(refused)
                 continue
@@ -219,14 +189,9 @@ class PostgresFrame:
         return results
 
     async def checkpoint(self, lease: Lease, sequence: str, audits: Sequence[Audit]) -> None:
-        # The fence, the checkpoint and the frame's audit rows in one statement: one round trip.
-        cur = await self.conn.execute(
-            f"WITH {FENCED},"
-            " rows AS (SELECT x->>0 AS klass, (x->>1)::float8 AS keep_s, x->2 AS ranges,"
-            "  x->3 AS detail, ARRAY(SELECT json_array_elements_text(x->4)) AS names"
-            "  FROM json_array_elements(%(audits)s::json) AS x)," + AUDIT + " SELECT 1 FROM fenced",
-            chained(lease, sequence, audits),
-        )
+        # The fence, the checkpoint and the frame's audit rows in one statement (frame.sql:
+        # `checkpoint`): one round trip.
+        cur = await self.conn.execute(CHECKPOINT, chained(lease, sequence, audits))
         if not await cur.fetchall():
             raise lost(lease)
 

@@ -3,69 +3,30 @@ durable stream holds until published, and the pruning of what retention lets go.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
+from psycopg import sql
+
+from infra.adapters.postgres import statements
 from infra.adapters.postgres.frame import PostgresFrame
-from infra.adapters.postgres.pool import Pool, rows
-from infra.adapters.postgres.statements import ADD, AUDIT, FENCED, FLOOR_HOLDS, chained, lost
+from infra.adapters.postgres.pool import Pool, objects
+from infra.adapters.postgres.statements import chained, lost
 from infra.faults import Faults
-from infra.ports import Audit, Lease
+from infra.ports import Audit, HeldReplies, Lease, PlainDemand, Pruned
 from infra.spans import Span
 from infra.trail import Start
 
 FRAME_CONNECT_S = 0.25
 
-# A plain frame's ONE statement, in three parts (bench/statement.py times them apart): the fence
-# and the allocation, only if the fence holds, in name order (no deadlock between batchers);
-# the audit rows from what the allocation returned, [counter, period, first, last] per row,
-# grouped by the counters' retention class; and what it answers.
-ALLOCATED = (
-    f"WITH {FENCED},"
-    " d AS (SELECT x->>0 AS counter, x->>1 AS period, (x->>2)::bigint AS delta,"
-    " (x->>3)::bigint AS start, x->>4 AS klass, (x->>5)::bigint AS floor"
-    " FROM json_array_elements(%(demand)s::json) AS x),"
-    " alloc AS ("
-    + ADD.format(
-        rows="counter, period, delta FROM d WHERE EXISTS (SELECT FROM fenced) AND "
-        + FLOOR_HOLDS.format("d.counter", "d.period", "d.floor")
-    )
-    + ")"
-)
-AUDITED = (
-    ", k AS (SELECT x->>0 AS klass, (x->>1)::float8 AS keep_s, x->3 AS detail"
-    " FROM json_array_elements(%(audits)s::json) AS x),"
-    " made AS (SELECT d.klass, json_agg(json_build_array(a.counter, a.period,"
-    " d.start + a.allocated - d.delta, d.start - 1 + a.allocated)"
-    " ORDER BY a.counter, a.period) AS ranges,"
-    " array_agg(DISTINCT a.counter) AS names, count(*) AS pairs"
-    " FROM alloc a JOIN d ON d.counter = a.counter AND d.period = a.period"
-    " GROUP BY d.klass),"
-    # A period the floor refused allocated nothing: its runs leave the row's detail (rare, so
-    # the detail is rebuilt only when a class allocated fewer periods than it asked for).
-    " rows AS (SELECT made.klass, k.keep_s, made.ranges, CASE"
-    " WHEN made.pairs = json_array_length(k.detail->'r') THEN k.detail"
-    " ELSE json_build_object('r', (SELECT json_agg(e) FROM json_array_elements(k.detail->'r') e"
-    " WHERE EXISTS (SELECT FROM alloc a WHERE a.counter = e->>0 AND a.period = e->>1)),"
-    " 'v', k.detail->'v') END AS detail, made.names"
-    " FROM made JOIN k ON k.klass = made.klass)," + AUDIT
-)
-ANSWER = (
-    " SELECT counter, period, allocated FROM alloc UNION ALL SELECT NULL, NULL, NULL FROM fenced"
-)
-PLAIN = ALLOCATED + AUDITED + ANSWER
-
 
 def plain_parameters(
-    lease: Lease,
-    sequence: str,
-    demand: Sequence[tuple[str, str, int, int, str, int]],
-    audits: Sequence[Audit],
+    lease: Lease, sequence: str, demand: Sequence[PlainDemand], audits: Sequence[Audit]
 ) -> dict[str, Any]:
-    """PLAIN's parameters: `demand` as (counter, period, delta, start, class, floor) rows."""
-    return {**chained(lease, sequence, audits), "demand": rows(demand)}
+    """PLAIN's parameters (frame.sql: `plain`)."""
+    return {**chained(lease, sequence, audits), "demand": objects(d._asdict() for d in demand)}
 
 
 PRUNE_BATCH, PRUNE_BATCHES = 20_000, 20
@@ -92,12 +53,14 @@ class PostgresFrames:
         self,
         lease: Lease,
         sequence: str,
-        demand: Sequence[tuple[str, str, int, int, str, int]],
+        demand: Sequence[PlainDemand],
         audits: Sequence[Audit],
     ) -> dict[tuple[str, str], int]:
-        # ONE statement (PLAIN), so one round trip and its own transaction.
+        # ONE statement (frame.sql: `plain`), so one round trip and its own transaction.
         async with self.db.connection(FRAME_CONNECT_S) as conn:
-            cur = await conn.execute(PLAIN, plain_parameters(lease, sequence, demand, audits))
+            # read at each call: bench/standins.py may put a stand-in in its place
+            query = statements.PLAIN
+            cur = await conn.execute(query, plain_parameters(lease, sequence, demand, audits))
             found = await cur.fetchall()
         if not any(row[0] is None for row in found):
             raise lost(lease)
@@ -117,13 +80,13 @@ class PostgresFrames:
             return None
         return [Span(c, p, int(f), int(t)) for found in rows for c, p, f, t in found[0]]
 
-    async def unpublished(self, stream: str, shard: str) -> list[tuple[int, bytes]]:
+    async def unpublished(self, stream: str, shard: str) -> list[HeldReplies]:
         rows = await self.db.fetch(
             "SELECT id, replies FROM frame_replies"
             " WHERE stream = %s AND shard = %s AND NOT published ORDER BY id",
             (stream, shard),
         )
-        return [(int(row[0]), bytes(row[1])) for row in rows]
+        return [HeldReplies(int(row[0]), bytes(row[1])) for row in rows]
 
     async def published(self, held: Sequence[int]) -> None:
         if held:
@@ -151,35 +114,38 @@ class PostgresFrames:
     async def prune(self, now: datetime, audit_retention: float, reply_retention: float) -> int:
         # In batches, so that no single statement holds locks or bloats WAL for long.
         cutoff = now - timedelta(seconds=audit_retention)
-        statements = [
-            ("idempotency_keys", "ctid", "expires_at < %s", now),
-            ("voids", "ctid", "keep_until < %s", now),
-            ("dead_letters", "id", "created_at < %s", cutoff),
-            ("frame_replies", "id", "committed_at < %s", now - timedelta(seconds=reply_retention)),
+        tables = [  # (table, the key of its rows, the column a row expires by, when)
+            ("idempotency_keys", "ctid", "expires_at", now),
+            ("voids", "ctid", "keep_until", now),
+            ("dead_letters", "id", "created_at", cutoff),
+            ("frame_replies", "id", "committed_at", now - timedelta(seconds=reply_retention)),
         ]
-        total = (await self.prune_chains(now))[0]
-        for table, key, condition, bound in statements:
-            params = (bound,)
+        total = (await self.prune_chains(now)).gone
+        for table, key, column, bound in tables:
+            statement = sql.SQL(
+                "WITH gone AS (DELETE FROM {table} WHERE {key} IN"
+                " (SELECT {key} FROM {table} WHERE {column} < %s LIMIT %s)"
+                " RETURNING 1) SELECT count(*) FROM gone"
+            ).format(
+                table=sql.Identifier(table),
+                key=sql.Identifier(key),
+                column=sql.Identifier(column),
+            )
             for _ in range(PRUNE_BATCHES):
-                rows = await self.db.fetch(
-                    f"WITH gone AS (DELETE FROM {table} WHERE {key} IN"
-                    f" (SELECT {key} FROM {table} WHERE {condition} LIMIT {PRUNE_BATCH})"
-                    " RETURNING 1) SELECT count(*) FROM gone",
-                    params,
-                )
+                rows = await self.db.fetch(statement, (bound, PRUNE_BATCH))
                 total += int(rows[0][0])
                 if int(rows[0][0]) < PRUNE_BATCH:
                     break
         return total
 
-    async def prune_chains(self, now: datetime) -> tuple[int, dict[str, Start]]:
+    async def prune_chains(self, now: datetime) -> Pruned:
         total, starts = 0, {}
         for _ in range(PRUNE_BATCHES):
             # The audit trail's oldest rows, noting how far each counter's period was pruned.
             found = await self.db.fetch(
                 "WITH gone AS (DELETE FROM allocation_frames WHERE id IN"
                 " (SELECT id FROM allocation_frames WHERE keep_until < %s"
-                f" ORDER BY id LIMIT {PRUNE_BATCH}) RETURNING chain, id, hash, ranges),"
+                " ORDER BY id LIMIT %s) RETURNING chain, id, hash, ranges),"
                 " marks AS (INSERT INTO pruned (counter, period, upto)"
                 " SELECT r->>0, r->>1, max((r->>3)::bigint)"
                 " FROM gone, json_array_elements(gone.ranges) AS r GROUP BY 1, 2"
@@ -194,35 +160,38 @@ class PostgresFrames:
                 " RETURNING chain, after_id, after_hash)"
                 " SELECT (SELECT count(*) FROM gone), chain, after_id, after_hash"
                 " FROM (SELECT 1) AS one LEFT JOIN starts ON true",
-                (now,),
+                (now, PRUNE_BATCH),
             )
             gone = int(found[0][0])
             total += gone
             starts.update({c: Start(int(i), bytes(h)) for _, c, i, h in found if c is not None})
             if gone < PRUNE_BATCH:
                 break
-        return total, starts
+        return Pruned(total, starts)
 
     async def highest(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         # The counter's newest rows hold its period's highest value (ranges rise in commit
         # order); a period no recent row holds has no floor, and is not refused.
         # A rewind recorded and not yet mended holds the floor up as well.
         found = await self.db.fetch(
-            "SELECT p->>0, p->>1, GREATEST((SELECT max((r->>3)::bigint) FROM (SELECT f.ranges"
-            "  FROM allocation_frames f WHERE f.counters @> ARRAY[p->>0]"
+            # an audit row's range is [counter, period, first, last] (infra/ports.py: Audit)
+            "SELECT p.counter, p.period, GREATEST((SELECT max((r->>3)::bigint) FROM (SELECT"
+            "  f.ranges FROM allocation_frames f WHERE f.counters @> ARRAY[p.counter]"
             "  ORDER BY f.id DESC LIMIT 20) AS f, json_array_elements(f.ranges) AS r"
-            "  WHERE r->>0 = p->>0 AND r->>1 = p->>1),"
-            " (SELECT w.held FROM counter_rewinds w WHERE w.counter = p->>0 AND w.period = p->>1))"
-            " FROM json_array_elements(%s::json) AS p",
-            (rows(pairs),),
+            "  WHERE r->>0 = p.counter AND r->>1 = p.period),"
+            " (SELECT w.held FROM counter_rewinds w"
+            "  WHERE w.counter = p.counter AND w.period = p.period))"
+            " FROM json_to_recordset(%s::json) AS p(counter text, period text)",
+            (objects({"counter": c, "period": p} for c, p in pairs),),
         )
         return {(c, p): int(top) for c, p, top in found if top is not None}
 
-    async def rewound(self, marks: Sequence[tuple[str, str, int]]) -> None:
+    async def rewound(self, held: Mapping[tuple[str, str], int]) -> None:
         await self.db.fetch(
             "INSERT INTO counter_rewinds AS w (counter, period, held)"
-            " SELECT m->>0, m->>1, (m->>2)::bigint FROM json_array_elements(%s::json) AS m"
+            " SELECT m.counter, m.period, m.held"
+            " FROM json_to_recordset(%s::json) AS m(counter text, period text, held bigint)"
             " ON CONFLICT (counter, period) DO UPDATE SET held = GREATEST(w.held, excluded.held)"
             " RETURNING 1",
-            (rows(marks),),
+            (objects({"counter": c, "period": p, "held": h} for (c, p), h in held.items()),),
         )

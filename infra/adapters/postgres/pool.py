@@ -13,6 +13,7 @@ import psycopg_pool
 from psycopg import errors as pgerrors
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
+from psycopg.sql import Composed
 
 from infra.adapters import secret
 from infra.adapters.postgres import versions
@@ -87,6 +88,12 @@ def rows(items: Iterable[Sequence[Any]]) -> str:
     json_array_elements. psycopg dumps a Python list as an array element by element, in Python,
     far slower than orjson (docs/performance.md) — and a frame over many counters passes several
     such lists."""
+    return orjson.dumps(list(items), default=plain).decode()
+
+
+def objects(items: Iterable[Mapping[str, Any]]) -> str:
+    """Many rows as ONE parameter, as `rows`, each a JSON object that the statement unpacks
+    with json_to_recordset, by name."""
     return orjson.dumps(list(items), default=plain).decode()
 
 
@@ -263,7 +270,7 @@ class Pool:
             waiting.extend(live)
 
     async def fetch(
-        self, sql: str, params: Sequence[Any] | Mapping[str, Any]
+        self, sql: str | Composed, params: Sequence[Any] | Mapping[str, Any]
     ) -> list[tuple[Any, ...]]:
         async with self.connection() as conn:
             cur = await conn.execute(sql, params)

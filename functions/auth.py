@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 
 from starlette.types import Scope
 
-from functions.heads import Heads, local
+from functions.headers import Headers, local
 from functions.limits import KeyRate
 from functions.operations import Needed
 from functions.problems import Kind, Problem
@@ -67,7 +67,7 @@ def foreign(scope: Scope) -> str | None:
     a browser writes it: no user part, a numeric port, any case), an `Origin` other than the
     service's own (scheme included) or, without one, a `Referer` from another origin, or a
     browser's `Sec-Fetch-Site` saying another site sent it. A request whose headers are
-    `plain` (functions/heads.py) has none of these, so the edge does not ask about it."""
+    `plain` (functions/headers.py) has none of these, so the edge does not ask about it."""
     hosts: list[bytes] = []
     origin, referer, site = None, None, None
     for header, value in scope["headers"]:
@@ -155,10 +155,10 @@ class Guard:
         self.waiting: list[asyncio.Future[None]] = []  # the requests that do
         self.stale: asyncio.TimerHandle | None = None  # when they stop waiting with a copy
 
-    async def admit(self, scope: Scope, needed: Needed, heads: Heads) -> str:
+    async def admit(self, scope: Scope, needed: Needed, heads: Headers) -> str:
         """Who sent this request — `key:ID`, or the client's address when no key is needed —
         if it may go on; else raise the 401, 403 or 503 Problem. `needed`: what its route needs
-        (functions/operations.py `Table.need`); `heads`: its headers (functions/heads.py)."""
+        (functions/operations.py `Table.need`); `heads`: its headers (functions/headers.py)."""
         sender = address(scope)
         if needed is None:
             return sender

@@ -22,7 +22,7 @@ from starlette.types import Receive, Scope, Send
 from functions import validation
 from functions.auth import address, pages_refused
 from functions.edge import Edge
-from functions.heads import Heads, read
+from functions.headers import Headers, read
 from functions.operations import Table
 from functions.problems import (
     REPLY_PROBLEMS,
@@ -218,7 +218,7 @@ class NextRequest(NamedTuple):
     """A POST /counters/{name}/next as admitted: its headers, who sent it, the counter's name
     and the query's parameters."""
 
-    heads: Heads
+    heads: Headers
     who: str
     counter: str
     query: dict[str, str]
@@ -317,7 +317,7 @@ class FastPath:
         await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
         await send({"type": "http.response.body", "body": orjson.dumps(body)})
 
-    async def admit(self, edge: Edge, scope: Scope, heads: Heads, counter: str | None) -> str:
+    async def admit(self, edge: Edge, scope: Scope, heads: Headers, counter: str | None) -> str:
         """Who sent the request (a key id, or the client's address), if it may go on: its
         headers are not too large and its key (AUTH=keys) allows it; else a Problem."""
         limit = edge.settings.edge.max_header_bytes

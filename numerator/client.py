@@ -13,7 +13,7 @@ new ones. Retries wait a jittered, doubling backoff, and all the tries of one ca
 `deadline`. A problem answer (RFC 9457) is raised as a `Problem` subclass by status, carrying the
 problem's `type`, `title` and `detail`. The exceptions, all importable from `numerator` too:
 
-    NumeratorError
+    ClientError
     ├── Unreachable      no answer within the deadline
     ├── BadURL           not an http:// or https:// URL (also a ValueError)
     └── Problem          an RFC 9457 answer
@@ -54,12 +54,12 @@ __all__ = [
     "BadRequest",
     "BadURL",
     "Client",
+    "ClientError",
     "Conflict",
     "Counter",
     "Forbidden",
     "Marked",
     "NotFound",
-    "NumeratorError",
     "Problem",
     "TooMany",
     "Unauthorized",
@@ -89,19 +89,19 @@ the Idempotency-Key (502, 504)."""
 T = TypeVar("T")
 
 
-class NumeratorError(Exception):
+class ClientError(Exception):
     """Anything the client raises: a problem answer, or no answer at all."""
 
 
-class Unreachable(NumeratorError):
+class Unreachable(ClientError):
     """No answer within the deadline: the service could not be reached, or did not answer."""
 
 
-class BadURL(NumeratorError, ValueError):
+class BadURL(ClientError, ValueError):
     """The service's URL is not one the client can send to (no http:// or https://)."""
 
 
-class Problem(NumeratorError):
+class Problem(ClientError):
     """An RFC 9457 problem the service answered: `status`, `type` (stable, see
     docs/problems.md), `title`, `detail`, the `field` it names (a 422's), and the whole body."""
 

@@ -283,7 +283,7 @@ def test_the_package_root_exports_every_exception_the_client_raises() -> None:
     raised = {
         name
         for name, thing in vars(client).items()
-        if isinstance(thing, type) and issubclass(thing, client.NumeratorError)
+        if isinstance(thing, type) and issubclass(thing, client.ClientError)
     }
     assert raised <= set(numerator.__all__) and raised <= set(client.__all__)
     assert all(getattr(numerator, name) is getattr(client, name) for name in raised)

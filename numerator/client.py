@@ -10,13 +10,13 @@ Every `next` carries an Idempotency-Key (the caller's, or one the client makes),
 of it sends the same key: after a timeout, a dropped connection, a 502, a 503 or a 429 (after its
 `Retry-After`) or a 504, the service answers the retry with the values the first try took, never
 new ones. Retries wait a jittered, doubling backoff, and all the tries of one call end within its
-`deadline`. A problem answer (RFC 9457) is raised as a `Problem` subclass by status, carrying the
-problem's `type`, `title` and `detail`. The exceptions, all importable from `numerator` too:
+`deadline`. A problem answer (RFC 9457) is raised as a `StatusError` subclass by status, carrying
+the problem's `type`, `title` and `detail`. The exceptions, all importable from `numerator` too:
 
     ClientError
     ├── Unreachable      no answer within the deadline
     ├── BadURL           not an http:// or https:// URL (also a ValueError)
-    └── Problem          an RFC 9457 answer
+    └── StatusError      an RFC 9457 answer
         ├── BadRequest   400, 413, 415, 422
         ├── Unauthorized 401
         ├── Forbidden    403
@@ -60,7 +60,7 @@ __all__ = [
     "Forbidden",
     "Marked",
     "NotFound",
-    "Problem",
+    "StatusError",
     "TooMany",
     "Unauthorized",
     "Unavailable",
@@ -101,7 +101,7 @@ class BadURL(ClientError, ValueError):
     """The service's URL is not one the client can send to (no http:// or https://)."""
 
 
-class Problem(ClientError):
+class StatusError(ClientError):
     """An RFC 9457 problem the service answered: `status`, `type` (stable, see
     docs/problems.md), `title`, `detail`, the `field` it names (a 422's), and the whole body."""
 
@@ -120,35 +120,35 @@ class Problem(ClientError):
         super().__init__(f"{status} {self.title}{': ' + detail if detail else ''}")
 
 
-class BadRequest(Problem):
+class BadRequest(StatusError):
     """400, 413, 415, 422: the request is wrong; sending it again will not help."""
 
 
-class Unauthorized(Problem):
+class Unauthorized(StatusError):
     """401: no API key, or one the service does not know."""
 
 
-class Forbidden(Problem):
+class Forbidden(StatusError):
     """403: the API key may not do this (or a web page acts for a local caller)."""
 
 
-class NotFound(Problem):
+class NotFound(StatusError):
     """404: no such counter (or key)."""
 
 
-class Conflict(Problem):
+class Conflict(StatusError):
     """409: the counter exists, the value was not issued yet, or is void already."""
 
 
-class TooMany(Problem):
+class TooMany(StatusError):
     """429: too many Idempotency-Keys from this client; retried until the deadline."""
 
 
-class Unavailable(Problem):
+class Unavailable(StatusError):
     """502, 503, 504: the service could not answer in time; retried until the deadline."""
 
 
-PROBLEMS: dict[int, type[Problem]] = {
+PROBLEMS: dict[int, type[StatusError]] = {
     400: BadRequest,
     401: Unauthorized,
     403: Forbidden,
@@ -164,7 +164,7 @@ PROBLEMS: dict[int, type[Problem]] = {
 }
 
 
-def _problem(response: httpx.Response) -> Problem:
+def _problem(response: httpx.Response) -> StatusError:
     """The exception for a 4xx or 5xx answer."""
     try:
         body = response.json()
@@ -172,7 +172,7 @@ def _problem(response: httpx.Response) -> Problem:
         body = None
     if not isinstance(body, dict):
         body = {"title": response.reason_phrase, "detail": response.text[:200]}
-    return PROBLEMS.get(response.status_code, Problem)(response.status_code, body)
+    return PROBLEMS.get(response.status_code, StatusError)(response.status_code, body)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,9 +45,7 @@ async def direct(args: argparse.Namespace, action: str) -> None:
             try:
                 key = await store.add_key(key)
             except KeyExists:
-                raise client.ClientError(
-                    f"an unrevoked key named {args.name!r} exists"
-                ) from None
+                raise client.ClientError(f"an unrevoked key named {args.name!r} exists") from None
             console.show_key({**key.to_json(), "secret": secret}, args.json)
         elif action == "list":
             console.show_keys([key.to_json() for key in await store.keys()], args.json)

@@ -21,8 +21,8 @@ from numerator.client import (
     Client,
     Conflict,
     NotFound,
-    Problem,
     Retry,
+    StatusError,
     TooMany,
     Unavailable,
     Unreachable,
@@ -138,7 +138,7 @@ def test_problems_become_exceptions_by_status_with_their_fields() -> None:
     with missing as numerator, pytest.raises(NotFound) as raw:
         numerator.get("c")
     assert raw.value.type == "about:blank" and "not json" in raw.value.detail
-    assert issubclass(TooMany, Problem) and issubclass(Unavailable, Problem)
+    assert issubclass(TooMany, StatusError) and issubclass(Unavailable, StatusError)
 
 
 def test_a_retried_next_sends_the_same_key_until_it_is_answered() -> None:
@@ -271,10 +271,12 @@ def test_a_url_without_http_is_refused_at_once(url: str) -> None:
 
 def test_a_problem_names_the_field_it_is_about() -> None:
     body = {"title": "The request is malformed", "field": "count", "detail": "must be 1 to 1000"}
-    assert str(Problem(422, body)) == "422 The request is malformed: count must be 1 to 1000"
+    assert str(StatusError(422, body)) == "422 The request is malformed: count must be 1 to 1000"
     other = {**body, "field": "body", "detail": "not valid JSON"}
-    assert str(Problem(422, other)) == "422 The request is malformed: body: not valid JSON"
-    assert Problem(422, body).field == "count" and Problem(404, {"title": "t"}).field is None
+    assert str(StatusError(422, other)) == "422 The request is malformed: body: not valid JSON"
+    assert (
+        StatusError(422, body).field == "count" and StatusError(404, {"title": "t"}).field is None
+    )
 
 
 def test_the_package_root_exports_every_exception_the_client_raises() -> None:

@@ -16,10 +16,10 @@ if TYPE_CHECKING:
         Conflict,
         Forbidden,
         NotFound,
+        ServiceUnavailable,
         StatusError,
         TooMany,
         Unauthorized,
-        Unavailable,
         Unreachable,
     )
 
@@ -32,10 +32,10 @@ __all__ = [
     "Conflict",
     "Forbidden",
     "NotFound",
+    "ServiceUnavailable",
     "StatusError",
     "TooMany",
     "Unauthorized",
-    "Unavailable",
     "Unreachable",
     "__version__",
 ]

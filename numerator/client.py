@@ -23,7 +23,7 @@ the problem's `type`, `title` and `detail`. The exceptions, all importable from 
         ├── NotFound     404
         ├── Conflict     409
         ├── TooMany      429, after the retries
-        └── Unavailable  502, 503, 504, after the retries
+        └── ServiceUnavailable 502, 503, 504, after the retries
 
 Each call is described once (`Call`: what to send, how to read the answer) and sent by either
 client; only the sending (and the sleeping between tries) differs between the two.
@@ -60,10 +60,10 @@ __all__ = [
     "Forbidden",
     "Marked",
     "NotFound",
+    "ServiceUnavailable",
     "StatusError",
     "TooMany",
     "Unauthorized",
-    "Unavailable",
     "Unreachable",
     "Value",
     "Values",
@@ -144,7 +144,7 @@ class TooMany(StatusError):
     """429: too many Idempotency-Keys from this client; retried until the deadline."""
 
 
-class Unavailable(StatusError):
+class ServiceUnavailable(StatusError):
     """502, 503, 504: the service could not answer in time; retried until the deadline."""
 
 
@@ -158,9 +158,9 @@ PROBLEMS: dict[int, type[StatusError]] = {
     415: BadRequest,
     422: BadRequest,
     429: TooMany,
-    502: Unavailable,
-    503: Unavailable,
-    504: Unavailable,
+    502: ServiceUnavailable,
+    503: ServiceUnavailable,
+    504: ServiceUnavailable,
 }
 
 

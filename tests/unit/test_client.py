@@ -22,9 +22,9 @@ from numerator.client import (
     Conflict,
     NotFound,
     Retry,
+    ServiceUnavailable,
     StatusError,
     TooMany,
-    Unavailable,
     Unreachable,
     Values,
 )
@@ -138,7 +138,7 @@ def test_problems_become_exceptions_by_status_with_their_fields() -> None:
     with missing as numerator, pytest.raises(NotFound) as raw:
         numerator.get("c")
     assert raw.value.type == "about:blank" and "not json" in raw.value.detail
-    assert issubclass(TooMany, StatusError) and issubclass(Unavailable, StatusError)
+    assert issubclass(TooMany, StatusError) and issubclass(ServiceUnavailable, StatusError)
 
 
 def test_a_retried_next_sends_the_same_key_until_it_is_answered() -> None:

@@ -55,7 +55,7 @@ def a_fresh_log_budget() -> None:
     starts with the second's budget whole, whatever the test before it logged."""
     from functions import requestlog
 
-    requestlog.budget = requestlog.Budget()
+    requestlog.budget = requestlog.LineBudget()
 
 
 @pytest.fixture(scope="session", autouse=True)

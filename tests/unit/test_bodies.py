@@ -19,16 +19,16 @@ from functions.validation import MAX_COUNT, checked, count
 @pytest.mark.parametrize(
     ("model", "data", "field"),
     [
-        (bodies.Void, {"first": 1, "reason": "x", "colour": "red"}, "colour"),
-        (bodies.Void, {"first": 1}, "reason"),
-        (bodies.Void, {"values": [], "reason": "x"}, "values"),
-        (bodies.Void, {"values": [1.5], "reason": "x"}, "values"),
-        (bodies.Void, {"first": -1, "reason": "x"}, "first"),
-        (bodies.Void, {"first": "1", "reason": "x"}, "first"),
+        (bodies.VoidBody, {"first": 1, "reason": "x", "colour": "red"}, "colour"),
+        (bodies.VoidBody, {"first": 1}, "reason"),
+        (bodies.VoidBody, {"values": [], "reason": "x"}, "values"),
+        (bodies.VoidBody, {"values": [1.5], "reason": "x"}, "values"),
+        (bodies.VoidBody, {"first": -1, "reason": "x"}, "first"),
+        (bodies.VoidBody, {"first": "1", "reason": "x"}, "first"),
         (bodies.Heads, {"heads": {"c": {"row": 0, "hash": "0" * 64}}}, "heads"),
         (bodies.RetentionChange, {"retention_days": True}, "retention_days"),
         (bodies.RetentionChange, {}, "retention_days"),
-        (bodies.Void, [1], "body"),
+        (bodies.VoidBody, [1], "body"),
     ],
 )
 def test_a_refused_body_names_its_field(model: type[Any], data: Any, field: str) -> None:
@@ -39,7 +39,7 @@ def test_a_refused_body_names_its_field(model: type[Any], data: Any, field: str)
 
 def test_a_whole_float_is_an_integer_as_json_schema_says() -> None:
     assert checked(bodies.RetentionChange, {"retention_days": 5.0}).retention_days == 5
-    assert checked(bodies.Void, {"values": [2.0], "reason": "x"}).values == [2]
+    assert checked(bodies.VoidBody, {"values": [2.0], "reason": "x"}).values == [2]
 
 
 def test_a_query_is_read_from_text() -> None:
@@ -64,7 +64,7 @@ def test_every_route_has_its_operation_and_every_body_its_schema() -> None:
     routed -= {("HEAD", path) for _, path in routed}
     assert routed == operations
     schemas = made["components"]["schemas"]
-    assert {model.__name__ for model in bodies.COMPONENTS} <= set(schemas)
+    assert {bodies.component(model) for model in bodies.COMPONENTS} <= set(schemas)
     refs = {ref.rsplit("/", 1)[1] for ref in _refs(made) if ref.startswith("#/components/schemas/")}
     assert refs <= set(schemas), refs - set(schemas)
 

@@ -56,7 +56,7 @@ __all__ = [
     "Client",
     "ClientError",
     "Conflict",
-    "Counter",
+    "CounterInfo",
     "Forbidden",
     "Marked",
     "NotFound",
@@ -216,7 +216,7 @@ class Values:
 
 
 @dataclass(frozen=True, slots=True)
-class Counter:
+class CounterInfo:
     """A counter's settings; `value` and `period`, the last value handed out in the current
     period (None before the first), where the service said them (`get`)."""
 
@@ -231,7 +231,7 @@ class Counter:
     period: str | None = None
 
     @classmethod
-    def from_json(cls, body: dict[str, Any]) -> Counter:
+    def from_json(cls, body: dict[str, Any]) -> CounterInfo:
         return cls(
             body["name"],
             body["template"],
@@ -330,23 +330,23 @@ class Calls:
         )
 
     @staticmethod
-    def create(name: str, fields: dict[str, Any]) -> Call[Counter]:
+    def create(name: str, fields: dict[str, Any]) -> Call[CounterInfo]:
         body = {"name": name, **{k: v for k, v in fields.items() if v is not None}}
-        return Call("POST", "/counters", Counter.from_json, json=body)
+        return Call("POST", "/counters", CounterInfo.from_json, json=body)
 
     @staticmethod
-    def get(name: str) -> Call[Counter]:
-        return Call("GET", f"/counters/{name}", Counter.from_json)
+    def get(name: str) -> Call[CounterInfo]:
+        return Call("GET", f"/counters/{name}", CounterInfo.from_json)
 
     @staticmethod
-    def page(limit: int, after: str | None) -> Call[tuple[list[Counter], str | None]]:
+    def page(limit: int, after: str | None) -> Call[tuple[list[CounterInfo], str | None]]:
         params: dict[str, Any] = {"limit": limit}
         if after:
             params["after"] = after
         return Call(
             "GET",
             "/counters",
-            lambda body: ([Counter.from_json(c) for c in body["counters"]], body["next"]),
+            lambda body: ([CounterInfo.from_json(c) for c in body["counters"]], body["next"]),
             params=params,
         )
 
@@ -550,7 +550,7 @@ class Client:
         `idempotency_key`) answers the same values."""
         return self.send(Calls.next(counter, count, idempotency_key))
 
-    def create(self, name: str, **fields: Any) -> Counter:
+    def create(self, name: str, **fields: Any) -> CounterInfo:
         """Create counter `name`: template, start, reset, timezone, retention_days, confirm.
         A counter of that name with these settings already there is returned (a retried create
         whose first answer was lost made it); one with other settings is a Conflict."""
@@ -559,12 +559,12 @@ class Client:
         except Conflict as conflict:
             return _existing(self.send(Calls.get(name)), fields, conflict)
 
-    def get(self, name: str) -> Counter:
+    def get(self, name: str) -> CounterInfo:
         return self.send(Calls.get(name))
 
-    def counters(self, *, page: int = 100) -> list[Counter]:
+    def counters(self, *, page: int = 100) -> list[CounterInfo]:
         """Every counter, by name (fetched `page` at a time)."""
-        found: list[Counter] = []
+        found: list[CounterInfo] = []
         after: str | None = None
         while True:
             counters, after = self.send(Calls.page(page, after))
@@ -662,17 +662,17 @@ class AsyncClient:
     ) -> Values:
         return await self.send(Calls.next(counter, count, idempotency_key))
 
-    async def create(self, name: str, **fields: Any) -> Counter:
+    async def create(self, name: str, **fields: Any) -> CounterInfo:
         try:
             return await self.send(Calls.create(name, fields))
         except Conflict as conflict:
             return _existing(await self.send(Calls.get(name)), fields, conflict)
 
-    async def get(self, name: str) -> Counter:
+    async def get(self, name: str) -> CounterInfo:
         return await self.send(Calls.get(name))
 
-    async def counters(self, *, page: int = 100) -> list[Counter]:
-        found: list[Counter] = []
+    async def counters(self, *, page: int = 100) -> list[CounterInfo]:
+        found: list[CounterInfo] = []
         after: str | None = None
         while True:
             counters, after = await self.send(Calls.page(page, after))
@@ -707,7 +707,7 @@ class AsyncClient:
         return await self.send(Calls.report(counter, period))
 
 
-def _existing(counter: Counter, fields: dict[str, Any], conflict: Conflict) -> Counter:
+def _existing(counter: CounterInfo, fields: dict[str, Any], conflict: Conflict) -> CounterInfo:
     """`counter`, if it has the settings `fields` ask for (those given); else `conflict`."""
     for name, value in fields.items():
         if value is not None and getattr(counter, name, None) != value:

@@ -293,7 +293,7 @@ def test_the_package_root_exports_every_exception_the_client_raises() -> None:
 
 
 def test_no_method_shadows_a_builtin_type() -> None:
-    """A method named `list` made `list[Counter]` in the class's annotations mean the method."""
+    """A method named `list` made `list[CounterInfo]` in the class's annotations mean the method."""
     import builtins
 
     for cls in (Client, client.AsyncClient):

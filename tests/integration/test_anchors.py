@@ -55,7 +55,7 @@ async def test_a_kept_record_is_locked_in_compliance_mode(bucket: tuple[Any, str
 
 
 async def test_the_heads_kept_are_read_back_from_the_mark_on(bucket: tuple[Any, str]) -> None:
-    """What a batcher reads before it anchors (batcher/chores.py Trail): every record kept
+    """What a batcher reads before it anchors (batcher/chores.py Anchoring): every record kept
     since its mark, any batcher's, and a mark past them."""
     _, name = bucket
     sink = anchors_to(f"s3://{name}/heads/")

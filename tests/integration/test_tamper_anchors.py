@@ -22,7 +22,7 @@ from infra.settings import Settings
 from numerator.ledger import anchors, merged, parts, prunes
 from numerator.stack import EmbeddedStack
 from tests.checks import until
-from tests.integration.test_tamper import NAME, REHASH, take
+from tests.tamper import NAME, REHASH, take
 
 pytestmark = pytest.mark.slow  # a database of its own, and a few anchoring rounds
 

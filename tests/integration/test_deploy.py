@@ -26,9 +26,8 @@ import pytest
 
 from infra.run.process import runtime_python
 from infra.settings import Settings
-from tests.cfn import variant
+from tests.cfn import FARGATE, ROOT, TEMPLATE, template, variant
 from tests.integration.test_handler import batcher, environment, event  # noqa: F401
-from tests.unit.test_template import FARGATE, ROOT, TEMPLATE, template
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ from numerator.plan.whole import (
     WIRE_BYTES,
     instance_class,
 )
-from tests.unit.test_plan import MEASURED, numerator
+from tests.plans import MEASURED, numerator
 
 DOC = (Path(__file__).parents[2] / "docs" / "plan.md").read_text()
 

@@ -21,6 +21,7 @@ import pytest
 from infra.adapters.postgres import PostgresStore, migrate
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 
 
 class Clock:
@@ -136,8 +137,7 @@ async def stack(settings: Settings, clock: Clock) -> AsyncIterator[EmbeddedStack
 
 @pytest.fixture
 async def client(stack: EmbeddedStack) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=stack.app())
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+    async with asgi_client(stack.app()) as http:
         yield http
 
 

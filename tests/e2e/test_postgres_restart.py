@@ -9,11 +9,11 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from infra.settings import Settings
 from numerator.stack import BatcherStack, EdgeStack, EmbeddedStack
+from tests.asgi import asgi_client
 from tests.conftest import temporary_pgserver
 
 pytestmark = pytest.mark.slow
@@ -58,9 +58,7 @@ async def outage(app: Any, own_postgres: Any) -> None:
     statuses: Counter[int] = Counter()
     values: list[int] = []
     timeline: list[tuple[float, int]] = []
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=30
-    ) as client:
+    async with asgi_client(app, timeout=30) as client:
         assert (await client.post("/counters", json={"name": "hot"})).status_code == 201
         running = True
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-import httpx
 import psycopg
 import pytest
 
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 from tests.tamper import NAME, Tampered, take, void
 
 
@@ -20,27 +20,26 @@ async def tampered(settings: Settings, fresh_database: str) -> AsyncIterator[Tam
     async with (
         EmbeddedStack(settings.but(database_url=fresh_database)) as stack,
         await psycopg.AsyncConnection.connect(fresh_database, autocommit=True) as sql,
+        asgi_client(stack.app()) as client,
     ):
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            assert (await client.post("/counters", json={"name": NAME})).status_code == 201
-            for _ in range(5):
-                await take(client)
-            await sql.execute(
-                "SELECT setval('allocation_frames_id_seq', nextval('allocation_frames_id_seq') + 5)"
-            )
-            for _ in range(5):
-                await take(client)
-            for _ in range(3):
-                await take(client, 5)
-            for _ in range(5):
-                await take(client)
-            await void(client, 4, 4, "spoiled")
-            await void(client, 20, 21, "invoice cancelled: order 17 refunded")
-            heads = (await client.get("/audit/heads")).json()["heads"]
-            made = Tampered(client, stack, sql, heads)
-            sound = await made.verify(anchored=True)
-            assert sound["ok"] and sound["anchors"]["held"] == sorted(heads), sound
-            report = await made.report()
-            assert report["issued"] == 30 and report["breaches"] == [], report
-            yield made
+        assert (await client.post("/counters", json={"name": NAME})).status_code == 201
+        for _ in range(5):
+            await take(client)
+        await sql.execute(
+            "SELECT setval('allocation_frames_id_seq', nextval('allocation_frames_id_seq') + 5)"
+        )
+        for _ in range(5):
+            await take(client)
+        for _ in range(3):
+            await take(client, 5)
+        for _ in range(5):
+            await take(client)
+        await void(client, 4, 4, "spoiled")
+        await void(client, 20, 21, "invoice cancelled: order 17 refunded")
+        heads = (await client.get("/audit/heads")).json()["heads"]
+        made = Tampered(client, stack, sql, heads)
+        sound = await made.verify(anchored=True)
+        assert sound["ok"] and sound["anchors"]["held"] == sorted(heads), sound
+        report = await made.report()
+        assert report["issued"] == 30 and report["breaches"] == [], report
+        yield made

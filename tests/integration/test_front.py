@@ -21,6 +21,7 @@ from infra.adapters.postgres import PostgresStore
 from infra.adapters.pushkeys import new_key
 from infra.settings import ReplyItems, Settings
 from numerator.stack import BatcherStack, EdgeStack
+from tests.asgi import asgi_client
 from tests.aws import Throttle, resources
 from tests.checks import until
 
@@ -33,11 +34,13 @@ async def running(
 ) -> AsyncIterator[tuple[EdgeStack, httpx.AsyncClient, BatcherStack]]:
     """A batcher and a server edge on this test's stream and table, and a client of the edge."""
     own = settings.but(**{"reply_timeout_s": TIMEOUT, **changes})
-    async with BatcherStack(own) as batcher, EdgeStack(own) as edge:
-        transport = httpx.ASGITransport(app=edge.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            assert (await client.post("/counters", json={"name": name})).status_code == 201
-            yield edge, client, batcher
+    async with (
+        BatcherStack(own) as batcher,
+        EdgeStack(own) as edge,
+        asgi_client(edge.app()) as client,
+    ):
+        assert (await client.post("/counters", json={"name": name})).status_code == 201
+        yield edge, client, batcher
 
 
 async def burst(client: httpx.AsyncClient, name: str, n: int, **kw: Any) -> list[httpx.Response]:

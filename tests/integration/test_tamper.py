@@ -21,6 +21,7 @@ from infra import wire
 from infra.settings import Settings
 from numerator.ledger import anchors
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 from tests.checks import until
 from tests.tamper import NAME, REHASH, Tampered, named, take
 
@@ -95,10 +96,11 @@ async def test_a_fresh_batcher_refuses_below_the_chain(
     refuses too."""
     await tampered.rows("UPDATE counter_values SET allocated = 20 WHERE counter = %s", NAME)
     url = tampered.stack.settings.database.database_url
-    async with EmbeddedStack(settings.but(database_url=url)) as other:
-        transport = httpx.ASGITransport(app=other.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            refused = await client.post(f"/counters/{NAME}/next")
+    async with (
+        EmbeddedStack(settings.but(database_url=url)) as other,
+        asgi_client(other.app()) as client,
+    ):
+        refused = await client.post(f"/counters/{NAME}/next")
     assert refused.status_code == 503, refused.text
     assert (await tampered.rows("SELECT allocated FROM counter_values"))[0][0] == 20
 
@@ -366,33 +368,29 @@ async def test_the_batcher_keeps_heads_in_a_file_and_verify_holds_the_trail_to_t
 ) -> None:
     sink = tmp_path / "heads.jsonl"
     quick = settings.but(database_url=fresh_database, anchor_to=str(sink), anchor_every_s=0.2)
-    async with EmbeddedStack(quick) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": NAME})
-            for _ in range(3):
-                await take(client)
-            head = (await client.get("/audit/heads")).json()["heads"]
+    async with EmbeddedStack(quick) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": NAME})
+        for _ in range(3):
+            await take(client)
+        head = (await client.get("/audit/heads")).json()["heads"]
 
-            def kept() -> bool:
-                return sink.exists() and any(
-                    [(a["chain"], a["row"], a["hash"]) for a in anchors(line)]
-                    == [(c, h["row"], h["hash"]) for c, h in sorted(head.items())]
-                    for line in sink.read_text().splitlines()
-                )
+        def kept() -> bool:
+            return sink.exists() and any(
+                [(a["chain"], a["row"], a["hash"]) for a in anchors(line)]
+                == [(c, h["row"], h["hash"]) for c, h in sorted(head.items())]
+                for line in sink.read_text().splitlines()
+            )
 
-            await until(kept, within=10)
-            held = await client.post("/audit/verify", json={"heads": anchors(sink.read_text())})
-            assert held.status_code == 200, held.text
-            async with await psycopg.AsyncConnection.connect(
-                fresh_database, autocommit=True
-            ) as sql:
-                await sql.execute(
-                    "DELETE FROM allocation_frames WHERE id = (SELECT max(id) FROM"
-                    " allocation_frames WHERE counters @> ARRAY[%s])",
-                    (NAME,),
-                )
-            broken = await client.post("/audit/verify", json={"heads": anchors(sink.read_text())})
+        await until(kept, within=10)
+        held = await client.post("/audit/verify", json={"heads": anchors(sink.read_text())})
+        assert held.status_code == 200, held.text
+        async with await psycopg.AsyncConnection.connect(fresh_database, autocommit=True) as sql:
+            await sql.execute(
+                "DELETE FROM allocation_frames WHERE id = (SELECT max(id) FROM"
+                " allocation_frames WHERE counters @> ARRAY[%s])",
+                (NAME,),
+            )
+        broken = await client.post("/audit/verify", json={"heads": anchors(sink.read_text())})
     assert broken.status_code == 409
     assert any("anchored head" in b["why"] for b in broken.json()["breaches"]), broken.text
 
@@ -403,22 +401,20 @@ async def test_an_anchor_pruned_past_is_reported_as_pruned(
     from datetime import UTC, datetime, timedelta
 
     quick = settings.but(database_url=fresh_database, audit_retention_s=1.0)
-    async with EmbeddedStack(quick) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": NAME})
-            for _ in range(3):
-                await take(client)
-            old = (await client.get("/audit/heads")).json()
-            await stack.store.prune(datetime.now(UTC) + timedelta(seconds=5), 1.0, 3600)
+    async with EmbeddedStack(quick) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": NAME})
+        for _ in range(3):
             await take(client)
-            found = await client.post("/audit/verify", json=old)
-            assert found.status_code == 200, found.text
-            assert found.json()["anchors"]["pruned"] == sorted(old["heads"])
-            # the chain goes on from where retention left it
-            await take(client)
-            assert (await client.get("/audit/verify")).json()["ok"]
-            report = (await client.get(f"/counters/{NAME}/report")).json()
+        old = (await client.get("/audit/heads")).json()
+        await stack.store.prune(datetime.now(UTC) + timedelta(seconds=5), 1.0, 3600)
+        await take(client)
+        found = await client.post("/audit/verify", json=old)
+        assert found.status_code == 200, found.text
+        assert found.json()["anchors"]["pruned"] == sorted(old["heads"])
+        # the chain goes on from where retention left it
+        await take(client)
+        assert (await client.get("/audit/verify")).json()["ok"]
+        report = (await client.get(f"/counters/{NAME}/report")).json()
     assert report["trail"]["pruned"] == [1, 3] and report["breaches"] == []
 
 

@@ -24,6 +24,7 @@ from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.keys import Key, Need, new
 from infra.observe.metrics import Metrics
 from infra.settings import Settings
+from tests.asgi import asgi_client
 
 
 async def toy(request: Request) -> Response:
@@ -93,8 +94,7 @@ async def test_a_toy_route_is_admitted_by_the_scope_it_declares() -> None:
         Metrics(),
     )
     app = create_app(edge, table=Table((*TABLE.operations, TOY)))
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://numerator") as client:
+    async with asgi_client(app, base_url="http://numerator") as client:
 
         async def get(secret: str | None, method: str = "GET") -> httpx.Response:
             headers = {} if secret is None else {"Authorization": f"Bearer {secret}"}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
 from tests.asgi import asgi_client
+from tests.lambdas import Container, batcher_on
 from tests.tamper import NAME, Tampered, take, void
 
 
@@ -43,3 +45,18 @@ async def tampered(settings: Settings, fresh_database: str) -> AsyncIterator[Tam
         report = await made.report()
         assert report["issued"] == 30 and report["breaches"] == [], report
         yield made
+
+
+@pytest.fixture
+def containers() -> Iterator[list[Container]]:
+    made: list[Container] = []
+    yield made
+    for container in made:
+        container.close()
+
+
+@pytest.fixture
+def batcher(aws: tuple[Settings, Any]) -> Iterator[Settings]:
+    """A batcher on the test's stream and table, in a thread of its own."""
+    with batcher_on(aws[0]) as settings:
+        yield settings

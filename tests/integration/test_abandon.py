@@ -148,7 +148,7 @@ async def test_a_lambda_request_that_times_out_is_cancelled(
     invocation, its cancel follows its record on the stream, and the batcher that starts later
     allocates nothing for it (the record is past its deadline; had it been applied, the cancel
     would void its values)."""
-    from tests.integration.test_handler import Container, environment, event
+    from tests.lambdas import Container, environment, event
 
     settings, _ = aws
     quick = settings.but(reply_timeout_s=1.0)

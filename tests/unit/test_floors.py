@@ -244,3 +244,17 @@ def test_every_module_is_named_on_its_floor() -> None:
             if f"`{path.stem}`" not in row and not row.startswith(f"| `{module}.py`"):
                 missing.append(str(module))
     assert missing == [], f"not on the map (docs/architecture.md, Floors): {missing}"
+
+
+def test_no_test_module_imports_another() -> None:
+    """Helpers two test modules share live in tests/ helper modules (tests/checks.py,
+    tests/asgi.py, tests/tamper.py, ...), not in one of the two: importing a test module runs
+    its collection-time code and ties one suite's edits to another's."""
+    found = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for name in sorted(imports(path))
+        if (name.startswith("tests.") and name.split(".")[-1].startswith("test_"))
+        or ".test_" in name
+    ]
+    assert found == []

@@ -76,8 +76,10 @@ class Table:
             raise ValueError(f"{self.fast.path} has no method besides the one FastPath answers")
         # the hot route's path as text around its one parameter: a prefix and suffix test, not
         # a regular expression, for every request (a counter's name holds no "/")
-        self.fast_prefix, _, rest = self.fast.path.partition("{name}")
-        self.fast_suffix = rest
+        prefix, _, suffix = self.fast.path.partition("{name}")
+        if not suffix:
+            raise ValueError(f"{self.fast.path}: text must follow {{name}} in the fast path")
+        self.fast_path = (self.fast.method, prefix, suffix, len(prefix), -len(suffix))
 
     def routes(self, fast: ASGIApp) -> list[Route]:
         """Starlette's routes: one per path, its methods' handlers behind it (`fast` serves the
@@ -91,17 +93,13 @@ class Table:
     def next_counter(self, method: str, path: str) -> str | None:
         """The counter a request to the route FastPath answers takes values of; None for any
         other request."""
-        prefix, suffix = self.fast_prefix, self.fast_suffix
-        if (
-            method == self.fast.method
-            and len(path) >= len(prefix) + len(suffix)
-            and path.startswith(prefix)
-            and path.endswith(suffix)
-        ):
-            name = path[len(prefix) : len(path) - len(suffix)]
-            if "/" not in name:
-                return name
-        return None
+        fast, prefix, suffix, start, end = self.fast_path
+        if method != fast or not path.startswith(prefix) or not path.endswith(suffix):
+            return None
+        if len(path) < start - end:  # the prefix and the suffix overlap: "/counters/next"
+            return None
+        name = path[start:end]
+        return None if "/" in name else name
 
     def need(self, method: str, path: str, counter: str | None) -> Needed:
         """What a request needs a key to allow (`counter`: next_counter's answer for it). A

@@ -17,7 +17,7 @@ from starlette.responses import JSONResponse, Response
 from functions.app import create_app
 from functions.edge import Edge
 from functions.index import rendered
-from functions.openapi import body, served
+from functions.openapi import SECURITY, body, served
 from functions.operations import Operation, Table
 from functions.table import TABLE
 from infra.adapters.memory import MemoryReplies, MemoryStream
@@ -119,3 +119,9 @@ def test_the_readme_s_route_table_lists_the_table_s_routes() -> None:
         for method in methods.replace("`", "").split("/"):
             listed.add((method, path.partition("?")[0]))
     assert listed == {(o.method, o.path) for o in TABLE.operations}
+
+
+def test_the_open_routes_the_document_names_are_the_table_s() -> None:
+    said = SECURITY["bearer"]["description"].split("every route but ")[1]
+    named = set(re.findall(r"/[\w.]*", said))
+    assert named == {o.path for o in TABLE.operations if o.open}

@@ -110,7 +110,7 @@ class Silence:
         return self.silent
 
 
-class Trail:
+class Anchoring:
     """Chain the ends of edges that ended or died (the report reads them from the chain), and
     keep the chains' heads outside Postgres every ANCHOR_EVERY_S (when ANCHOR_TO names where):
     from then on a rewrite of the trail before those heads shows. Before it anchors, it proves

@@ -1,7 +1,7 @@
 """The batcher: the jobs one batcher process does, wired together. Its share of the shards and
 their leases (`shares`), one loop per shard it holds (`shard`: read, collect; `applier`: apply,
 commit, publish), the supervision of those loops (`supervisor`), what it knows of counters and
-of what records took lately (`known`, `recent`), and its chores (`chores`: the sweep, the trail,
+of what records took lately (`known`, `recent`), and its chores (`chores`: the sweep, the anchoring,
 pruning)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from batcher.applier import Applier
-from batcher.chores import Prune, Sweep, Trail
+from batcher.chores import Anchoring, Prune, Sweep
 from batcher.known import Known
 from batcher.recent import Recent
 from batcher.shard import ShardLoop
@@ -86,14 +86,14 @@ class Batcher:
         loop = ShardLoop(stream, self.shares, applier, settings, self.stopping, self.shared)
         self.supervisor = Supervisor(loop, self.shares, metrics, self.stopping, self.shared)
         self.alerts: dict[str, str] = {}  # what a person must look at: /healthz's `alerts`
-        self.trail = Trail(
+        self.anchoring = Anchoring(
             stream, store, anchors, self.owner, retention, self.stopping, metrics, self.alerts
         )
         self.prune = Prune(store, retention, self.stopping, anchors, self.owner)
         self._chores = {
             "prune": self.prune.run,
             "confirmations": Sweep(stream, store, retention, self.stopping).run,
-            "trail": self.trail.run,
+            "trail": self.anchoring.run,
         }
         self._every = min(SHARDS_EVERY_S, frames.lease_ttl_s / 3)
         self._tasks: list[asyncio.Task[None]] = []

@@ -37,7 +37,7 @@ CREATE TABLE IF NOT EXISTS baseline_counters (name text PRIMARY KEY, value bigin
 """
 
 
-class Tally:
+class BaselineTally:
     """What a baseline counts for /metrics: requests, and transactions that took values."""
 
     def __init__(self) -> None:
@@ -86,7 +86,7 @@ class Baseline:
     def __init__(self, mode: str, url: str, pool_max: int) -> None:
         if mode not in MODES:
             raise ValueError(f"baseline mode must be one of {MODES}")
-        self.mode, self.tally = mode, Tally()
+        self.mode, self.tally = mode, BaselineTally()
         self.pool = psycopg_pool.AsyncConnectionPool(
             url, min_size=2, max_size=pool_max, open=False, kwargs={"autocommit": True}
         )

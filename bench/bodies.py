@@ -29,7 +29,7 @@ MAX_VALUE = 2**63 - 1
 REASON = r"^[^\x00-\x1f\x7f]{1,200}$"
 
 
-class NextQuery(msgspec.Struct, forbid_unknown_fields=True):
+class NextQueryStruct(msgspec.Struct, forbid_unknown_fields=True):
     count: Annotated[int, msgspec.Meta(ge=1, le=MAX_COUNT)] = 1
 
 
@@ -38,7 +38,7 @@ class NextQueryModel(pydantic.BaseModel):
     count: Annotated[int, pydantic.Field(ge=1, le=MAX_COUNT)] = 1
 
 
-class Value(msgspec.Struct):
+class ValueStruct(msgspec.Struct):
     counter: str
     value: int
     formatted: str
@@ -54,7 +54,7 @@ Number = Annotated[int, msgspec.Meta(ge=0, le=MAX_VALUE)]
 PydanticNumber = Annotated[int, pydantic.Field(ge=0, le=MAX_VALUE, strict=True)]
 
 
-class Void(msgspec.Struct, forbid_unknown_fields=True):
+class VoidStruct(msgspec.Struct, forbid_unknown_fields=True):
     reason: Annotated[str, msgspec.Meta(pattern=REASON)]
     values: Annotated[list[Number], msgspec.Meta(min_length=1, max_length=500)] | None = None
     first: Number | None = None
@@ -113,19 +113,19 @@ query_type = pydantic.TypeAdapter(NextQueryModel)
 CASES: dict[str, dict[str, Callable[[], object]]] = {
     "/next query ?count=5": {
         "by hand": lambda: count_by_hand(QUERY.get("count")),
-        "msgspec": lambda: msgspec.convert(QUERY, NextQuery, strict=False).count,
+        "msgspec": lambda: msgspec.convert(QUERY, NextQueryStruct, strict=False).count,
         "pydantic": lambda: NextQueryModel.model_validate(QUERY).count,
     },
     "/next answer, encoded": {
         "by hand": lambda: orjson.dumps(ANSWER),
-        "msgspec": lambda: msgspec.json.encode(Value("hot", 1234567, "INV-2026-1234567")),
+        "msgspec": lambda: msgspec.json.encode(ValueStruct("hot", 1234567, "INV-2026-1234567")),
         "pydantic": lambda: ValueModel(
             counter="hot", value=1234567, formatted="INV-2026-1234567"
         ).model_dump_json(),
     },
     "void body, decoded and checked": {
         "by hand": lambda: void_by_hand(VOID),
-        "msgspec": lambda: msgspec.json.decode(VOID, type=Void),
+        "msgspec": lambda: msgspec.json.decode(VOID, type=VoidStruct),
         "pydantic": lambda: VoidModel.model_validate_json(VOID),
     },
 }

@@ -121,7 +121,7 @@ def _parse(buffer: bytearray) -> tuple[int, bytes, int] | None:
     return status, bytes(buffer[start : start + length]), start + length
 
 
-class Client:
+class HttpPool:
     """Up to `limit` keep-alive connections to one host. A request that finds none free waits
     in a queue for the next (the wait counts in its latency, which runs from its scheduled
     time); its timeout runs from when it is written."""

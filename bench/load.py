@@ -17,7 +17,7 @@ from typing import Any
 from hdrh.histogram import HdrHistogram
 
 from bench import histogram
-from bench.http import Client, HttpError
+from bench.http import HttpError, HttpPool
 from bench.pacing import Pacer
 from bench.schedule import Schedule
 
@@ -153,7 +153,7 @@ class Requests:
     """The requests a load sends, built once: one per counter, and a keyed one for each send
     that carries an Idempotency-Key (`idempotency_share` of them)."""
 
-    def __init__(self, client: Client, load: Load, rng: random.Random) -> None:
+    def __init__(self, client: HttpPool, load: Load, rng: random.Random) -> None:
         self.client, self.load, self.rng = client, load, rng
         self.pick = load.mix.picker(rng)
         self.query = f"?count={load.count}" if load.count != 1 else ""
@@ -190,7 +190,7 @@ class Open:
             await self.none
 
 
-async def drive(client: Client, load: Load, progress: Progress | None = None) -> Result:
+async def drive(client: HttpPool, load: Load, progress: Progress | None = None) -> Result:
     """Send `load` through `client`; return what came back."""
     loop = asyncio.get_running_loop()
     requests = Requests(client, load, random.Random(load.seed))

@@ -19,7 +19,7 @@ from bench import local, record, report, waterfall
 from bench.collect import Collector, Processes, aws_calls
 from bench.errors import BenchError
 from bench.headroom import headroom
-from bench.http import Client
+from bench.http import HttpPool
 from bench.load import Load, Result, drive
 from bench.scenario import Scenario
 from bench.schedule import Schedule
@@ -91,7 +91,7 @@ async def measure(
     others: list[str] | None = None,
     headers: dict[str, str] | None = None,
 ) -> tuple[Result, Collector]:
-    client = Client(url, load.connections, headers)
+    client = HttpPool(url, load.connections, headers)
     collector = Collector(url, Processes(pids) if pids else None, others or [], headers or {})
     stop = asyncio.Event()
     scraping = asyncio.create_task(collector.run(stop))

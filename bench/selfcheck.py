@@ -13,7 +13,7 @@ import time
 import httpx
 
 from bench import wrk
-from bench.http import Client
+from bench.http import HttpPool
 from bench.load import Load, Second, drive
 from bench.run import Progress
 from bench.schedule import Schedule
@@ -57,7 +57,7 @@ def check(max_rps: float, seconds: float, connections: int) -> str:
         schedule = Schedule.parse(f"line(100, {max_rps:g}, {seconds:g}s)")
         load = Load(schedule=schedule, connections=connections, path="/ping")
         progress = Progress("selfcheck", schedule, quiet=False)
-        outcome = loop.run(lambda: drive(Client(url, connections), load, progress))
+        outcome = loop.run(lambda: drive(HttpPool(url, connections), load, progress))
         held = 0
         for _, second in sorted(outcome.per_second.items()):
             if second.offered and held_in(second):

@@ -1,4 +1,5 @@
-"""The app factory: routes, problem handlers, and the lifespan of whatever the caller wires in."""
+"""The app factory: the route table's routes (functions/table.py), problem handlers, and the
+lifespan of whatever the caller wires in."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from functions import index, ledger, routes
 from functions.edge import Edge
 from functions.fastpath import FastPath
+from functions.operations import Table
 from functions.problems import Kind, Problem, handle_problem, unavailable
+from functions.table import TABLE
 from infra.errors import StoreError, Unavailable
 
 log = logging.getLogger("numerator.edge")
@@ -46,37 +47,23 @@ async def handle_crash(request: Request, exc: Exception) -> Response:
     return Problem(Kind.INTERNAL, "an unexpected error; it has been logged").response()
 
 
-def create_app(edge: Edge | None = None, lifespan: Lifespan | None = None) -> FastPath:
-    """The numerator app. Pass `edge` for a wired app, or a `lifespan` that sets
-    `app.state.edge` on startup (how server workers build their own stack)."""
+def create_app(
+    edge: Edge | None = None, lifespan: Lifespan | None = None, table: Table = TABLE
+) -> FastPath:
+    """The numerator app, its routes those of `table`. Pass `edge` for a wired app, or a
+    `lifespan` that sets `app.state.edge` on startup (how server workers build their own
+    stack)."""
 
     @asynccontextmanager
     async def nothing(app: Starlette) -> AsyncIterator[None]:
         yield
 
-    front = Front()
+    handoff = Handoff()
     app = Starlette(
-        routes=[
-            Route("/", index.index, methods=["GET"]),
-            Route("/counters", routes.counters, methods=["GET", "POST"]),
-            Route("/counters/{name}", routes.counter, methods=["GET", "PATCH"]),
-            # FastPath answers POST …/next in front of this router; the route is here for the
-            # 405 of other methods, and sends the bare app's /next (served without its front)
-            # the same way, through FastPath's admission, never around it
-            Route("/counters/{name}/next", front, methods=["POST"]),
-            Route("/counters/{name}/void", ledger.void, methods=["POST"]),
-            Route("/counters/{name}/confirm", ledger.confirm, methods=["POST"]),
-            Route("/counters/{name}/report", ledger.report, methods=["GET"]),
-            Route("/counters/{name}/audit", ledger.audit, methods=["GET"]),
-            Route("/audit/verify", ledger.verify, methods=["GET", "POST"]),
-            Route("/audit/heads", ledger.heads, methods=["GET"]),
-            Route("/keys", routes.keys_, methods=["GET", "POST"]),
-            Route("/keys/{name}", routes.revoke_key, methods=["DELETE"]),
-            Route("/healthz", routes.healthz, methods=["GET"]),
-            Route("/metrics", routes.metrics, methods=["GET"]),
-            Route("/openapi.json", routes.openapi, methods=["GET"]),
-            Route("/ping", routes.ping, methods=["GET", "POST"]),
-        ],
+        # FastPath answers the fast operation (POST …/next) in front of this router; its route
+        # is here for the 405 of other methods, and sends the bare app's /next (served without
+        # FastPath in front) the same way, through FastPath's admission, never around it
+        routes=table.routes(handoff),
         exception_handlers={
             Problem: handle_problem,
             HTTPException: handle_http,
@@ -86,14 +73,16 @@ def create_app(edge: Edge | None = None, lifespan: Lifespan | None = None) -> Fa
         },
         lifespan=lifespan or nothing,
     )
+    app.state.table = table
     if edge is not None:
         app.state.edge = edge
-    fast = front.path = FastPath(app, edge)
+    fast = handoff.path = FastPath(app, table, edge)
     return fast
 
 
-class Front:
-    """The endpoint of POST …/next in the app's own table: the FastPath it is served by."""
+class Handoff:
+    """The endpoint of the fast operation (POST …/next) in the app's router: the FastPath it is
+    served by."""
 
     path: FastPath | None = None
 

@@ -26,8 +26,9 @@ from datetime import UTC, datetime
 
 from starlette.types import Scope
 
-from functions.heads import Heads, local
+from functions.headers import Headers, local
 from functions.limits import KeyRate
+from functions.operations import Needed
 from functions.problems import Kind, Problem
 from infra.backoff import Backoff
 from infra.errors import StoreError, Unavailable
@@ -38,13 +39,10 @@ from infra.settings import loopback
 
 log = logging.getLogger("numerator.auth")
 
-# health checks, the yardstick, the schema, and the static page about them at /
-OPEN = frozenset({"/healthz", "/ping", "/openapi.json", "/"})
 RETRY_S = 1.0  # after a failed reload, the next try waits this long
 STALE_WAIT_S = 0.2  # with a copy in hand, a request waits this long for a reload, then uses it
 MISS_LOOKUPS_PER_S = 20.0  # unknown keys looked up in Postgres, at most, per edge process
 CACHED = 10_000  # verified headers and scope answers remembered, at most (then forgotten)
-ADMIN, READ, ANY = (Need.ADMIN, ""), (Need.READ, ""), (Need.ANY, "")
 CHALLENGE = 'Bearer realm="numerator"'
 FIRST_KEY = (
     "no API key exists yet, so this numerator serves clients on its own machine only. "
@@ -55,39 +53,6 @@ KEY_NEEDED = (
     "Bearer nmr_… (the numerator command: --key or NUMERATOR_KEY; the Python client: key= or "
     "NUMERATOR_KEY)"
 )
-
-
-def next_counter(method: str, path: str) -> str | None:
-    """The counter a request to the hot route, POST /counters/{name}/next, takes values of;
-    None for any other request."""
-    if (
-        method == "POST"
-        and path.startswith("/counters/")
-        and path.endswith("/next")
-        and path.count("/") == 3
-    ):
-        return path[10:-5]
-    return None
-
-
-def need(method: str, path: str, counter: str | None) -> tuple[Need, str] | None:
-    """What a request needs a key to allow, and the counter it takes values of (`counter`:
-    next_counter's answer for it); None: open."""
-    if counter is not None:
-        return Need.NEXT, counter
-    if path in OPEN:
-        return None
-    if path == "/keys" or path.startswith("/keys/") or (method == "POST" and path == "/counters"):
-        return ADMIN
-    if method == "PATCH" and path.startswith("/counters/") and path.count("/") == 2:
-        return ADMIN  # a counter's retention
-    marking = method == "POST" and path.startswith("/counters/") and path.count("/") == 3
-    if marking and path.endswith(("/void", "/confirm")):
-        # a key that may take a counter's values may void and confirm them
-        return Need.NEXT, path[10:].rpartition("/")[0]
-    if method in ("GET", "HEAD") or (method == "POST" and path == "/audit/verify"):
-        return READ  # a verify against anchored heads posts them, and reads only
-    return ANY
 
 
 def address(scope: Scope) -> str:
@@ -102,7 +67,7 @@ def foreign(scope: Scope) -> str | None:
     a browser writes it: no user part, a numeric port, any case), an `Origin` other than the
     service's own (scheme included) or, without one, a `Referer` from another origin, or a
     browser's `Sec-Fetch-Site` saying another site sent it. A request whose headers are
-    `plain` (functions/heads.py) has none of these, so the edge does not ask about it."""
+    `plain` (functions/headers.py) has none of these, so the edge does not ask about it."""
     hosts: list[bytes] = []
     origin, referer, site = None, None, None
     for header, value in scope["headers"]:
@@ -190,12 +155,11 @@ class Guard:
         self.waiting: list[asyncio.Future[None]] = []  # the requests that do
         self.stale: asyncio.TimerHandle | None = None  # when they stop waiting with a copy
 
-    async def admit(self, scope: Scope, counter: str | None, heads: Heads) -> str:
+    async def admit(self, scope: Scope, needed: Needed, heads: Headers) -> str:
         """Who sent this request — `key:ID`, or the client's address when no key is needed —
-        if it may go on; else raise the 401, 403 or 503 Problem. `counter`: next_counter's;
-        `heads`: its headers (functions/heads.py)."""
+        if it may go on; else raise the 401, 403 or 503 Problem. `needed`: what its route needs
+        (functions/operations.py `Table.need`); `heads`: its headers (functions/headers.py)."""
         sender = address(scope)
-        needed = need(scope["method"], scope["path"], counter)
         if needed is None:
             return sender
         if not self.ready or self.clock() >= self.due:

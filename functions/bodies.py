@@ -115,7 +115,7 @@ class Confirmation(Struct, forbid_unknown_fields=True):
     period: Period | UnsetType = UNSET
 
 
-class Void(Confirmation, kw_only=True, forbid_unknown_fields=True):
+class VoidBody(Confirmation, kw_only=True, forbid_unknown_fields=True):
     """Values to void, for a `reason`: `values`, or `first` (and `last`), in `period`."""
 
     reason: Reason
@@ -177,7 +177,7 @@ class PageQuery(Struct):
 # What the service answers.
 
 
-class Counter(Struct):
+class CounterBody(Struct):
     """A counter's settings; from GET, also the current `period` and the last `value` handed
     out in it (null before the first)"""
 
@@ -193,11 +193,11 @@ class Counter(Struct):
 
 
 class CounterPage(Struct):
-    counters: list[Counter]
+    counters: list[CounterBody]
     next: Annotated[str | None, Meta(description="`after` for the next page")]
 
 
-class Value(Struct):
+class ValueBody(Struct):
     """One value (count=1)"""
 
     counter: str
@@ -210,7 +210,7 @@ class FormattedValue(Struct):
     formatted: str
 
 
-class Values(Struct):
+class ValuesBody(Struct):
     """`count` consecutive values (count > 1)"""
 
     counter: str
@@ -267,7 +267,7 @@ class Verification(Struct):
     ok: bool
 
 
-class Key(Struct):
+class KeyBody(Struct):
     id: str
     name: str
     scopes: list[str]
@@ -278,14 +278,14 @@ class Key(Struct):
 
 
 class KeyList(Struct):
-    keys: list[Key]
+    keys: list[KeyBody]
 
 
-class Health(Struct):
+class HealthBody(Struct):
     status: Literal["ok", "degraded"]
 
 
-class Problem(Struct):
+class ProblemBody(Struct):
     """An RFC 9457 problem; `type` is stable (see docs/problems.md)"""
 
     type: str
@@ -296,13 +296,13 @@ class Problem(Struct):
 
 COMPONENTS: tuple[type[Struct], ...] = (
     NewCounter,
-    Counter,
+    CounterBody,
     CounterPage,
     RetentionChange,
-    Value,
+    ValueBody,
     FormattedValue,
-    Values,
-    Void,
+    ValuesBody,
+    VoidBody,
     Confirmation,
     Range,
     Voided,
@@ -312,12 +312,23 @@ COMPONENTS: tuple[type[Struct], ...] = (
     Verification,
     Heads,
     NewKey,
-    Key,
+    KeyBody,
     KeyList,
-    Health,
-    Problem,
+    HealthBody,
+    ProblemBody,
 )
 """The bodies the OpenAPI document names (the queries become its parameters)."""
+
+
+SUFFIX = "Body"
+"""A model whose name ends so is the schema named without it (`CounterBody` is `Counter`): the
+model's class name stays apart from the domain's (infra.counters.Counter, infra.keys.Key, ...),
+and the document keeps the API's names."""
+
+
+def component(model: type[Struct]) -> str:
+    """The name of a model's schema in the OpenAPI document."""
+    return model.__name__.removesuffix(SUFFIX)
 
 
 def schemas() -> dict[str, Any]:
@@ -325,10 +336,25 @@ def schemas() -> dict[str, Any]:
     _, found = msgspec.json.schema_components(
         COMPONENTS, ref_template="#/components/schemas/{name}"
     )
+    found = {name.removesuffix(SUFFIX): _named(schema, name) for name, schema in found.items()}
     for name in ("Void", "Confirmation"):
         found[name] = marking(found[name])
     described: dict[str, Any] = _described(found)
     return described
+
+
+def _named(schema: Any, model: str = "") -> Any:
+    """`schema` (of `model`) with its title and each `$ref` named as the schema (`SUFFIX`)."""
+    if isinstance(schema, list):
+        return [_named(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {
+        key: value.removesuffix(SUFFIX)
+        if key == "$ref" or (key == "title" and value == model)
+        else _named(value)
+        for key, value in schema.items()
+    }
 
 
 def _described(schema: Any) -> Any:

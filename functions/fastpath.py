@@ -20,9 +20,10 @@ from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
 from functions import validation
-from functions.auth import address, next_counter, pages_refused
+from functions.auth import address, pages_refused
 from functions.edge import Edge
-from functions.heads import Heads, read
+from functions.headers import Headers, read
+from functions.operations import Table
 from functions.problems import (
     REPLY_PROBLEMS,
     Kind,
@@ -218,18 +219,20 @@ class NextRequest(NamedTuple):
     """A POST /counters/{name}/next as admitted: its headers, who sent it, the counter's name
     and the query's parameters."""
 
-    heads: Heads
+    heads: Headers
     who: str
     counter: str
     query: dict[str, str]
 
 
 class FastPath:
-    """ASGI middleware in front of the app: checks every request's header size and API key,
-    answers POST /counters/{name}/next itself, and passes the rest to `app`."""
+    """ASGI middleware in front of the app: checks every request's header size and API key
+    (what each route needs: `table`, the app's routes), answers POST /counters/{name}/next (the
+    table's fast operation) itself, and passes the rest to `app`."""
 
-    def __init__(self, app: Starlette, edge: Edge | None = None) -> None:
+    def __init__(self, app: Starlette, table: Table, edge: Edge | None = None) -> None:
         self.app = app
+        self.table = table
         self.edge = edge
         self.watch = Watch()
 
@@ -245,7 +248,7 @@ class FastPath:
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         edge: Edge = self.edge or self.app.state.edge
         heads = read(scope)
-        counter = next_counter(scope["method"], scope["path"])
+        counter = self.table.next_counter(scope["method"], scope["path"])
         try:
             who = await self.admit(edge, scope, heads, counter)
             query = parameters(scope["query_string"]) if scope["query_string"] else {}
@@ -318,8 +321,7 @@ class FastPath:
         await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
         await send({"type": "http.response.body", "body": orjson.dumps(body)})
 
-    @staticmethod
-    async def admit(edge: Edge, scope: Scope, heads: Heads, counter: str | None) -> str:
+    async def admit(self, edge: Edge, scope: Scope, heads: Headers, counter: str | None) -> str:
         """Who sent the request (a key id, or the client's address), if it may go on: its
         headers are not too large and its key (AUTH=keys) allows it; else a Problem."""
         limit = edge.settings.edge.max_header_bytes
@@ -333,7 +335,8 @@ class FastPath:
             name = heads.repeated.decode("latin-1").title()  # idempotency-key: Idempotency-Key
             raise Problem(Kind.REPEATED_HEADER, f"{name} came more than once: send it once")
         if edge.guard is not None:
-            return await edge.guard.admit(scope, counter, heads)
+            needed = self.table.need(scope["method"], scope["path"], counter)
+            return await edge.guard.admit(scope, needed, heads)
         sender = address(scope)
         if heads.plain or not (edge.settings.trusts_loopback and loopback(sender)):
             return sender

@@ -76,7 +76,7 @@ def build(
     env: Mapping[str, str] | None = None,
     metrics: Metrics | None = None,
     settings: Settings | None = None,
-) -> Entry:
+) -> LambdaEntry:
     """A container's handler: settings from the environment (or `settings`), AWS clients, the
     app; its signals counted in `metrics` when given."""
     settings = settings or Settings.from_env(env)
@@ -97,10 +97,10 @@ def build(
         health=Health(aws.edge_checks(store)),
         tell_s=CANCEL_PUT_S,
     )
-    return Entry(Mangum(create_app(edge), lifespan="off", text_mime_types=TEXT))
+    return LambdaEntry(Mangum(create_app(edge), lifespan="off", text_mime_types=TEXT))
 
 
-class Entry:
+class LambdaEntry:
     """Mangum behind a check of the one thing it cannot read itself: a Host header with an IPv6
     literal or a port that is not a number (`[::1]:3000`, `127.0.0.1:http`) made it answer a
     plain-text 500. API Gateway's own Host is its domain; `sam local` and `numerator up --edge
@@ -139,7 +139,7 @@ logging.getLogger("mangum").setLevel(logging.WARNING)
 copy_config_to_registered_loggers(
     source_logger=logger, include={"numerator.edge", "numerator.replies", "numerator.front"}
 )
-_container: tuple[Entry, Emf] | None = None
+_container: tuple[LambdaEntry, Emf] | None = None
 
 
 @logger.inject_lambda_context

@@ -96,13 +96,15 @@ async def mark(request: Request, kind: type[Void] | type[Confirm]) -> Response:
     """Void or confirm values: one record per contiguous range, put together and each answered
     by the batcher in its frame's transaction; a refusal names the ranges that were done."""
     edge = edge_of(request)
-    model = bodies.Void if kind is Void else bodies.Confirmation
+    model = bodies.VoidBody if kind is Void else bodies.Confirmation
     body = validation.checked(model, await validation.json_body(request, edge.settings))
     # A reason is kept as NFKC makes it: one spelling for what reads the same (fullwidth, ﬁ).
     reason = (
-        unicodedata.normalize("NFKC", body.reason) if isinstance(body, bodies.Void) else "confirm"
+        unicodedata.normalize("NFKC", body.reason)
+        if isinstance(body, bodies.VoidBody)
+        else "confirm"
     )
-    if isinstance(body, bodies.Void):
+    if isinstance(body, bodies.VoidBody):
         # the model's pattern is searched, so a reason ending in a newline would pass it
         if not REASON.fullmatch(reason):
             raise invalid("reason", "must be 1 to 200 characters, no control characters")

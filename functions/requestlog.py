@@ -25,7 +25,7 @@ each (thousands a second) would cost what the quiet lines saved, and stall a wor
 pipe fills. The rest are counted, and said in one line when the next second's first is."""
 
 
-class Budget:
+class LineBudget:
     """At most `per_s` lines a second; how many were held back in the last second that had any."""
 
     def __init__(self, per_s: int = LINES_PER_S) -> None:
@@ -44,7 +44,7 @@ class Budget:
         return False, held
 
 
-budget = Budget()
+budget = LineBudget()
 
 
 def request_id(scope: Scope) -> str:

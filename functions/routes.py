@@ -1,5 +1,6 @@
-"""The HTTP routes. Each handler validates, talks to the ports, and answers JSON or a problem.
-A store that cannot serve (Unavailable, StoreError) becomes a 503 in one handler (functions/app)."""
+"""The HTTP routes' handlers (their methods, paths and scopes: functions/table.py). Each handler
+validates, talks to the ports, and answers JSON or a problem. A store that cannot serve
+(Unavailable, StoreError) becomes a 503 in one handler (functions/app)."""
 
 from __future__ import annotations
 
@@ -21,20 +22,6 @@ from infra.errors import (
 from infra.observe.health import verdict
 
 
-async def counters(request: Request) -> Response:
-    """/counters: one route for both methods, so that a 405 there names both in `Allow`."""
-    if request.method == "POST":
-        return await create_counter(request)
-    return await list_counters(request)
-
-
-async def keys_(request: Request) -> Response:
-    """/keys: one route for both methods, as /counters."""
-    if request.method == "POST":
-        return await create_key(request)
-    return await list_keys(request)
-
-
 async def create_counter(request: Request) -> Response:
     edge = edge_of(request)
     body = await validation.json_body(request, edge.settings)
@@ -49,15 +36,6 @@ async def create_counter(request: Request) -> Response:
     return JSON(
         counter.to_json(), status_code=201, headers={"Location": f"/counters/{counter.name}"}
     )
-
-
-async def counter(request: Request) -> Response:
-    """/counters/{name}: read it, or (PATCH) change its retention."""
-    if request.method == "PATCH":
-        from functions.ledger import update
-
-        return await update(request)
-    return await get_counter(request)
 
 
 async def get_counter(request: Request) -> Response:

@@ -354,7 +354,7 @@ class Rewind:
 
 @dataclass(frozen=True)
 class Mend:
-    """What `Rewinds.mend` did: the rewind's `held` (None: none was recorded), and the
+    """What `RewindLog.mend` did: the rewind's `held` (None: none was recorded), and the
     period's last value handed out before and after."""
 
     counter: str
@@ -364,7 +364,7 @@ class Mend:
     after: int
 
 
-class Rewinds(Protocol):
+class RewindLog(Protocol):
     """Rewinds recorded by the batchers, and their mending by an operator."""
 
     async def rewinds(self, name: str | None = None) -> list[Rewind]: ...

@@ -65,7 +65,7 @@ class ReplyItems(StrEnum):
 
     FRAME = "frame"
     """An item per edge per frame, read with one Query of the edge's partition
-    (infra/adapters/dynamodb.py): a fraction of the reply table's cost (docs/architecture.md,
+    (infra/adapters/dynamodb.py): a fraction of the reply table's cost (docs/performance.md,
     "Replies a frame at a time"). The default."""
     RECORD = "record"
     """An item per record, read by key: as the Lambda edge always does."""

@@ -33,7 +33,7 @@ def said(exc: Exception) -> bool:
     service's (infra.errors) or the client's, when a command has loaded it."""
     client = sys.modules.get("numerator.client")
     return isinstance(exc, NumeratorError) or (
-        client is not None and isinstance(exc, client.NumeratorError)
+        client is not None and isinstance(exc, client.ClientError)
     )
 
 

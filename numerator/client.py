@@ -10,20 +10,20 @@ Every `next` carries an Idempotency-Key (the caller's, or one the client makes),
 of it sends the same key: after a timeout, a dropped connection, a 502, a 503 or a 429 (after its
 `Retry-After`) or a 504, the service answers the retry with the values the first try took, never
 new ones. Retries wait a jittered, doubling backoff, and all the tries of one call end within its
-`deadline`. A problem answer (RFC 9457) is raised as a `Problem` subclass by status, carrying the
-problem's `type`, `title` and `detail`. The exceptions, all importable from `numerator` too:
+`deadline`. A problem answer (RFC 9457) is raised as a `StatusError` subclass by status, carrying
+the problem's `type`, `title` and `detail`. The exceptions, all importable from `numerator` too:
 
-    NumeratorError
+    ClientError
     ├── Unreachable      no answer within the deadline
     ├── BadURL           not an http:// or https:// URL (also a ValueError)
-    └── Problem          an RFC 9457 answer
+    └── StatusError      an RFC 9457 answer
         ├── BadRequest   400, 413, 415, 422
         ├── Unauthorized 401
         ├── Forbidden    403
         ├── NotFound     404
         ├── Conflict     409
         ├── TooMany      429, after the retries
-        └── Unavailable  502, 503, 504, after the retries
+        └── ServiceUnavailable 502, 503, 504, after the retries
 
 Each call is described once (`Call`: what to send, how to read the answer) and sent by either
 client; only the sending (and the sleeping between tries) differs between the two.
@@ -54,16 +54,16 @@ __all__ = [
     "BadRequest",
     "BadURL",
     "Client",
+    "ClientError",
     "Conflict",
-    "Counter",
+    "CounterInfo",
     "Forbidden",
     "Marked",
     "NotFound",
-    "NumeratorError",
-    "Problem",
+    "ServiceUnavailable",
+    "StatusError",
     "TooMany",
     "Unauthorized",
-    "Unavailable",
     "Unreachable",
     "Value",
     "Values",
@@ -89,19 +89,19 @@ the Idempotency-Key (502, 504)."""
 T = TypeVar("T")
 
 
-class NumeratorError(Exception):
+class ClientError(Exception):
     """Anything the client raises: a problem answer, or no answer at all."""
 
 
-class Unreachable(NumeratorError):
+class Unreachable(ClientError):
     """No answer within the deadline: the service could not be reached, or did not answer."""
 
 
-class BadURL(NumeratorError, ValueError):
+class BadURL(ClientError, ValueError):
     """The service's URL is not one the client can send to (no http:// or https://)."""
 
 
-class Problem(NumeratorError):
+class StatusError(ClientError):
     """An RFC 9457 problem the service answered: `status`, `type` (stable, see
     docs/problems.md), `title`, `detail`, the `field` it names (a 422's), and the whole body."""
 
@@ -120,35 +120,35 @@ class Problem(NumeratorError):
         super().__init__(f"{status} {self.title}{': ' + detail if detail else ''}")
 
 
-class BadRequest(Problem):
+class BadRequest(StatusError):
     """400, 413, 415, 422: the request is wrong; sending it again will not help."""
 
 
-class Unauthorized(Problem):
+class Unauthorized(StatusError):
     """401: no API key, or one the service does not know."""
 
 
-class Forbidden(Problem):
+class Forbidden(StatusError):
     """403: the API key may not do this (or a web page acts for a local caller)."""
 
 
-class NotFound(Problem):
+class NotFound(StatusError):
     """404: no such counter (or key)."""
 
 
-class Conflict(Problem):
+class Conflict(StatusError):
     """409: the counter exists, the value was not issued yet, or is void already."""
 
 
-class TooMany(Problem):
+class TooMany(StatusError):
     """429: too many Idempotency-Keys from this client; retried until the deadline."""
 
 
-class Unavailable(Problem):
+class ServiceUnavailable(StatusError):
     """502, 503, 504: the service could not answer in time; retried until the deadline."""
 
 
-PROBLEMS: dict[int, type[Problem]] = {
+PROBLEMS: dict[int, type[StatusError]] = {
     400: BadRequest,
     401: Unauthorized,
     403: Forbidden,
@@ -158,13 +158,13 @@ PROBLEMS: dict[int, type[Problem]] = {
     415: BadRequest,
     422: BadRequest,
     429: TooMany,
-    502: Unavailable,
-    503: Unavailable,
-    504: Unavailable,
+    502: ServiceUnavailable,
+    503: ServiceUnavailable,
+    504: ServiceUnavailable,
 }
 
 
-def _problem(response: httpx.Response) -> Problem:
+def _problem(response: httpx.Response) -> StatusError:
     """The exception for a 4xx or 5xx answer."""
     try:
         body = response.json()
@@ -172,7 +172,7 @@ def _problem(response: httpx.Response) -> Problem:
         body = None
     if not isinstance(body, dict):
         body = {"title": response.reason_phrase, "detail": response.text[:200]}
-    return PROBLEMS.get(response.status_code, Problem)(response.status_code, body)
+    return PROBLEMS.get(response.status_code, StatusError)(response.status_code, body)
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,7 +216,7 @@ class Values:
 
 
 @dataclass(frozen=True, slots=True)
-class Counter:
+class CounterInfo:
     """A counter's settings; `value` and `period`, the last value handed out in the current
     period (None before the first), where the service said them (`get`)."""
 
@@ -231,7 +231,7 @@ class Counter:
     period: str | None = None
 
     @classmethod
-    def from_json(cls, body: dict[str, Any]) -> Counter:
+    def from_json(cls, body: dict[str, Any]) -> CounterInfo:
         return cls(
             body["name"],
             body["template"],
@@ -330,23 +330,23 @@ class Calls:
         )
 
     @staticmethod
-    def create(name: str, fields: dict[str, Any]) -> Call[Counter]:
+    def create(name: str, fields: dict[str, Any]) -> Call[CounterInfo]:
         body = {"name": name, **{k: v for k, v in fields.items() if v is not None}}
-        return Call("POST", "/counters", Counter.from_json, json=body)
+        return Call("POST", "/counters", CounterInfo.from_json, json=body)
 
     @staticmethod
-    def get(name: str) -> Call[Counter]:
-        return Call("GET", f"/counters/{name}", Counter.from_json)
+    def get(name: str) -> Call[CounterInfo]:
+        return Call("GET", f"/counters/{name}", CounterInfo.from_json)
 
     @staticmethod
-    def page(limit: int, after: str | None) -> Call[tuple[list[Counter], str | None]]:
+    def page(limit: int, after: str | None) -> Call[tuple[list[CounterInfo], str | None]]:
         params: dict[str, Any] = {"limit": limit}
         if after:
             params["after"] = after
         return Call(
             "GET",
             "/counters",
-            lambda body: ([Counter.from_json(c) for c in body["counters"]], body["next"]),
+            lambda body: ([CounterInfo.from_json(c) for c in body["counters"]], body["next"]),
             params=params,
         )
 
@@ -550,7 +550,7 @@ class Client:
         `idempotency_key`) answers the same values."""
         return self.send(Calls.next(counter, count, idempotency_key))
 
-    def create(self, name: str, **fields: Any) -> Counter:
+    def create(self, name: str, **fields: Any) -> CounterInfo:
         """Create counter `name`: template, start, reset, timezone, retention_days, confirm.
         A counter of that name with these settings already there is returned (a retried create
         whose first answer was lost made it); one with other settings is a Conflict."""
@@ -559,12 +559,12 @@ class Client:
         except Conflict as conflict:
             return _existing(self.send(Calls.get(name)), fields, conflict)
 
-    def get(self, name: str) -> Counter:
+    def get(self, name: str) -> CounterInfo:
         return self.send(Calls.get(name))
 
-    def counters(self, *, page: int = 100) -> list[Counter]:
+    def counters(self, *, page: int = 100) -> list[CounterInfo]:
         """Every counter, by name (fetched `page` at a time)."""
-        found: list[Counter] = []
+        found: list[CounterInfo] = []
         after: str | None = None
         while True:
             counters, after = self.send(Calls.page(page, after))
@@ -662,17 +662,17 @@ class AsyncClient:
     ) -> Values:
         return await self.send(Calls.next(counter, count, idempotency_key))
 
-    async def create(self, name: str, **fields: Any) -> Counter:
+    async def create(self, name: str, **fields: Any) -> CounterInfo:
         try:
             return await self.send(Calls.create(name, fields))
         except Conflict as conflict:
             return _existing(await self.send(Calls.get(name)), fields, conflict)
 
-    async def get(self, name: str) -> Counter:
+    async def get(self, name: str) -> CounterInfo:
         return await self.send(Calls.get(name))
 
-    async def counters(self, *, page: int = 100) -> list[Counter]:
-        found: list[Counter] = []
+    async def counters(self, *, page: int = 100) -> list[CounterInfo]:
+        found: list[CounterInfo] = []
         after: str | None = None
         while True:
             counters, after = await self.send(Calls.page(page, after))
@@ -707,7 +707,7 @@ class AsyncClient:
         return await self.send(Calls.report(counter, period))
 
 
-def _existing(counter: Counter, fields: dict[str, Any], conflict: Conflict) -> Counter:
+def _existing(counter: CounterInfo, fields: dict[str, Any], conflict: Conflict) -> CounterInfo:
     """`counter`, if it has the settings `fields` ask for (those given); else `conflict`."""
     for name, value in fields.items():
         if value is not None and getattr(counter, name, None) != value:

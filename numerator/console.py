@@ -37,7 +37,7 @@ def call(
     params: dict[str, Any] | None = None,
     json: Any = None,
 ) -> Any:
-    """The JSON body of the answer (its text, with `text`); a Problem for a 4xx or 5xx answer
+    """The JSON body of the answer (its text, with `text`); a StatusError for a 4xx or 5xx answer
     but for the statuses in `ok` (numerator.client, retried as its calls are)."""
     return client.send(Call(method, path, _as_sent, params or {}, json, ok=ok, text=text))
 

@@ -41,20 +41,18 @@ async def direct(args: argparse.Namespace, action: str) -> None:
             try:
                 key, secret = keys.new(args.name, args.scope, utc_now())
             except InvalidKey as exc:
-                raise client.NumeratorError(str(exc)) from None
+                raise client.ClientError(str(exc)) from None
             try:
                 key = await store.add_key(key)
             except KeyExists:
-                raise client.NumeratorError(
-                    f"an unrevoked key named {args.name!r} exists"
-                ) from None
+                raise client.ClientError(f"an unrevoked key named {args.name!r} exists") from None
             console.show_key({**key.to_json(), "secret": secret}, args.json)
         elif action == "list":
             console.show_keys([key.to_json() for key in await store.keys()], args.json)
         else:
             revoked = await store.revoke_key(args.name)
             if revoked is None:
-                raise client.NumeratorError(f"no unrevoked key named {args.name!r}")
+                raise client.ClientError(f"no unrevoked key named {args.name!r}")
             console.show_key(revoked.to_json(), args.json)
     finally:
         await store.close()

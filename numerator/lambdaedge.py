@@ -20,7 +20,7 @@ from typing import Any
 
 from starlette.types import Receive, Scope, Send
 
-from functions.handler import Entry, build
+from functions.handler import LambdaEntry, build
 from functions.problems import Kind, Problem
 from infra.observe.metrics import Metrics
 from infra.observe.workers import Workers, sharing, workers_dir
@@ -59,7 +59,7 @@ class LambdaEdge:
         self._serving = AsyncExitStack()
 
     def _invoke(self, request: dict[str, Any]) -> dict[str, Any]:
-        handler: Entry | None = getattr(self._local, "handler", None)
+        handler: LambdaEntry | None = getattr(self._local, "handler", None)
         if handler is None:  # this container's cold start
             metrics = self._local.metrics = Metrics()
             self.containers.append(metrics)

@@ -1,5 +1,5 @@
 """The AWS path on one machine (`numerator up --aws moto|URL`): the endpoint, its resources, and
-batcher processes beside the HTTP edge, watched while they run (`Supervisor`)."""
+batcher processes beside the HTTP edge, watched while they run (`ProcessSupervisor`)."""
 
 from __future__ import annotations
 
@@ -130,7 +130,7 @@ def batchers(count: int, env: dict[str, str]) -> Iterator[list[Child]]:
             child.stop(30)
 
 
-class Supervisor:
+class ProcessSupervisor:
     """Watches the children `up --aws` started, from a thread beside the HTTP server: a dead
     batcher is started again after a jittered backoff (up to 1 s, doubling to 30 s while it
     keeps dying within a minute), logged and counted; a dead moto server stops `up` (SIGTERM to
@@ -149,7 +149,7 @@ class Supervisor:
         self._started = {id(child): time.monotonic() for child in children}
         self._thread = threading.Thread(target=self._watch, name="supervisor", daemon=True)
 
-    def __enter__(self) -> Supervisor:
+    def __enter__(self) -> ProcessSupervisor:
         self._thread.start()
         return self
 

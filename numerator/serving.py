@@ -171,7 +171,7 @@ def serve_aws(args: argparse.Namespace, settings: Settings, where: str) -> None:
                 # with nothing named in front, as Lambda would; here the front is this server, on
                 # the loopback host `listening` has let through.
                 settings = settings.but(authorizer=f"{LOOPBACK_ONLY} ({args.host})")
-        supervisor = running.enter_context(local.Supervisor(children))
+        supervisor = running.enter_context(local.ProcessSupervisor(children))
         serve_http(args, settings, where, app, aws)
     if supervisor.failed:
         raise Refused(f"stopped: {supervisor.failed}")

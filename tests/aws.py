@@ -12,7 +12,11 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
+from batcher.worker import Batcher
 from infra.adapters.aws import Clients, clients, create
+from infra.adapters.postgres import PostgresStore
+from infra.adapters.serverless import AwsPorts, aws_ports
+from infra.observe.metrics import Metrics
 from infra.run.server import free_port
 from infra.settings import Settings
 
@@ -91,3 +95,12 @@ class Throttle:
 
     def __exit__(self, *_: object) -> None:
         self.client.meta.events.unregister(self.event, self._hook)
+
+
+async def started(settings: Settings, found: Any, store: PostgresStore) -> tuple[Batcher, AwsPorts]:
+    """A batcher on the AWS ports of `found` (this test's stream and table), started."""
+    metrics = Metrics()
+    ports = aws_ports(settings, metrics, found)
+    batcher = Batcher(ports.stream, ports.replies, store, settings, metrics)
+    await batcher.start()
+    return batcher, ports

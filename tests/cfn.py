@@ -1,14 +1,46 @@
 """template.yaml as CloudFormation would make it for given parameters: the conditions evaluated,
 each Fn::If replaced by the branch taken, the resources whose condition is false left out — so a
 test can hold each variant (Edge=lambda, Edge=fargate) to what it must and must not contain, and
-find a reference to a resource the variant does not make."""
+find a reference to a resource the variant does not make. Also the template itself, parsed
+(`template`) and through the SAM transform (`transformed`), for every test that reads it."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
+from samtranslator.yaml_helper import yaml_parse
+
+ROOT = Path(__file__).parents[1]
+TEMPLATE = ROOT / "template.yaml"
 NO_VALUE = {"Ref": "AWS::NoValue"}
+FARGATE = {
+    "Edge": "fargate",
+    "Authorizer": "NONE",
+    "CertificateArn": "arn:aws:acm:us-east-1:123456789012:certificate/numerator",
+}
+
+
+def template() -> dict[str, Any]:
+    parsed: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
+    return parsed
+
+
+def transformed() -> dict[str, Any]:
+    from samtranslator.translator.transform import transform
+
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")  # for the ARNs SAM writes
+
+    class NoManagedPolicies:  # the template names no managed policy for SAM to look up
+        def load(self) -> dict[str, str]:
+            return {}
+
+    packaged = template()  # as `sam package` leaves it: the code uploaded to S3
+    packaged["Resources"]["EdgeFunction"]["Properties"]["CodeUri"] = "s3://numerator/edge.zip"
+    out: dict[str, Any] = transform(packaged, {}, NoManagedPolicies())  # type: ignore[arg-type]
+    return out
 
 
 def conditions(template: dict[str, Any], given: dict[str, str]) -> dict[str, bool]:

@@ -21,6 +21,7 @@ import pytest
 from infra.adapters.postgres import PostgresStore, migrate
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 
 
 class Clock:
@@ -55,7 +56,7 @@ def a_fresh_log_budget() -> None:
     starts with the second's budget whole, whatever the test before it logged."""
     from functions import requestlog
 
-    requestlog.budget = requestlog.Budget()
+    requestlog.budget = requestlog.LineBudget()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -136,8 +137,7 @@ async def stack(settings: Settings, clock: Clock) -> AsyncIterator[EmbeddedStack
 
 @pytest.fixture
 async def client(stack: EmbeddedStack) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=stack.app())
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+    async with asgi_client(stack.app()) as http:
         yield http
 
 

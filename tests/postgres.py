@@ -19,6 +19,7 @@ import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -209,3 +210,15 @@ def cluster(major: int, **settings: str) -> Iterator[Cluster]:
     finally:
         server.stop("immediate")
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def stop(server: Any) -> None:
+    """Stop a pgserver's Postgres (fast: its sessions cut), as an outage would."""
+    from pgserver._commands import pg_ctl
+
+    pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
+
+
+def start(server: Any) -> None:
+    """Start a pgserver's Postgres again, on its data."""
+    server.ensure_postgres_running()

@@ -16,7 +16,7 @@ call, retrying UnprocessedItems with backoff, in one of two shapes, chosen by ea
   SKEW_S for clocks that differ. DynamoDB bills an item written by its size (1 KB a unit) and a
   Query by the size it reads (4 KB a unit), not by the replies in it, so a frame's replies to one
   edge cost one write and a share of a read, where one item each cost a write and a read each
-  (docs/architecture.md, "Replies a frame at a time").
+  (docs/performance.md, "Replies a frame at a time").
 
 Either way a reply is found by its key alone (the key names its edge), for as long as the TTL
 keeps it. ONE poller per process (per event loop) reads every outstanding key, not one loop per
@@ -147,7 +147,7 @@ class DynamoReplies:
         and BACK_FRAME_MS until then), within half the interval. A reply written after the
         read waits a whole interval for the next, so reading where most are written costs a
         request less on average than reading sooner, and a first guess too short for the
-        endpoint is corrected, not paid for by every request (docs/architecture.md)."""
+        endpoint is corrected, not paid for by every request (docs/performance.md, "Read beats")."""
         return min(self.lags.likely(), self.interval / 2)
 
     def _due(self, wait: _Wait, lag: float, offset: float) -> float:

@@ -22,23 +22,23 @@ from numerator.plan.model import (
     VCPU_MB,
     EdgeKind,
     Limit,
-    Load,
     Measured,
     PlanError,
     Sizing,
+    Traffic,
     capacity,
     limits,
     size,
 )
 from numerator.plan.whole import instance_class, whole_bill
 
-__all__ = ["EdgeKind", "Load", "Plan", "PlanError", "plan"]
+__all__ = ["EdgeKind", "Plan", "PlanError", "Traffic", "plan"]
 
 
 @dataclass
 class Plan:
     edge: EdgeKind
-    load: Load
+    load: Traffic
     sizing: Sizing
     calls: dict[str, float]  # a second, at the mean rate
     limits: list[Limit]
@@ -121,7 +121,7 @@ def cpu_hop(sizing: Sizing) -> Hop:
 
 
 def memories(
-    load: Load, edge: EdgeKind, prices: Prices, data: dict[str, Any], memory: int, url: bool
+    load: Traffic, edge: EdgeKind, prices: Prices, data: dict[str, Any], memory: int, url: bool
 ) -> list[str]:
     """What the Lambdas would cost and take at the other memory sizes: more memory, more CPU."""
     notes = []
@@ -145,7 +145,7 @@ def front(edge: EdgeKind, url: bool) -> str:
 
 
 def through_url(
-    load: Load, edge: EdgeKind, prices: Prices, data: dict[str, Any], memory: int
+    load: Traffic, edge: EdgeKind, prices: Prices, data: dict[str, Any], memory: int
 ) -> str:
     """What the Lambdas would cost reached by a function URL, not API Gateway."""
     other = plan(load, edge, prices, data, memory, others=False, url=True)
@@ -176,7 +176,7 @@ def priced(connections: Budget | None, month: Bill, prices: Prices) -> Budget | 
 
 
 def plan(
-    load: Load,
+    load: Traffic,
     edge: EdgeKind,
     prices: Prices,
     measured: dict[str, Any] | None = None,

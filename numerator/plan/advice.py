@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from numerator.plan.model import EdgeKind, Load
+from numerator.plan.model import EdgeKind, Traffic
 
 LOWEST, HIGHEST = 0.01, 1_000_000.0  # the rates searched, requests a second
 STEPS = 80  # rates tried between them, evenly on a log scale, before the crossing is bisected
@@ -33,7 +33,7 @@ class Advice:
         return {"cheaper": str(self.cheaper), "break_even_rps": rounded, "line": self.line}
 
 
-def at(load: Load, rps: float) -> Load:
+def at(load: Traffic, rps: float) -> Traffic:
     """`load`'s shape at another mean rate (its new connections in proportion)."""
     new = None if load.new_connections is None else load.new_connections * rps / load.rps
     return replace(load, rps=rps, new_connections=new)
@@ -57,7 +57,7 @@ def crossing(gap: Callable[[float], float]) -> float | None:
     return None
 
 
-def advise(load: Load, totals: Callable[[Load], dict[EdgeKind, float]]) -> Advice:
+def advise(load: Traffic, totals: Callable[[Traffic], dict[EdgeKind, float]]) -> Advice:
     """`totals`: each edge's monthly bill for a load."""
     here = totals(load)
     lam, server = here[EdgeKind.LAMBDA], here[EdgeKind.SERVER]

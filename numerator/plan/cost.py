@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from numerator.plan.model import MONTH_S, EdgeKind, Load, PlanError, Sizing
+from numerator.plan.model import MONTH_S, EdgeKind, PlanError, Sizing, Traffic
 
 PRICES = Path(__file__).with_name("prices.json")
 NEEDED: tuple[str, ...] = (
@@ -136,7 +136,7 @@ class Bill:
 
 
 def bill(
-    load: Load,
+    load: Traffic,
     sizing: Sizing,
     calls: dict[str, float],
     prices: Prices,
@@ -268,7 +268,7 @@ def kinesis(out: Bill, sizing: Sizing, records: float, prices: Prices) -> None:
         )
 
 
-def fan_out(load: Load, sizing: Sizing, prices: Prices, faster_s: float) -> dict[str, float]:
+def fan_out(load: Traffic, sizing: Sizing, prices: Prices, faster_s: float) -> dict[str, float]:
     """What reading the stream with enhanced fan-out would cost a month (one registered
     consumer, on every shard, and the bytes it reads), and what its `faster_s` shorter wait
     saves of a Lambda edge's duration; {} when the prices file has no fan-out prices."""

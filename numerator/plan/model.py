@@ -126,7 +126,7 @@ def front_frames_per_s(
 
 
 @dataclass(frozen=True)
-class Load:
+class Traffic:
     """The rate to plan for and its shape. `rps` is the mean; capacity is sized for the peak."""
 
     rps: float
@@ -290,7 +290,7 @@ def measured_units(run: dict[str, Any]) -> dict[Unit, float]:
     return units(float(run["edge_processes"]), shards, float(run["batchers"]), fronts, phased)
 
 
-def distinct(requests: float, load: Load) -> tuple[float, float]:
+def distinct(requests: float, load: Traffic) -> tuple[float, float]:
     """Expected counters, and the hot one's chance, among `requests` requests of a front frame:
     the hot counter takes `hot_share`, the others the rest evenly."""
     hot = 1 - (1 - load.hot_share) ** requests
@@ -349,7 +349,7 @@ def capacity(peak_units: dict[str, float]) -> dict[str, int]:
 
 
 def size(
-    load: Load,
+    load: Traffic,
     measured: Measured,
     record_bytes: float,
     front_frame_ms: float,
@@ -418,7 +418,7 @@ def second_chances(fronts_per_s: float, front_frame_s: float, policy: str) -> fl
     return fronts_per_s if 1 / fronts_per_s >= 2 * front_frame_s - 1e-9 else 0.0
 
 
-def front_records(out: Sizing, load: Load, fronts_per_s: float, chances_per_s: float) -> None:
+def front_records(out: Sizing, load: Traffic, fronts_per_s: float, chances_per_s: float) -> None:
     """The server edge's records a second at the peak, the hot counter's among them, when each
     of its tasks puts `fronts_per_s` front frames a second and `chances_per_s` second chances
     (each gathering for about CHANCE_S): a record per counter per frame."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from numerator.plan import EdgeKind, Load, Plan, PlanError, plan, read_measured
+from numerator.plan import EdgeKind, Plan, PlanError, Traffic, plan, read_measured
 from numerator.plan.advice import Advice, advise
 from numerator.plan.cost import Prices
 from numerator.plan.latency import p50
@@ -48,7 +48,9 @@ def run_plan(args: argparse.Namespace) -> None:
             f"not {args.memory}"
         )
     hot = args.hot_share if args.hot_share is not None else 1.0 if args.counters == 1 else 0.5
-    load = Load(args.rps, args.counters, hot, args.count, args.peak_to_mean, args.new_connections)
+    load = Traffic(
+        args.rps, args.counters, hot, args.count, args.peak_to_mean, args.new_connections
+    )
     prices = Prices.read(args.prices, args.region)
     measured = read_measured()
     edges = list(EdgeKind) if args.edge == "both" else [EdgeKind(args.edge)]
@@ -65,7 +67,7 @@ def run_plan(args: argparse.Namespace) -> None:
 
 
 def as_json(
-    load: Load, plans: list[Plan], prices: Prices, measured: dict[str, Any], region: str
+    load: Traffic, plans: list[Plan], prices: Prices, measured: dict[str, Any], region: str
 ) -> dict[str, Any]:
     return {
         "load": vars(load) | {"peak_rps": load.peak},
@@ -83,7 +85,7 @@ def as_json(
 
 
 def recommend(
-    load: Load,
+    load: Traffic,
     plans: list[Plan],
     prices: Prices,
     measured: dict[str, Any],
@@ -94,7 +96,7 @@ def recommend(
     if not {EdgeKind.LAMBDA, EdgeKind.SERVER} <= edges:
         return None
 
-    def totals(other: Load) -> dict[EdgeKind, float]:
+    def totals(other: Traffic) -> dict[EdgeKind, float]:
         return {
             edge: plan(
                 other, edge, prices, measured, args.memory, others=False, url=args.url
@@ -157,7 +159,7 @@ def url(plans: list[Plan]) -> bool:
     return any(p.sizing.url for p in plans)
 
 
-def text(load: Load, plans: list[Plan], prices: Prices, measured: dict[str, Any]) -> str:
+def text(load: Traffic, plans: list[Plan], prices: Prices, measured: dict[str, Any]) -> str:
     heads = [HEADS[p.edge] for p in plans]
     lines = [
         f"numerator plan: {load.rps:,.0f} rps mean, {load.peak:,.0f} at the peak; "

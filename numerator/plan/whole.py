@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from numerator.plan.cost import INSTANCES, Bill, Prices
-from numerator.plan.model import HEADROOM, MONTH_S, EdgeKind, Load, Sizing
+from numerator.plan.model import HEADROOM, MONTH_S, EdgeKind, Sizing, Traffic
 
 # Assumptions (not measured here), each named where it is used:
 ALB_BYTES_PER_REQUEST = 600  # a /next request and its answer, headers included
@@ -51,7 +51,7 @@ NOT_PRICED = (
 
 def whole_bill(
     out: Bill,
-    load: Load,
+    load: Traffic,
     sizing: Sizing,
     calls: dict[str, float],
     prices: Prices,
@@ -73,7 +73,9 @@ def whole_bill(
         credits(out, sizing, prices)
 
 
-def logs(out: Bill, load: Load, sizing: Sizing, prices: Prices, measured: dict[str, float]) -> None:
+def logs(
+    out: Bill, load: Traffic, sizing: Sizing, prices: Prices, measured: dict[str, float]
+) -> None:
     """CloudWatch Logs: the bytes logged a request (measured), and each process's EMF line an
     interval (60 s in the template): a Lambda container's, an edge task's, a batcher's."""
     usd = prices.usd
@@ -103,7 +105,9 @@ def logs(out: Bill, load: Load, sizing: Sizing, prices: Prices, measured: dict[s
     )
 
 
-def subnets(out: Bill, load: Load, sizing: Sizing, calls: dict[str, float], prices: Prices) -> None:
+def subnets(
+    out: Bill, load: Traffic, sizing: Sizing, calls: dict[str, float], prices: Prices
+) -> None:
     """The private subnets' way to Kinesis, Secrets Manager, CloudWatch Logs and ECR: NAT
     gateways or interface endpoints, the cheaper counted and the other noted (DynamoDB's and
     S3's gateway endpoints cost nothing either way)."""
@@ -134,7 +138,7 @@ TRANSFER_TIERS = (  # GB a month in each tier, and its price's name
 )
 
 
-def transfer(out: Bill, load: Load, prices: Prices, measured: dict[str, float]) -> None:
+def transfer(out: Bill, load: Traffic, prices: Prices, measured: dict[str, float]) -> None:
     """Data transfer out to the internet: each answer's bytes (measured) and its wire's."""
     answer = float(measured.get("response_bytes") or 0.0) + WIRE_BYTES
     left = load.rps * MONTH_S * answer / 1e9
@@ -146,7 +150,7 @@ def transfer(out: Bill, load: Load, prices: Prices, measured: dict[str, float]) 
     out.lines["Data transfer out"] = usd
 
 
-def alb(out: Bill, load: Load, prices: Prices) -> None:
+def alb(out: Bill, load: Traffic, prices: Prices) -> None:
     """The load balancer's capacity units, all month at the mean rate's."""
     gb_per_hour = load.rps * ALB_BYTES_PER_REQUEST * 3600 / 1e9
     lcus, by = alb_lcus(load, gb_per_hour)
@@ -157,7 +161,7 @@ def alb(out: Bill, load: Load, prices: Prices) -> None:
     )
 
 
-def alb_lcus(load: Load, gb_per_hour: float) -> tuple[float, str]:
+def alb_lcus(load: Traffic, gb_per_hour: float) -> tuple[float, str]:
     """An ALB's capacity units an hour (the largest of its dimensions) and the one that sets
     them: new connections (25 a second an LCU), active ones (3,000), bytes (1 GB an hour)."""
     new = new_connections(load)
@@ -170,7 +174,7 @@ def alb_lcus(load: Load, gb_per_hour: float) -> tuple[float, str]:
     return max(1.0, dimensions[name]), name
 
 
-def new_connections(load: Load) -> float:
+def new_connections(load: Traffic) -> float:
     return (
         load.new_connections
         if load.new_connections is not None

@@ -162,3 +162,20 @@ class BatcherProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         return self.process.wait(timeout=60)
+
+
+def child(service: Service, marker: str) -> psutil.Process:
+    """The process `up` started whose command line holds `marker`."""
+    for process in psutil.Process(service.process.pid).children(recursive=True):
+        if marker in " ".join(process.cmdline()):
+            return process
+    raise AssertionError(f"no child of up runs {marker!r}")
+
+
+def wait_for(check: object, within: float, what: str) -> float:
+    began = time.monotonic()
+    while time.monotonic() - began < within:
+        if check():  # type: ignore[operator]
+            return time.monotonic() - began
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {within} s")

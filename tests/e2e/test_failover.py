@@ -35,7 +35,7 @@ import pytest
 
 from numerator import local
 from tests.e2e.service import Service
-from tests.e2e.test_matrix import Timeline
+from tests.e2e.timeline import Timeline
 from tests.history import Client, answers, asked, holders, ordered, settle, unique
 from tests.postgres import Cluster, binaries
 

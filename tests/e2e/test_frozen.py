@@ -16,6 +16,7 @@ import pytest
 from infra.adapters.postgres import IDLE_IN_TRANSACTION_S
 from infra.settings import Settings
 from numerator.stack import EdgeStack
+from tests.asgi import asgi_client
 from tests.aws import resources
 from tests.checks import Answer, assert_guarantees
 from tests.e2e.service import BatcherProcess
@@ -44,26 +45,23 @@ async def test_a_batcher_frozen_in_its_transaction_is_taken_over_and_fenced_out(
         other: BatcherProcess | None = None
         try:
             await frozen.ready()
-            async with EdgeStack(own.but(front_frame_ms=0)) as edge:
-                transport = httpx.ASGITransport(app=edge.app())
-                async with httpx.AsyncClient(
-                    transport=transport, base_url="http://127.0.0.1", timeout=60
-                ) as client:
-                    assert (await client.post("/counters", json={"name": "f"})).is_success
-                    first = asyncio.create_task(take(client, "f"))
-                    await frozen.said("inside the frame's transaction", within=30)
-                    frozen.process.send_signal(signal.SIGSTOP)
-                    stopped = time.monotonic()
-                    other = BatcherProcess(env, tmp_path / "b")
-                    await other.ready()
-                    answers = [await first]
-                    taken_over = time.monotonic() - stopped
-                    answers += [await take(client, "f") for _ in range(5)]
-                    frozen.process.send_signal(signal.SIGCONT)
-                    await frozen.said(
-                        "has a newer owner than epoch 1; dropping the frame", within=30
-                    )
-                    answers += [await take(client, "f") for _ in range(5)]
+            async with (
+                EdgeStack(own.but(front_frame_ms=0)) as edge,
+                asgi_client(edge.app(), timeout=60) as client,
+            ):
+                assert (await client.post("/counters", json={"name": "f"})).is_success
+                first = asyncio.create_task(take(client, "f"))
+                await frozen.said("inside the frame's transaction", within=30)
+                frozen.process.send_signal(signal.SIGSTOP)
+                stopped = time.monotonic()
+                other = BatcherProcess(env, tmp_path / "b")
+                await other.ready()
+                answers = [await first]
+                taken_over = time.monotonic() - stopped
+                answers += [await take(client, "f") for _ in range(5)]
+                frozen.process.send_signal(signal.SIGCONT)
+                await frozen.said("has a newer owner than epoch 1; dropping the frame", within=30)
+                answers += [await take(client, "f") for _ in range(5)]
             takeovers = other.metric("numerator_lease_takeovers_total")
         finally:
             frozen.process.send_signal(signal.SIGCONT)

@@ -34,9 +34,9 @@ from infra.run.process import stand_in_aws
 from numerator import local
 from tests.conftest import temporary_pgserver
 from tests.e2e.service import Service
-from tests.e2e.test_postgres_restart import start as start_postgres
-from tests.e2e.test_postgres_restart import stop as stop_postgres
 from tests.history import Attempt, Client, asked, settle
+from tests.postgres import start as start_postgres
+from tests.postgres import stop as stop_postgres
 
 pytestmark = pytest.mark.slow
 

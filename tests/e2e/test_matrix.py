@@ -39,11 +39,12 @@ from tests.aws import DEFAULTS
 from tests.awsfaults import AwsFaults
 from tests.conftest import temporary_pgserver
 from tests.e2e.service import Service
-from tests.e2e.test_postgres_restart import start as start_postgres
-from tests.e2e.test_postgres_restart import stop as stop_postgres
+from tests.e2e.timeline import Timeline
 from tests.forger import Forger, forged
 from tests.history import Client, asked, dump, settle
 from tests.postgres import cluster
+from tests.postgres import start as start_postgres
+from tests.postgres import stop as stop_postgres
 
 pytestmark = pytest.mark.slow
 
@@ -196,41 +197,6 @@ def kept() -> Path:
     folder = Path(tempfile.gettempdir()) / f"numerator-matrix-{os.getpid()}"
     folder.mkdir(exist_ok=True)
     return folder
-
-
-@dataclass
-class Timeline:
-    """What a cell's fault did and when (monotonic), and /healthz during an outage."""
-
-    began: float
-    said: list[str]
-    killed: float | None = None
-    health: list[tuple[float, int]] | None = None
-    forger: Forger | None = None
-
-    def note(self, what: str) -> None:
-        self.said.append(f"{time.monotonic() - self.began:5.1f}s {what}")
-
-    async def sample(self, url: str, stop: asyncio.Event) -> None:
-        """/healthz every 0.25 s until `stop` (guarantee 9: red within seconds; printed)."""
-        self.health = []
-        began = time.monotonic()
-        async with httpx.AsyncClient(timeout=2) as client:
-            while not stop.is_set():
-                try:
-                    status = (await client.get(url + "/healthz")).status_code
-                except httpx.HTTPError:
-                    status = 0
-                self.health.append((time.monotonic() - began, status))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 0.25)
-
-    def healthline(self) -> str:
-        if not self.health:
-            return ""
-        red = [at for at, status in self.health if status != 200]
-        first = f", the first {red[0]:.1f} s into the outage" if red else ""
-        return f"/healthz during the outage: {len(red)} of {len(self.health)} not 200{first}"
 
 
 async def outage(stack: Stack, line: Timeline, start: Any, end: Any, what: str) -> float:

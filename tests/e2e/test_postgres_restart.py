@@ -9,12 +9,13 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from infra.settings import Settings
 from numerator.stack import BatcherStack, EdgeStack, EmbeddedStack
+from tests.asgi import asgi_client
 from tests.conftest import temporary_pgserver
+from tests.postgres import start, stop
 
 pytestmark = pytest.mark.slow
 
@@ -24,16 +25,6 @@ def own_postgres() -> Iterator[Any]:
     """A Postgres of this test's own, so that stopping it disturbs no other test."""
     with temporary_pgserver() as server:
         yield server
-
-
-def stop(server: Any) -> None:
-    from pgserver._commands import pg_ctl
-
-    pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
-
-
-def start(server: Any) -> None:
-    server.ensure_postgres_running()
 
 
 async def test_postgres_restart_mid_load(own_postgres: Any) -> None:
@@ -58,9 +49,7 @@ async def outage(app: Any, own_postgres: Any) -> None:
     statuses: Counter[int] = Counter()
     values: list[int] = []
     timeline: list[tuple[float, int]] = []
-    async with httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=30
-    ) as client:
+    async with asgi_client(app, timeout=30) as client:
         assert (await client.post("/counters", json={"name": "hot"})).status_code == 201
         running = True
 

@@ -26,9 +26,9 @@ from infra.adapters.postgres import migrate
 from numerator import lambdaimage
 from numerator.samlocal import sam_build
 from numerator.samstack import Stack, local_stack
+from tests.cfn import ROOT, TEMPLATE
 from tests.checks import Answer, assert_guarantees
 from tests.samlocal import docker_daemon, start_api
-from tests.unit.test_template import ROOT, TEMPLATE
 
 pytestmark = pytest.mark.slow
 

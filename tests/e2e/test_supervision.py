@@ -15,17 +15,9 @@ import psutil
 import pytest
 
 from numerator.local import moto_server
-from tests.e2e.service import Service
+from tests.e2e.service import Service, child, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def child(service: Service, marker: str) -> psutil.Process:
-    """The process `up` started whose command line holds `marker`."""
-    for process in psutil.Process(service.process.pid).children(recursive=True):
-        if marker in " ".join(process.cmdline()):
-            return process
-    raise AssertionError(f"no child of up runs {marker!r}")
 
 
 def next_value(service: Service, counter: str) -> int:
@@ -33,15 +25,6 @@ def next_value(service: Service, counter: str) -> int:
     assert answer.status_code == 200, answer.text
     value: int = answer.json()["value"]
     return value
-
-
-def wait_for(check: object, within: float, what: str) -> float:
-    began = time.monotonic()
-    while time.monotonic() - began < within:
-        if check():  # type: ignore[operator]
-            return time.monotonic() - began
-        time.sleep(0.1)
-    raise AssertionError(f"{what}: not within {within} s")
 
 
 def test_up_starts_a_killed_batcher_again_and_it_takes_its_shard_back_at_once(

@@ -20,6 +20,7 @@ import pytest
 
 from infra.settings import Settings
 from numerator.stack import EdgeStack
+from tests.asgi import asgi_client
 from tests.aws import resources
 from tests.checks import Answer as Checked
 from tests.checks import assert_ordered
@@ -97,31 +98,27 @@ async def test_batchers_killed_mid_frame_and_before_publishing_lose_and_repeat_n
         batchers = [BatcherProcess(env, tmp_path / f"b{i}") for i in (0, 1)]
         try:
             await asyncio.gather(*(b.ready() for b in batchers))
-            async with EdgeStack(own) as edge:
-                transport = httpx.ASGITransport(app=edge.app())
-                async with httpx.AsyncClient(
-                    transport=transport, base_url="http://127.0.0.1"
-                ) as client:
-                    for i in range(COUNTERS):
-                        await client.post("/counters", json={"name": f"c{i}"})
-                    stop = asyncio.Event()
-                    began = time.monotonic()
-                    workers = [asyncio.create_task(load(client, stop, w)) for w in range(8)]
-                    await asyncio.sleep(3)  # the latency before any kill
-                    # A third batcher joins, takes its share of the shards, commits a frame and
-                    # pauses before publishing it: killed there.
-                    fault = {**env, "NUMERATOR_PAUSE_BEFORE_PUBLISH_S": "30"}
-                    batchers.append(BatcherProcess(fault, tmp_path / "b2"))
-                    await batchers[-1].said("pausing 30s before publishing", within=30)
-                    batchers[-1].kill()
-                    killed_at = time.monotonic()
-                    await asyncio.sleep(2.5)
-                    batchers[0].kill()  # mid-load, wherever it is
-                    batchers.append(BatcherProcess(env, tmp_path / "b3"))
-                    await batchers[-1].ready()
-                    await asyncio.sleep(4 * TTL)
-                    stop.set()
-                    answers = [a for w in workers for a in await w]
+            async with EdgeStack(own) as edge, asgi_client(edge.app()) as client:
+                for i in range(COUNTERS):
+                    await client.post("/counters", json={"name": f"c{i}"})
+                stop = asyncio.Event()
+                began = time.monotonic()
+                workers = [asyncio.create_task(load(client, stop, w)) for w in range(8)]
+                await asyncio.sleep(3)  # the latency before any kill
+                # A third batcher joins, takes its share of the shards, commits a frame and
+                # pauses before publishing it: killed there.
+                fault = {**env, "NUMERATOR_PAUSE_BEFORE_PUBLISH_S": "30"}
+                batchers.append(BatcherProcess(fault, tmp_path / "b2"))
+                await batchers[-1].said("pausing 30s before publishing", within=30)
+                batchers[-1].kill()
+                killed_at = time.monotonic()
+                await asyncio.sleep(2.5)
+                batchers[0].kill()  # mid-load, wherever it is
+                batchers.append(BatcherProcess(env, tmp_path / "b3"))
+                await batchers[-1].ready()
+                await asyncio.sleep(4 * TTL)
+                stop.set()
+                answers = [a for w in workers for a in await w]
             survivors = [batchers[1], batchers[3]]
             republished = sum(b.metric("numerator_replies_republished_total") for b in survivors)
             takeovers = sum(b.metric("numerator_lease_takeovers_total") for b in survivors)

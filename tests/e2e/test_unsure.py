@@ -14,8 +14,7 @@ import psutil
 import pytest
 
 from infra.observe.health import EDGE_DEAD_S
-from tests.e2e.service import Service, data_dir
-from tests.e2e.test_supervision import child, wait_for
+from tests.e2e.service import Service, child, data_dir, wait_for
 
 pytestmark = pytest.mark.slow
 

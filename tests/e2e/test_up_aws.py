@@ -15,7 +15,7 @@ import httpx
 import orjson
 import pytest
 
-from bench.http import Client, HttpError
+from bench.http import HttpError, HttpPool
 from infra.settings import Settings
 from numerator import local as numerator_local
 from tests.checks import Answer, assert_accounted, assert_guarantees
@@ -31,7 +31,7 @@ async def burst(
 ) -> tuple[list[Answer], dict[int, int]]:
     """`requests` concurrent POSTs to /next, each on a connection of its own (the bench's HTTP
     client: httpx queues 1,000 requests so slowly that it would measure itself)."""
-    client = Client(url, requests)
+    client = HttpPool(url, requests)
     raw = client.build("POST", f"/counters/{counter}/next")
 
     async def one() -> tuple[int, Answer | None]:

@@ -15,6 +15,7 @@ import pytest
 from infra.settings import Settings
 from infra.wire import Record, reply_key
 from numerator.stack import BatcherStack, EdgeStack, EmbeddedStack
+from tests.asgi import asgi_client
 from tests.checks import until
 
 
@@ -66,8 +67,7 @@ async def test_a_client_gone_before_its_frame_costs_no_number(
     slow = settings.but(frame_policy="fixed", back_frame_ms=300.0)
     async with EmbeddedStack(slow) as stack:
         app = stack.app()
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        async with asgi_client(app) as client:
             await client.post("/counters", json={"name": name})
             said = await leave_after(app, f"/counters/{name}/next", 0.05)
             assert said == [], "nothing is sent to a client that is gone"
@@ -82,24 +82,22 @@ async def test_a_client_gone_before_its_frame_costs_no_number(
 async def test_a_record_applied_before_its_cancel_is_void_abandoned(
     settings: Settings, name: str
 ) -> None:
-    async with EmbeddedStack(settings) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            await client.post(f"/counters/{name}/next")
-            record = Record(reply_key(), name, 3, who="key:gone")
-            stack.replies.expect(record.key)
-            await stack.stream.put([record])
-            reply = await stack.replies.wait(record.key, 5)
-            assert (reply.first, reply.last) == (2, 4)
-            await stack.edge.give_up(record)  # as if its client had gone right then
+    async with EmbeddedStack(settings) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": name})
+        await client.post(f"/counters/{name}/next")
+        record = Record(reply_key(), name, 3, who="key:gone")
+        stack.replies.expect(record.key)
+        await stack.stream.put([record])
+        reply = await stack.replies.wait(record.key, 5)
+        assert (reply.first, reply.last) == (2, 4)
+        await stack.edge.give_up(record)  # as if its client had gone right then
 
-            async def voided() -> bool:
-                return (await report(client, name))["voided"] == {"abandoned": 3}
+        async def voided() -> bool:
+            return (await report(client, name))["voided"] == {"abandoned": 3}
 
-            await until(voided, within=5)
-            found = await report(client, name)
-            exported = (await client.get(f"/counters/{name}/audit")).json()["rows"]
+        await until(voided, within=5)
+        found = await report(client, name)
+        exported = (await client.get(f"/counters/{name}/audit")).json()["rows"]
     assert found["issued"] == 4 and found["delivered"] == 1 and found["unexplained_gaps"] == 0
     assert [(v["first"], v["last"], v["who"]) for v in found["voids"]] == [(2, 4, "key:gone")]
     assert [r["status"] for r in exported] == ["issued", "issued", "void"]
@@ -113,29 +111,31 @@ async def test_a_front_frame_with_some_requests_gone_voids_only_theirs(
     settings, _ = aws
     slow = settings.but(front_frame_ms=100.0)
     # The batcher reads its shard once a second: the requests go between the put and the reply.
-    async with BatcherStack(slow.but(read_interval_ms=1000.0)), EdgeStack(slow) as edge:
-        transport = httpx.ASGITransport(app=edge.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            front = edge.edge.front
-            assert front is not None
-            takes = [asyncio.create_task(front.take(name, 1, 10, f"key:{i}")) for i in range(5)]
-            put = edge.metrics.records_put.value
+    async with (
+        BatcherStack(slow.but(read_interval_ms=1000.0)),
+        EdgeStack(slow) as edge,
+        asgi_client(edge.app()) as client,
+    ):
+        await client.post("/counters", json={"name": name})
+        front = edge.edge.front
+        assert front is not None
+        takes = [asyncio.create_task(front.take(name, 1, 10, f"key:{i}")) for i in range(5)]
+        put = edge.metrics.records_put.value
 
-            async def sent() -> bool:
-                return edge.metrics.records_put.value > put
+        async def sent() -> bool:
+            return edge.metrics.records_put.value > put
 
-            await until(sent, within=5)  # the front frame went out as one record
-            for task in takes[1:3]:  # two of its requests go away before the reply comes
-                task.cancel()
-            kept = [await task for task in (takes[0], *takes[3:])]
-            assert all(reply.error is None for reply in kept)
+        await until(sent, within=5)  # the front frame went out as one record
+        for task in takes[1:3]:  # two of its requests go away before the reply comes
+            task.cancel()
+        kept = [await task for task in (takes[0], *takes[3:])]
+        assert all(reply.error is None for reply in kept)
 
-            async def voided() -> bool:
-                return (await report(client, name))["voided"] == {"abandoned": 2}
+        async def voided() -> bool:
+            return (await report(client, name))["voided"] == {"abandoned": 2}
 
-            await until(voided, within=10)
-            found = await report(client, name)
+        await until(voided, within=10)
+        found = await report(client, name)
     assert found["issued"] == 5 and found["unexplained_gaps"] == 0 and found["delivered"] == 3
     assert {v["who"] for v in found["voids"]} == {"key:1", "key:2"}
     assert sorted(r.first for r in kept) == [1, 4, 5]
@@ -148,25 +148,24 @@ async def test_a_lambda_request_that_times_out_is_cancelled(
     invocation, its cancel follows its record on the stream, and the batcher that starts later
     allocates nothing for it (the record is past its deadline; had it been applied, the cancel
     would void its values)."""
-    from tests.integration.test_handler import Container, environment, event
+    from tests.lambdas import Container, environment, event
 
     settings, _ = aws
     quick = settings.but(reply_timeout_s=1.0)
     lam = Container(environment(quick))
     try:
-        async with EmbeddedStack(quick) as local:  # for creating the counter and reading the report
-            transport = httpx.ASGITransport(app=local.app())
-            async with httpx.AsyncClient(
-                transport=transport, base_url="http://127.0.0.1"
-            ) as client:
-                await client.post("/counters", json={"name": name})
-                began = time.monotonic()
-                answer = await asyncio.to_thread(lam, event("http-api-next.json", name))
-                assert answer["statusCode"] == 504, answer
-                assert time.monotonic() - began < 3
-                async with BatcherStack(quick) as batcher:
-                    await until(lambda: batcher.metrics.records_in.value >= 2, within=10)
-                found = await report(client, name)
+        async with (  # for creating the counter and reading the report
+            EmbeddedStack(quick) as local,
+            asgi_client(local.app()) as client,
+        ):
+            await client.post("/counters", json={"name": name})
+            began = time.monotonic()
+            answer = await asyncio.to_thread(lam, event("http-api-next.json", name))
+            assert answer["statusCode"] == 504, answer
+            assert time.monotonic() - began < 3
+            async with BatcherStack(quick) as batcher:
+                await until(lambda: batcher.metrics.records_in.value >= 2, within=10)
+            found = await report(client, name)
     finally:
         lam.close()
     assert found["issued"] == 0 and found["unexplained_gaps"] == 0
@@ -181,20 +180,18 @@ async def test_a_cancel_after_a_takeover_voids_what_the_previous_owner_applied(
     """On Kinesis the record is applied by one batcher, which then stops; its cancel reaches
     the shard's next owner, which finds what the record took in the replies the frame kept."""
     settings, _ = aws
-    async with EdgeStack(settings) as edge:
-        transport = httpx.ASGITransport(app=edge.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            record = Record(reply_key(), name, 2, who="key:left")
-            async with BatcherStack(settings):
-                edge.aws.replies.expect(record.key)
-                await edge.aws.stream.put([record])
-                reply = await edge.aws.replies.wait(record.key, 10)
-                assert (reply.first, reply.last) == (1, 2)
-            async with BatcherStack(settings) as heir:
-                await edge.edge.give_up(record)
-                await until(lambda: heir.metrics.values_abandoned.value == 2, within=10)
-            found = await report(client, name)
+    async with EdgeStack(settings) as edge, asgi_client(edge.app()) as client:
+        await client.post("/counters", json={"name": name})
+        record = Record(reply_key(), name, 2, who="key:left")
+        async with BatcherStack(settings):
+            edge.aws.replies.expect(record.key)
+            await edge.aws.stream.put([record])
+            reply = await edge.aws.replies.wait(record.key, 10)
+            assert (reply.first, reply.last) == (1, 2)
+        async with BatcherStack(settings) as heir:
+            await edge.edge.give_up(record)
+            await until(lambda: heir.metrics.values_abandoned.value == 2, within=10)
+        found = await report(client, name)
     assert found["voided"] == {"abandoned": 2} and found["delivered"] == 0
     assert found["unexplained_gaps"] == 0
 
@@ -215,24 +212,22 @@ async def test_a_keyed_request_cancelled_frees_its_key_and_a_retry_takes_new_val
     """Issue 28, finding 2: the first try of a keyed request is cut (its values void,
     abandoned); the retry with the same key must not be answered those void values — it takes
     new ones, and a value is either delivered or void, never both."""
-    async with EmbeddedStack(settings) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            first = await keyed(stack, name, "order-1")  # values 1-2, then its client went
-            await stack.edge.give_up(first)
+    async with EmbeddedStack(settings) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": name})
+        first = await keyed(stack, name, "order-1")  # values 1-2, then its client went
+        await stack.edge.give_up(first)
 
-            async def voided() -> bool:
-                return (await report(client, name))["voided"] == {"abandoned": 2}
+        async def voided() -> bool:
+            return (await report(client, name))["voided"] == {"abandoned": 2}
 
-            await until(voided, within=5)
-            retry = await client.post(
-                f"/counters/{name}/next?count=2", headers={"Idempotency-Key": "order-1"}
-            )
-            again = await client.post(
-                f"/counters/{name}/next?count=2", headers={"Idempotency-Key": "order-1"}
-            )
-            found = await report(client, name)
+        await until(voided, within=5)
+        retry = await client.post(
+            f"/counters/{name}/next?count=2", headers={"Idempotency-Key": "order-1"}
+        )
+        again = await client.post(
+            f"/counters/{name}/next?count=2", headers={"Idempotency-Key": "order-1"}
+        )
+        found = await report(client, name)
     assert retry.json()["first"] == 3 and again.json() == retry.json()
     assert found["voided"] == {"abandoned": 2} and found["delivered"] == 2
     assert found["unexplained_gaps"] == 0
@@ -243,23 +238,21 @@ async def test_a_cancel_that_comes_after_a_retry_was_answered_voids_nothing(
 ) -> None:
     """The other order: the retry was answered the key's values before the first try's cancel
     arrived; the cancel voids nothing (the values were delivered, to the retry)."""
-    async with EmbeddedStack(settings) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            first = await keyed(stack, name, "order-2")
-            retry = await client.post(
-                f"/counters/{name}/next?count=2", headers={"Idempotency-Key": "order-2"}
-            )
-            await stack.edge.give_up(first)  # late: the retry holds the values now
-            await client.post(f"/counters/{name}/next")  # a frame after the cancel's
-            await asyncio.sleep(0.2)
-            found = await report(client, name)
-            cut = await keyed(stack, name, "order-2")  # the key's third try, then cut
-            await stack.edge.give_up(cut)
-            await client.post(f"/counters/{name}/next")
-            await asyncio.sleep(0.2)
-            after = await report(client, name)
+    async with EmbeddedStack(settings) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": name})
+        first = await keyed(stack, name, "order-2")
+        retry = await client.post(
+            f"/counters/{name}/next?count=2", headers={"Idempotency-Key": "order-2"}
+        )
+        await stack.edge.give_up(first)  # late: the retry holds the values now
+        await client.post(f"/counters/{name}/next")  # a frame after the cancel's
+        await asyncio.sleep(0.2)
+        found = await report(client, name)
+        cut = await keyed(stack, name, "order-2")  # the key's third try, then cut
+        await stack.edge.give_up(cut)
+        await client.post(f"/counters/{name}/next")
+        await asyncio.sleep(0.2)
+        after = await report(client, name)
     assert retry.json()["first"] == 1 and retry.json()["last"] == 2
     assert found["voided"] == {} and found["unexplained_gaps"] == 0, found
     # the retry's answer was never cancelled: the values stay delivered, whatever later tries do
@@ -272,25 +265,23 @@ async def test_a_keyed_request_every_try_of_which_was_cancelled_is_void(
     """Three tries of one key, each answered the key's values and each cancelled (their
     clients went): the values are void, abandoned, once the last of them is, and the key is
     free for the next try to take new ones."""
-    async with EmbeddedStack(settings) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            tries = [await keyed(stack, name, "order-5") for _ in range(3)]
-            for one in tries[:2]:
-                await stack.edge.give_up(one)
-            await client.post(f"/counters/{name}/next")  # a frame after the cancels'
-            await asyncio.sleep(0.2)
-            held = await report(client, name)
-            await stack.edge.give_up(tries[2])
+    async with EmbeddedStack(settings) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": name})
+        tries = [await keyed(stack, name, "order-5") for _ in range(3)]
+        for one in tries[:2]:
+            await stack.edge.give_up(one)
+        await client.post(f"/counters/{name}/next")  # a frame after the cancels'
+        await asyncio.sleep(0.2)
+        held = await report(client, name)
+        await stack.edge.give_up(tries[2])
 
-            async def voided() -> bool:
-                return (await report(client, name))["voided"] == {"abandoned": 2}
+        async def voided() -> bool:
+            return (await report(client, name))["voided"] == {"abandoned": 2}
 
-            await until(voided, within=5)
-            fourth = await client.post(
-                f"/counters/{name}/next?count=2", headers={"Idempotency-Key": "order-5"}
-            )
+        await until(voided, within=5)
+        fourth = await client.post(
+            f"/counters/{name}/next?count=2", headers={"Idempotency-Key": "order-5"}
+        )
     assert held["voided"] == {}, "one try still held the values"
     assert fourth.json()["first"] == 4, fourth.json()
 
@@ -304,21 +295,19 @@ async def test_a_try_applied_after_its_own_retry_does_not_void_what_the_retry_de
     stamped its record (`sent`) before or after the retry's. It shares the values; its cancel
     voids nothing, the retry still holds them (the matrix found value 1114, and later 89 with
     the try stamped after, delivered and void: the values had passed to the try sent last)."""
-    async with EmbeddedStack(settings) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            now = time.time()
-            cut = Record(reply_key(), name, 1, "order-3", who="key:k", sent=now + stamped)
-            retry = Record(reply_key(), name, 1, "order-3", who="key:k", sent=now)
-            for record in (retry, cut):  # the retry is applied first
-                stack.replies.expect(record.key)
-                await stack.stream.put([record])
-                assert (await stack.replies.wait(record.key, 5)).first == 1
-            await stack.edge.give_up(cut)
-            await client.post(f"/counters/{name}/next")  # a frame after the cancel's
-            await asyncio.sleep(0.2)
-            found = await report(client, name)
+    async with EmbeddedStack(settings) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": name})
+        now = time.time()
+        cut = Record(reply_key(), name, 1, "order-3", who="key:k", sent=now + stamped)
+        retry = Record(reply_key(), name, 1, "order-3", who="key:k", sent=now)
+        for record in (retry, cut):  # the retry is applied first
+            stack.replies.expect(record.key)
+            await stack.stream.put([record])
+            assert (await stack.replies.wait(record.key, 5)).first == 1
+        await stack.edge.give_up(cut)
+        await client.post(f"/counters/{name}/next")  # a frame after the cancel's
+        await asyncio.sleep(0.2)
+        found = await report(client, name)
     assert found["voided"] == {} and found["delivered"] == 2, found
 
 
@@ -351,18 +340,16 @@ async def test_a_frame_that_committed_as_postgres_went_away_is_not_allocated_aga
     matrix's embedded Postgres cell). Now the batcher finds the frame committed, voids its
     values, abandoned, and answers its record 503, for its client to ask again."""
     lost = fail_once(monkeypatch, committed=True)
-    async with EmbeddedStack(settings) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            first = await client.post(f"/counters/{name}/next")
-            second = await client.post(f"/counters/{name}/next")
+    async with EmbeddedStack(settings) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": name})
+        first = await client.post(f"/counters/{name}/next")
+        second = await client.post(f"/counters/{name}/next")
 
-            async def voided() -> bool:
-                return (await report(client, name))["voided"] == {"abandoned": 1}
+        async def voided() -> bool:
+            return (await report(client, name))["voided"] == {"abandoned": 1}
 
-            await until(voided, within=5)
-            found = await report(client, name)
+        await until(voided, within=5)
+        found = await report(client, name)
     assert lost and first.status_code == 503, first.text
     assert second.json()["value"] == 2
     assert found["issued"] == 2 and found["delivered"] == 1 and found["unexplained_gaps"] == 0
@@ -376,14 +363,15 @@ async def test_records_given_up_in_an_outage_are_not_allocated_after_it(
     the frame, the shard is read on past it: read again from where it was, the records came back
     while still live and, Postgres back, were allocated for clients already answered 503."""
     failed = fail_once(monkeypatch, committed=False)
-    async with EmbeddedStack(settings.but(reply_timeout_s=0.3)) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            first = await client.post(f"/counters/{name}/next")
-            await asyncio.sleep(0.5)  # past the given-up record's deadline
-            second = await client.post(f"/counters/{name}/next")
-            found = await report(client, name)
+    async with (
+        EmbeddedStack(settings.but(reply_timeout_s=0.3)) as stack,
+        asgi_client(stack.app()) as client,
+    ):
+        await client.post("/counters", json={"name": name})
+        first = await client.post(f"/counters/{name}/next")
+        await asyncio.sleep(0.5)  # past the given-up record's deadline
+        second = await client.post(f"/counters/{name}/next")
+        found = await report(client, name)
     assert failed and first.status_code == 503, first.text
     assert second.json()["value"] == 1, "the given-up record took no value"
     assert found["issued"] == 1 and found["voided"] == {}, found
@@ -398,21 +386,22 @@ async def test_a_lost_commit_whose_records_were_given_up_is_settled_by_the_next_
     tests/e2e/test_failover.py: a primary killed as its synchronous standby confirmed a
     commit). The frame settles the doubt before it lets go: the values are void, abandoned."""
     lost = fail_once(monkeypatch, committed=True)
-    async with EmbeddedStack(settings.but(reply_timeout_s=0.2)) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            first = await client.post(f"/counters/{name}/next")
+    async with (
+        EmbeddedStack(settings.but(reply_timeout_s=0.2)) as stack,
+        asgi_client(stack.app()) as client,
+    ):
+        await client.post("/counters", json={"name": name})
+        first = await client.post(f"/counters/{name}/next")
 
-            async def voided() -> bool:
-                return (await report(client, name))["voided"] == {"abandoned": 1}
+        async def voided() -> bool:
+            return (await report(client, name))["voided"] == {"abandoned": 1}
 
-            # settled before the frame lets go of its shard: a request sent meanwhile, with
-            # less than a retry's wait left, is answered 503 too (batcher/applier.py)
-            await until(voided, within=5)
-            second = await client.post(f"/counters/{name}/next")
-            found = await report(client, name)
-            rows = (await client.get(f"/counters/{name}/audit")).json()["rows"]
+        # settled before the frame lets go of its shard: a request sent meanwhile, with
+        # less than a retry's wait left, is answered 503 too (batcher/applier.py)
+        await until(voided, within=5)
+        second = await client.post(f"/counters/{name}/next")
+        found = await report(client, name)
+        rows = (await client.get(f"/counters/{name}/audit")).json()["rows"]
     assert lost and first.status_code == 503, first.text
     assert second.json()["value"] == 2, (second.text, first.text, found, rows)
     assert found["issued"] == 2 and found["delivered"] == 1 and found["unexplained_gaps"] == 0
@@ -440,18 +429,16 @@ async def test_what_a_frame_took_in_after_a_lost_commit_is_applied_on_its_own(
         return totals
 
     monkeypatch.setattr(PostgresStore, "allocate_plain", committed_then_lost)
-    async with EmbeddedStack(settings) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            first = await client.post(f"/counters/{name}/next")
-            second = await lost[0]
+    async with EmbeddedStack(settings) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": name})
+        first = await client.post(f"/counters/{name}/next")
+        second = await lost[0]
 
-            async def voided() -> bool:
-                return (await report(client, name))["voided"] == {"abandoned": 1}
+        async def voided() -> bool:
+            return (await report(client, name))["voided"] == {"abandoned": 1}
 
-            await until(voided, within=5)
-            found = await report(client, name)
+        await until(voided, within=5)
+        found = await report(client, name)
     assert first.status_code == 503, first.text
     assert second.status_code == 200 and second.json()["value"] == 2, second.text
     assert found["issued"] == 2 and found["delivered"] == 1 and found["unexplained_gaps"] == 0

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import boto3
-import httpx
 import orjson
 import pytest
 from botocore.exceptions import ClientError
@@ -18,6 +17,7 @@ from infra.adapters.anchors import S3Anchors, anchors_to
 from infra.settings import Settings
 from numerator.ledger import anchors
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 from tests.checks import until
 
 
@@ -55,7 +55,7 @@ async def test_a_kept_record_is_locked_in_compliance_mode(bucket: tuple[Any, str
 
 
 async def test_the_heads_kept_are_read_back_from_the_mark_on(bucket: tuple[Any, str]) -> None:
-    """What a batcher reads before it anchors (batcher/chores.py Trail): every record kept
+    """What a batcher reads before it anchors (batcher/chores.py Anchoring): every record kept
     since its mark, any batcher's, and a mark past them."""
     _, name = bucket
     sink = anchors_to(f"s3://{name}/heads/")
@@ -77,22 +77,20 @@ async def test_the_batcher_anchors_to_s3_and_verify_holds_the_trail_to_it(
     quick = settings.but(
         database_url=fresh_database, anchor_to=f"s3://{name}/heads/", anchor_every_s=0.2
     )
-    async with EmbeddedStack(quick) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": "inv"})
-            for _ in range(3):
-                assert (await client.post("/counters/inv/next")).status_code == 200
-            now = (await client.get("/audit/heads")).json()["heads"]
+    async with EmbeddedStack(quick) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": "inv"})
+        for _ in range(3):
+            assert (await client.post("/counters/inv/next")).status_code == 200
+        now = (await client.get("/audit/heads")).json()["heads"]
 
-            def kept() -> list[str]:
-                found = s3.list_objects_v2(Bucket=name, Prefix="heads/").get("Contents", [])
-                texts = [
-                    s3.get_object(Bucket=name, Key=o["Key"])["Body"].read().decode() for o in found
-                ]
-                return [t for t in texts if orjson.loads(t)["heads"] == now]
+        def kept() -> list[str]:
+            found = s3.list_objects_v2(Bucket=name, Prefix="heads/").get("Contents", [])
+            texts = [
+                s3.get_object(Bucket=name, Key=o["Key"])["Body"].read().decode() for o in found
+            ]
+            return [t for t in texts if orjson.loads(t)["heads"] == now]
 
-            await until(kept, within=10)
-            text = "\n".join(kept())
-            held = await client.post("/audit/verify", json={"heads": anchors(text)})
+        await until(kept, within=10)
+        text = "\n".join(kept())
+        held = await client.post("/audit/verify", json={"heads": anchors(text)})
     assert held.status_code == 200 and held.json()["anchors"]["held"] == sorted(now), held.text

@@ -10,6 +10,7 @@ import pytest
 
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 from tests.checks import problem
 from tests.conftest import Clock
 
@@ -395,8 +396,7 @@ async def test_the_bare_app_answers_next_through_fastpath_and_its_admission(
     """The Starlette app without FastPath in front (`create_app().app`) still admits a /next
     as FastPath does (here: headers over MAX_HEADER_BYTES are a 431), never around it."""
     bare = stack.app().app
-    transport = httpx.ASGITransport(app=bare)
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+    async with asgi_client(bare) as http:
         assert (await http.post("/counters", json={"name": name})).status_code == 201
         taken = await http.post(f"/counters/{name}/next")
         assert taken.status_code == 200 and taken.json()["value"] == 1, taken.text

@@ -21,20 +21,13 @@ from infra.counters import Counter
 from infra.observe.metrics import Metrics
 from infra.settings import Settings
 from infra.wire import Record, Reply, ReplyError
+from tests.aws import started
 from tests.checks import until
 
 
 def record(key: str, counter: str) -> Record:
     now = time.time()
     return Record(key, counter, 1, None, now + 60, now)
-
-
-async def started(settings: Settings, found: Any, store: PostgresStore) -> tuple[Batcher, AwsPorts]:
-    metrics = Metrics()
-    ports = aws_ports(settings, metrics, found)
-    batcher = Batcher(ports.stream, ports.replies, store, settings, metrics)
-    await batcher.start()
-    return batcher, ports
 
 
 async def answers(ports: AwsPorts, keys: Sequence[str]) -> dict[str, Reply]:

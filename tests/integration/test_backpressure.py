@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-import httpx
-
 from functions.app import create_app
 from functions.edge import Edge
 from infra.adapters.memory import MemoryReplies, MemoryStream
@@ -14,17 +12,16 @@ from infra.adapters.postgres import PostgresStore
 from infra.observe.metrics import Metrics
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 
 
 async def test_saturated_stream_answers_503_with_retry_after(settings: Settings, name: str) -> None:
     tight = settings.but(stream_capacity=5, back_frame_ms=50, retry_after_s=3)
-    async with EmbeddedStack(tight) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            responses = await asyncio.gather(
-                *(client.post(f"/counters/{name}/next") for _ in range(60))
-            )
+    async with EmbeddedStack(tight) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": name})
+        responses = await asyncio.gather(
+            *(client.post(f"/counters/{name}/next") for _ in range(60))
+        )
     statuses = Counter(r.status_code for r in responses)
     assert set(statuses) == {200, 503}, statuses
     refused = next(r for r in responses if r.status_code == 503)
@@ -40,8 +37,7 @@ async def test_no_reply_in_time_is_504(settings: Settings, database_url: str) ->
     store = PostgresStore(database_url)
     metrics = Metrics()
     edge = Edge(MemoryStream(), MemoryReplies(metrics), store, quick, metrics)
-    transport = httpx.ASGITransport(app=create_app(edge))
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+    async with asgi_client(create_app(edge)) as client:
         response = await client.post("/counters/anything/next")
     assert response.status_code == 504
     assert response.headers["content-type"] == "application/problem+json"

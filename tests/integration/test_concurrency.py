@@ -11,6 +11,7 @@ import pytest
 
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 from tests.checks import Answer, assert_guarantees, assert_ordered
 
 
@@ -59,9 +60,7 @@ async def test_many_counters(client: httpx.AsyncClient, name: str) -> None:
 
 
 def client_of(stack: EmbeddedStack) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        transport=httpx.ASGITransport(app=stack.app()), base_url="http://127.0.0.1"
-    )
+    return asgi_client(stack.app())
 
 
 async def test_two_batchers_share_one_hot_counter(settings: Settings, name: str) -> None:

@@ -26,9 +26,8 @@ import pytest
 
 from infra.run.process import runtime_python
 from infra.settings import Settings
-from tests.cfn import variant
-from tests.integration.test_handler import batcher, environment, event  # noqa: F401
-from tests.unit.test_template import FARGATE, ROOT, TEMPLATE, template
+from tests.cfn import FARGATE, ROOT, TEMPLATE, template, variant
+from tests.lambdas import environment, event
 
 pytestmark = pytest.mark.slow
 
@@ -87,7 +86,7 @@ def test_sam_build_makes_the_deployed_arm64_function(tmp_path: Path) -> None:
 @needs_312
 def test_the_built_function_answers_events_from_its_build_folder_alone(
     built: Path,
-    batcher: Settings,  # noqa: F811
+    batcher: Settings,
     name: str,
     tmp_path: Path,
 ) -> None:

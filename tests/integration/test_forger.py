@@ -26,7 +26,7 @@ from infra.settings import Settings
 from numerator import pushkey
 from tests.checks import until
 from tests.forger import Forger, forged
-from tests.integration.test_front import burst, running, values
+from tests.front import burst, running, values
 
 BURSTS = 6
 ROOT = Path(__file__).parents[2]

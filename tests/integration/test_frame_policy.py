@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-import httpx
-
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 from tests.checks import Answer, assert_guarantees, assert_ordered
 
 
@@ -17,23 +16,21 @@ async def hammer(
     settings: Settings, name: str, seconds: float
 ) -> tuple[list[Answer], EmbeddedStack, float]:
     """16 clients taking values of counter `name` for `seconds`."""
-    async with EmbeddedStack(settings) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            assert (await client.post("/counters", json={"name": name})).status_code == 201
-            answers: list[Answer] = []
-            began = time.monotonic()
+    async with EmbeddedStack(settings) as stack, asgi_client(stack.app()) as client:
+        assert (await client.post("/counters", json={"name": name})).status_code == 201
+        answers: list[Answer] = []
+        began = time.monotonic()
 
-            async def loop() -> None:
-                while time.monotonic() - began < seconds:
-                    sent = time.monotonic()
-                    response = await client.post(f"/counters/{name}/next")
-                    assert response.status_code == 200, response.text
-                    value = response.json()["value"]
-                    answers.append(Answer(name, value, value, sent, time.monotonic()))
+        async def loop() -> None:
+            while time.monotonic() - began < seconds:
+                sent = time.monotonic()
+                response = await client.post(f"/counters/{name}/next")
+                assert response.status_code == 200, response.text
+                value = response.json()["value"]
+                answers.append(Answer(name, value, value, sent, time.monotonic()))
 
-            await asyncio.gather(*(loop() for _ in range(16)))
-            return answers, stack, time.monotonic() - began
+        await asyncio.gather(*(loop() for _ in range(16)))
+        return answers, stack, time.monotonic() - began
 
 
 async def test_group_commit_keeps_values_unique_and_ordered(settings: Settings, name: str) -> None:

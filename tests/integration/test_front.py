@@ -10,8 +10,6 @@ import math
 import socket
 import time
 from collections import Counter as Tally
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -20,38 +18,9 @@ import pytest
 from infra.adapters.postgres import PostgresStore
 from infra.adapters.pushkeys import new_key
 from infra.settings import ReplyItems, Settings
-from numerator.stack import BatcherStack, EdgeStack
 from tests.aws import Throttle, resources
 from tests.checks import until
-
-TIMEOUT = 10.0
-
-
-@asynccontextmanager
-async def running(
-    settings: Settings, name: str, **changes: Any
-) -> AsyncIterator[tuple[EdgeStack, httpx.AsyncClient, BatcherStack]]:
-    """A batcher and a server edge on this test's stream and table, and a client of the edge."""
-    own = settings.but(**{"reply_timeout_s": TIMEOUT, **changes})
-    async with BatcherStack(own) as batcher, EdgeStack(own) as edge:
-        transport = httpx.ASGITransport(app=edge.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            assert (await client.post("/counters", json={"name": name})).status_code == 201
-            yield edge, client, batcher
-
-
-async def burst(client: httpx.AsyncClient, name: str, n: int, **kw: Any) -> list[httpx.Response]:
-    return list(
-        await asyncio.gather(*(client.post(f"/counters/{name}/next", **kw) for _ in range(n)))
-    )
-
-
-def values(responses: Sequence[httpx.Response]) -> list[int]:
-    out: list[int] = []
-    for response in responses:
-        body = response.json()
-        out.extend([body["value"]] if "value" in body else [v["value"] for v in body["values"]])
-    return out
+from tests.front import burst, running, values
 
 
 async def test_a_front_frame_puts_one_record_per_counter_and_splits_it_in_arrival_order(

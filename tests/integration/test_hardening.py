@@ -20,6 +20,7 @@ from infra.counters import NAME
 from infra.keys import NAME as KEY_NAME
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 from tests.checks import problem, until
 
 LOOPBACK = ("127.0.0.1", 5000)
@@ -40,10 +41,7 @@ async def clients(settings: Settings, fresh_database: str) -> AsyncIterator[Clie
         app = stack.app()
 
         def client(host: str = "127.0.0.1:8190", **headers: str) -> httpx.AsyncClient:
-            transport = httpx.ASGITransport(app=app, client=LOOPBACK)
-            http = httpx.AsyncClient(
-                transport=transport, base_url=f"http://{host}", headers=headers
-            )
+            http = asgi_client(app, client=LOOPBACK, base_url=f"http://{host}", headers=headers)
             made.append(http)
             return http
 
@@ -188,12 +186,13 @@ async def test_a_malformed_scope_is_refused(clients: Clients, scope: str) -> Non
 @pytest.fixture
 async def admin(settings: Settings, fresh_database: str) -> AsyncIterator[httpx.AsyncClient]:
     """A client of a stack with an admin key, sending it."""
-    async with EmbeddedStack(settings.but(database_url=fresh_database)) as stack:
-        transport = httpx.ASGITransport(app=stack.app(), client=LOOPBACK)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
-            first = await http.post("/keys", json={"name": "root", "scopes": ["admin"]})
-            http.headers["authorization"] = f"Bearer {first.json()['secret']}"
-            yield http
+    async with (
+        EmbeddedStack(settings.but(database_url=fresh_database)) as stack,
+        asgi_client(stack.app(), client=LOOPBACK) as http,
+    ):
+        first = await http.post("/keys", json={"name": "root", "scopes": ["admin"]})
+        http.headers["authorization"] = f"Bearer {first.json()['secret']}"
+        yield http
 
 
 @hypothesis_settings(
@@ -236,14 +235,8 @@ async def test_a_key_made_or_revoked_through_one_edge_is_known_to_another_at_onc
         EmbeddedStack(slow) as other,
         other.edge.following_keys(),
     ):
-        first = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=one.app(), client=LOOPBACK),
-            base_url="http://127.0.0.1",
-        )
-        second = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=other.app(), client=LOOPBACK),
-            base_url="http://127.0.0.1",
-        )
+        first = asgi_client(one.app(), client=LOOPBACK)
+        second = asgi_client(other.app(), client=LOOPBACK)
         async with first, second:
             root = (await first.post("/keys", json={"name": "root", "scopes": ["admin"]})).json()
             admin = {"authorization": f"Bearer {root['secret']}"}

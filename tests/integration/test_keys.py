@@ -13,6 +13,7 @@ import pytest
 
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 from tests.checks import problem, until
 
 REMOTE = ("203.0.113.9", 40000)  # a documentation address: anything but loopback
@@ -34,10 +35,7 @@ async def clients(keyed: Settings) -> AsyncIterator[Clients]:
 
         def client(key: str | None = None, address: tuple[str, int] = REMOTE) -> httpx.AsyncClient:
             headers = {"Authorization": f"Bearer {key}"} if key else {}
-            transport = httpx.ASGITransport(app=app, client=address)
-            http = httpx.AsyncClient(
-                transport=transport, base_url="http://127.0.0.1", headers=headers
-            )
+            http = asgi_client(app, client=address, headers=headers)
             made.append(http)
             return http
 
@@ -139,27 +137,24 @@ async def test_a_revoked_key_stops_within_the_stated_bound(
     """With the default KEYS_REFRESH_S (2 s), revocation takes effect within 5 s."""
     default = settings.but(database_url=fresh_database)
     assert default.edge.keys_refresh_s == Settings.of().edge.keys_refresh_s <= 5
-    async with EmbeddedStack(default) as stack:
-        transport = httpx.ASGITransport(app=stack.app(), client=REMOTE)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
-            local = httpx.ASGITransport(app=stack.app(), client=("127.0.0.1", 1))
-            async with httpx.AsyncClient(transport=local, base_url="http://127.0.0.1") as first:
-                secret = await make_key(first, "ops", "admin")
-            auth = {"Authorization": f"Bearer {secret}"}
+    async with EmbeddedStack(default) as stack, asgi_client(stack.app(), client=REMOTE) as http:
+        async with asgi_client(stack.app(), client=("127.0.0.1", 1)) as first:
+            secret = await make_key(first, "ops", "admin")
+        auth = {"Authorization": f"Bearer {secret}"}
 
-            async def works() -> bool:
-                return (await http.get("/counters", headers=auth)).status_code == 200
+        async def works() -> bool:
+            return (await http.get("/counters", headers=auth)).status_code == 200
 
-            await until(works, within=5)
-            revoked = await http.delete("/keys/ops", headers=auth)
-            assert revoked.status_code == 200 and revoked.json()["revoked"] is not None
+        await until(works, within=5)
+        revoked = await http.delete("/keys/ops", headers=auth)
+        assert revoked.status_code == 200 and revoked.json()["revoked"] is not None
 
-            async def refused() -> bool:
-                return (await http.get("/counters", headers=auth)).status_code == 401
+        async def refused() -> bool:
+            return (await http.get("/counters", headers=auth)).status_code == 401
 
-            took = await until(refused, within=5)
-            assert took <= default.edge.keys_refresh_s + 1
-            problem(await http.delete("/keys/ops", headers=auth), 401, "unauthorized")
+        took = await until(refused, within=5)
+        assert took <= default.edge.keys_refresh_s + 1
+        problem(await http.delete("/keys/ops", headers=auth), 401, "unauthorized")
 
 
 async def test_last_use_is_written_back_without_a_query_per_request(
@@ -212,14 +207,8 @@ async def test_too_many_idempotency_keys_get_429(settings: Settings) -> None:
     limited = settings.but(idempotency_keys_per_s=5, auth="none")
     async with EmbeddedStack(limited) as stack:
         app = stack.app()
-        flood = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app, client=("127.0.0.1", 1)),
-            base_url="http://127.0.0.1",
-        )
-        other = httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app, client=("127.0.0.2", 1)),
-            base_url="http://127.0.0.1",
-        )
+        flood = asgi_client(app, client=("127.0.0.1", 1))
+        other = asgi_client(app, client=("127.0.0.2", 1))
         async with flood, other:
             name = f"rate-{time.time_ns()}"
             assert (await flood.post("/counters", json={"name": name})).status_code == 201

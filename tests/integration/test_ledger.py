@@ -23,6 +23,7 @@ from infra.ledger import SKEW_S
 from infra.observe.health import EDGE_DEAD_S
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 from tests.checks import problem, until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,18 +168,16 @@ async def test_a_pruned_span_is_named_not_counted_as_a_gap(
     settings: Settings, database_url: str, name: str
 ) -> None:
     quick = settings.but(audit_retention_s=1.0)
-    async with EmbeddedStack(quick) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            await take(client, name, 3)
-            store = PostgresStore(database_url)
-            try:
-                await store.prune(datetime.now(UTC) + timedelta(seconds=5), 1.0, 3600)
-            finally:
-                await store.close()
-            await take(client, name, 2)
-            report = (await client.get(f"/counters/{name}/report")).json()
+    async with EmbeddedStack(quick) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": name})
+        await take(client, name, 3)
+        store = PostgresStore(database_url)
+        try:
+            await store.prune(datetime.now(UTC) + timedelta(seconds=5), 1.0, 3600)
+        finally:
+            await store.close()
+        await take(client, name, 2)
+        report = (await client.get(f"/counters/{name}/report")).json()
     assert report["trail"]["pruned"] == [1, 3]
     assert report["unexplained_gaps"] == 0 and report["issued"] == 5
 
@@ -214,18 +213,20 @@ async def test_the_ledger_on_the_aws_path_with_front_frames(
     from numerator.stack import BatcherStack, EdgeStack
 
     settings, _ = aws
-    async with BatcherStack(settings), EdgeStack(settings) as edge:
-        transport = httpx.ASGITransport(app=edge.app(), client=("127.0.0.1", 1))
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            assert (await client.post("/counters", json={"name": name})).status_code == 201
-            await asyncio.gather(*(take(client, name) for _ in range(40)))
-            voided = await client.post(
-                f"/counters/{name}/void", json={"values": [5, 6, 40], "reason": "spoiled"}
-            )
-            assert voided.status_code == 200, voided.text
-            report = (await client.get(f"/counters/{name}/report")).json()
-            rows = (await client.get(f"/counters/{name}/audit")).json()["rows"]
-            sound = await client.get("/audit/verify", params={"counter": name})
+    async with (
+        BatcherStack(settings),
+        EdgeStack(settings) as edge,
+        asgi_client(edge.app(), client=("127.0.0.1", 1)) as client,
+    ):
+        assert (await client.post("/counters", json={"name": name})).status_code == 201
+        await asyncio.gather(*(take(client, name) for _ in range(40)))
+        voided = await client.post(
+            f"/counters/{name}/void", json={"values": [5, 6, 40], "reason": "spoiled"}
+        )
+        assert voided.status_code == 200, voided.text
+        report = (await client.get(f"/counters/{name}/report")).json()
+        rows = (await client.get(f"/counters/{name}/audit")).json()["rows"]
+        sound = await client.get("/audit/verify", params={"counter": name})
     assert report["issued"] == 40 and report["unexplained_gaps"] == 0 and report["rising"]
     assert report["voided"] == {"spoiled": 3}
     issued = [r for r in rows if r["status"] == "issued"]
@@ -239,37 +240,35 @@ async def test_confirmation_and_its_expiry(settings: Settings, name: str) -> Non
     """A counter that needs confirmation: confirmed values are final; one void is refused a
     confirmation; one neither confirmed nor void within CONFIRM_TTL_S is voided not-confirmed."""
     quick = settings.but(confirm_ttl_s=1.0)
-    async with EmbeddedStack(quick) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            made = await client.post("/counters", json={"name": name, "confirm": "required"})
-            assert made.json()["confirm"] == "required"
-            await take(client, name, 4)
-            done = await client.post(f"/counters/{name}/confirm", json={"values": [1, 2]})
-            assert done.status_code == 200 and done.json()["confirmed"] == [{"first": 1, "last": 2}]
-            again = await client.post(f"/counters/{name}/confirm", json={"values": [1, 2]})
-            assert again.json() == done.json(), "idempotent"
-            await client.post(f"/counters/{name}/void", json={"first": 3, "reason": "spoiled"})
-            refused = await client.post(f"/counters/{name}/confirm", json={"first": 3})
-            problem(refused, 409, "value-already-void")
-            problem(
-                await client.post(f"/counters/{name}/confirm", json={"first": 9}),
-                409,
-                "value-not-issued",
-            )
-            early = (await client.get(f"/counters/{name}/report")).json()
-            assert (early["confirmed"], early["awaiting_confirmation"]) == (2, 1)
+    async with EmbeddedStack(quick) as stack, asgi_client(stack.app()) as client:
+        made = await client.post("/counters", json={"name": name, "confirm": "required"})
+        assert made.json()["confirm"] == "required"
+        await take(client, name, 4)
+        done = await client.post(f"/counters/{name}/confirm", json={"values": [1, 2]})
+        assert done.status_code == 200 and done.json()["confirmed"] == [{"first": 1, "last": 2}]
+        again = await client.post(f"/counters/{name}/confirm", json={"values": [1, 2]})
+        assert again.json() == done.json(), "idempotent"
+        await client.post(f"/counters/{name}/void", json={"first": 3, "reason": "spoiled"})
+        refused = await client.post(f"/counters/{name}/confirm", json={"first": 3})
+        problem(refused, 409, "value-already-void")
+        problem(
+            await client.post(f"/counters/{name}/confirm", json={"first": 9}),
+            409,
+            "value-not-issued",
+        )
+        early = (await client.get(f"/counters/{name}/report")).json()
+        assert (early["confirmed"], early["awaiting_confirmation"]) == (2, 1)
 
-            async def expired() -> bool:
-                found = (await client.get(f"/counters/{name}/report")).json()
-                return found["voided"].get("not-confirmed") == 1
+        async def expired() -> bool:
+            found = (await client.get(f"/counters/{name}/report")).json()
+            return found["voided"].get("not-confirmed") == 1
 
-            await until(expired, within=10)
-            late = (await client.get(f"/counters/{name}/report")).json()
-            plain = f"{name}-plain"
-            await client.post("/counters", json={"name": plain})
-            await take(client, plain)
-            other = await client.post(f"/counters/{plain}/confirm", json={"first": 1})
+        await until(expired, within=10)
+        late = (await client.get(f"/counters/{name}/report")).json()
+        plain = f"{name}-plain"
+        await client.post("/counters", json={"name": plain})
+        await take(client, plain)
+        other = await client.post(f"/counters/{plain}/confirm", json={"first": 1})
     assert late["awaiting_confirmation"] == 0 and late["unexplained_gaps"] == 0
     assert [(v["first"], v["reason"]) for v in late["voids"]] == [
         (3, "spoiled"),
@@ -410,17 +409,15 @@ async def test_an_audit_row_holds_what_the_docs_say(
     in rows of another chain, is not made here)."""
     docs = documented_row()
     assert set(docs) >= {"ranges", "detail.r", "detail.v", "detail.c", "runs"}
-    async with EmbeddedStack(settings) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name, "confirm": "required"})
-            await take(client, name, 2)
-            keyed = await client.post(f"/counters/{name}/next", headers={"Idempotency-Key": "k-1"})
-            assert keyed.status_code == 200, keyed.text
-            void = {"first": 1, "reason": "spoiled"}
-            assert (await client.post(f"/counters/{name}/void", json=void)).status_code == 200
-            done = await client.post(f"/counters/{name}/confirm", json={"first": 2, "last": 3})
-            assert done.status_code == 200, done.text
+    async with EmbeddedStack(settings) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": name, "confirm": "required"})
+        await take(client, name, 2)
+        keyed = await client.post(f"/counters/{name}/next", headers={"Idempotency-Key": "k-1"})
+        assert keyed.status_code == 200, keyed.text
+        void = {"first": 1, "reason": "spoiled"}
+        assert (await client.post(f"/counters/{name}/void", json=void)).status_code == 200
+        done = await client.post(f"/counters/{name}/confirm", json={"first": 2, "last": 3})
+        assert done.status_code == 200, done.text
     async with await psycopg.AsyncConnection.connect(database_url) as sql:
         cursor = await sql.execute(
             "SELECT ranges, detail FROM allocation_frames WHERE counters @> ARRAY[%s]", (name,)
@@ -458,15 +455,16 @@ async def test_a_void_of_scattered_values_is_answered_within_one_reply_timeout(
         return await real(entries, store, basis)
 
     monkeypatch.setattr(batcher.applier, "apply", slow)
-    async with EmbeddedStack(settings.but(reply_timeout_s=1.0)) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            await client.post("/counters", json={"name": name})
-            await take(client, name, 6)
-            began = time.monotonic()
-            void = {"values": [1, 3, 5], "reason": "scattered"}
-            made = await client.post(f"/counters/{name}/void", json=void)
-            took = time.monotonic() - began
+    async with (
+        EmbeddedStack(settings.but(reply_timeout_s=1.0)) as stack,
+        asgi_client(stack.app()) as client,
+    ):
+        await client.post("/counters", json={"name": name})
+        await take(client, name, 6)
+        began = time.monotonic()
+        void = {"values": [1, 3, 5], "reason": "scattered"}
+        made = await client.post(f"/counters/{name}/void", json=void)
+        took = time.monotonic() - began
     assert made.status_code == 200, made.text
     assert made.json()["voided"] == [{"first": v, "last": v} for v in (1, 3, 5)]
     assert took < 1.0, f"{took:.2f} s: past the reply timeout"
@@ -480,19 +478,17 @@ async def test_a_refused_period_leaves_no_runs_in_its_frames_audit_row(
     of a period that allocated none. One fixed frame holds a refused counter and a sound one."""
     refused, sound = f"r-{uuid.uuid4().hex[:8]}", f"s-{uuid.uuid4().hex[:8]}"
     fixed = settings.but(database_url=fresh_database, frame_policy="fixed", back_frame_ms=300.0)
-    async with EmbeddedStack(fixed) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            for name in (refused, sound):
-                await client.post("/counters", json={"name": name})
-                await take(client, name, 5)
-            async with await psycopg.AsyncConnection.connect(fresh_database, autocommit=True) as c:
-                await c.execute(
-                    "UPDATE counter_values SET allocated = 2 WHERE counter = %s", (refused,)
-                )
-            no, yes = await asyncio.gather(
-                client.post(f"/counters/{refused}/next"), client.post(f"/counters/{sound}/next")
+    async with EmbeddedStack(fixed) as stack, asgi_client(stack.app()) as client:
+        for name in (refused, sound):
+            await client.post("/counters", json={"name": name})
+            await take(client, name, 5)
+        async with await psycopg.AsyncConnection.connect(fresh_database, autocommit=True) as c:
+            await c.execute(
+                "UPDATE counter_values SET allocated = 2 WHERE counter = %s", (refused,)
             )
+        no, yes = await asyncio.gather(
+            client.post(f"/counters/{refused}/next"), client.post(f"/counters/{sound}/next")
+        )
     assert no.status_code == 503 and yes.json()["value"] == 6, (no.text, yes.text)
     async with await psycopg.AsyncConnection.connect(fresh_database, autocommit=True) as conn:
         cur = await conn.execute(

@@ -7,11 +7,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import httpx
 import pytest
 
 from infra.settings import Settings
 from numerator.stack import BatcherStack, EdgeStack
+from tests.asgi import asgi_client
 
 pytestmark = pytest.mark.slow
 
@@ -23,17 +23,15 @@ async def test_values_go_through_kinesis_on_localstack(
     assert found.kinesis.meta.endpoint_url == localstack_endpoint
     assert found.dynamodb.meta.endpoint_url != localstack_endpoint
     own = settings.but(reply_timeout_s=20.0)
-    async with BatcherStack(own), EdgeStack(own) as edge:
-        transport = httpx.ASGITransport(app=edge.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            assert (await client.post("/counters", json={"name": name})).status_code == 201
-            got = await asyncio.gather(*(client.post(f"/counters/{name}/next") for _ in range(30)))
-            keyed = await client.post(
-                f"/counters/{name}/next", params={"count": 2}, headers={"Idempotency-Key": "a"}
-            )
-            again = await client.post(
-                f"/counters/{name}/next", params={"count": 2}, headers={"Idempotency-Key": "a"}
-            )
+    async with BatcherStack(own), EdgeStack(own) as edge, asgi_client(edge.app()) as client:
+        assert (await client.post("/counters", json={"name": name})).status_code == 201
+        got = await asyncio.gather(*(client.post(f"/counters/{name}/next") for _ in range(30)))
+        keyed = await client.post(
+            f"/counters/{name}/next", params={"count": 2}, headers={"Idempotency-Key": "a"}
+        )
+        again = await client.post(
+            f"/counters/{name}/next", params={"count": 2}, headers={"Idempotency-Key": "a"}
+        )
     assert [r.status_code for r in got] == [200] * 30
     assert sorted(r.json()["value"] for r in got) == list(range(1, 31))
     assert keyed.json() == again.json() and keyed.json()["first"] == 31

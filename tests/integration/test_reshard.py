@@ -19,8 +19,7 @@ from infra.counters import Counter
 from infra.settings import Settings
 from infra.trail import EDGE_MARKS
 from infra.wire import Record, Reply
-from tests.aws import resources
-from tests.integration.test_aws_batcher import started
+from tests.aws import resources, started
 from tests.kinesalite import kinesalite
 
 pytestmark = pytest.mark.slow  # kinesalite: a node process of its own

@@ -16,6 +16,7 @@ import psycopg
 from infra.adapters.postgres import PostgresStore
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
+from tests.asgi import asgi_client
 
 NAME = "inv"
 
@@ -27,8 +28,7 @@ def numerator(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def take(stack: EmbeddedStack) -> httpx.Response:
-    transport = httpx.ASGITransport(app=stack.app())
-    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+    async with asgi_client(stack.app()) as client:
         return await client.post(f"/counters/{NAME}/next")
 
 
@@ -45,11 +45,9 @@ async def test_a_rewind_is_refused_recorded_and_mended(
 ) -> None:
     url = fresh_database
     settings = settings.but(database_url=url)
-    async with EmbeddedStack(settings) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            assert (await client.post("/counters", json={"name": NAME})).status_code == 201
-            got = [(await client.post(f"/counters/{NAME}/next")).json()["value"] for _ in range(5)]
+    async with EmbeddedStack(settings) as stack, asgi_client(stack.app()) as client:
+        assert (await client.post("/counters", json={"name": NAME})).status_code == 201
+        got = [(await client.post(f"/counters/{NAME}/next")).json()["value"] for _ in range(5)]
         assert got == [1, 2, 3, 4, 5]
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as sql:
             await sql.execute("UPDATE counter_values SET allocated = 2")
@@ -70,8 +68,7 @@ async def test_a_rewind_is_refused_recorded_and_mended(
             assert answer.status_code == 200 and answer.json()["value"] == 6, answer.text
             # What docs/runbook.md says of the values Postgres forgot: the report names them
             # a gap no audit row explains; the chains that are left verify.
-            app = httpx.ASGITransport(app=fresh.app())
-            async with httpx.AsyncClient(transport=app, base_url="http://127.0.0.1") as client:
+            async with asgi_client(fresh.app()) as client:
                 report = (await client.get(f"/counters/{NAME}/report")).json()
                 verify = (await client.get("/audit/verify")).json()
             assert report["gaps"] == [[3, 5]] and report["unexplained_gaps"] == 3, report
@@ -96,14 +93,15 @@ def test_mend_says_what_it_cannot_do(database_url: str) -> None:
 async def test_mend_past_a_value_without_a_rewind(settings: Settings, fresh_database: str) -> None:
     """A value clients may hold that no batcher saw (one restarted after the failover): the
     operator gives it."""
-    async with EmbeddedStack(settings.but(database_url=fresh_database)) as stack:
-        transport = httpx.ASGITransport(app=stack.app())
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            assert (await client.post("/counters", json={"name": NAME})).status_code == 201
-            assert (await client.post(f"/counters/{NAME}/next")).json()["value"] == 1
-            lone = numerator("counters", "mend", NAME, "--database-url", fresh_database)
-            assert lone.returncode == 1 and "give --past VALUE" in lone.stderr, lone.stderr
-            past = ["counters", "mend", NAME, "--past", "40", "--database-url", fresh_database]
-            done = numerator(*past)
-            assert "last value 1 -> 40 (no rewind was recorded" in done.stdout, done.stdout
-            assert (await client.post(f"/counters/{NAME}/next")).json()["value"] == 41
+    async with (
+        EmbeddedStack(settings.but(database_url=fresh_database)) as stack,
+        asgi_client(stack.app()) as client,
+    ):
+        assert (await client.post("/counters", json={"name": NAME})).status_code == 201
+        assert (await client.post(f"/counters/{NAME}/next")).json()["value"] == 1
+        lone = numerator("counters", "mend", NAME, "--database-url", fresh_database)
+        assert lone.returncode == 1 and "give --past VALUE" in lone.stderr, lone.stderr
+        past = ["counters", "mend", NAME, "--past", "40", "--database-url", fresh_database]
+        done = numerator(*past)
+        assert "last value 1 -> 40 (no rewind was recorded" in done.stdout, done.stdout
+        assert (await client.post(f"/counters/{NAME}/next")).json()["value"] == 41

@@ -16,8 +16,7 @@ from infra.counters import Counter
 from infra.observe.metrics import Metrics
 from infra.settings import Settings
 from infra.wire import Record
-from tests.aws import resources
-from tests.integration.test_aws_batcher import started
+from tests.aws import resources, started
 
 
 async def settle(batchers: list[Batcher], shares: list[int], within: float) -> float:

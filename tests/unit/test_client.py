@@ -21,10 +21,10 @@ from numerator.client import (
     Client,
     Conflict,
     NotFound,
-    Problem,
     Retry,
+    ServiceUnavailable,
+    StatusError,
     TooMany,
-    Unavailable,
     Unreachable,
     Values,
 )
@@ -138,7 +138,7 @@ def test_problems_become_exceptions_by_status_with_their_fields() -> None:
     with missing as numerator, pytest.raises(NotFound) as raw:
         numerator.get("c")
     assert raw.value.type == "about:blank" and "not json" in raw.value.detail
-    assert issubclass(TooMany, Problem) and issubclass(Unavailable, Problem)
+    assert issubclass(TooMany, StatusError) and issubclass(ServiceUnavailable, StatusError)
 
 
 def test_a_retried_next_sends_the_same_key_until_it_is_answered() -> None:
@@ -271,10 +271,12 @@ def test_a_url_without_http_is_refused_at_once(url: str) -> None:
 
 def test_a_problem_names_the_field_it_is_about() -> None:
     body = {"title": "The request is malformed", "field": "count", "detail": "must be 1 to 1000"}
-    assert str(Problem(422, body)) == "422 The request is malformed: count must be 1 to 1000"
+    assert str(StatusError(422, body)) == "422 The request is malformed: count must be 1 to 1000"
     other = {**body, "field": "body", "detail": "not valid JSON"}
-    assert str(Problem(422, other)) == "422 The request is malformed: body: not valid JSON"
-    assert Problem(422, body).field == "count" and Problem(404, {"title": "t"}).field is None
+    assert str(StatusError(422, other)) == "422 The request is malformed: body: not valid JSON"
+    assert (
+        StatusError(422, body).field == "count" and StatusError(404, {"title": "t"}).field is None
+    )
 
 
 def test_the_package_root_exports_every_exception_the_client_raises() -> None:
@@ -283,7 +285,7 @@ def test_the_package_root_exports_every_exception_the_client_raises() -> None:
     raised = {
         name
         for name, thing in vars(client).items()
-        if isinstance(thing, type) and issubclass(thing, client.NumeratorError)
+        if isinstance(thing, type) and issubclass(thing, client.ClientError)
     }
     assert raised <= set(numerator.__all__) and raised <= set(client.__all__)
     assert all(getattr(numerator, name) is getattr(client, name) for name in raised)
@@ -291,7 +293,7 @@ def test_the_package_root_exports_every_exception_the_client_raises() -> None:
 
 
 def test_no_method_shadows_a_builtin_type() -> None:
-    """A method named `list` made `list[Counter]` in the class's annotations mean the method."""
+    """A method named `list` made `list[CounterInfo]` in the class's annotations mean the method."""
     import builtins
 
     for cls in (Client, client.AsyncClient):

@@ -222,3 +222,39 @@ def test_a_planted_circle_inside_a_floor_is_reported(tmp_path: Path) -> None:
 def test_a_package_without_a_floor_is_reported(tmp_path: Path) -> None:
     root = plant(tmp_path, {"attic/__init__.py": ""})
     assert floor_plan(root) == ["attic/ has no floor: add it to FLOORS and to docs/architecture.md"]
+
+
+def test_every_module_is_named_on_its_floor() -> None:
+    """docs/architecture.md is the map: each module of the product is named, in backticks, in
+    the row of the folder that holds it (the deepest folder with a row)."""
+    text = (ROOT / "docs" / "architecture.md").read_text().split("## Floors and wings")[1]
+    rows = {
+        line.split("`")[1].rstrip("/"): line
+        for line in text.split("\n## ")[0].splitlines()
+        if line.startswith("| `")
+    }
+    missing = []
+    for top in ("infra", "functions", "batcher", "numerator", "bench", "monitoring"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if path.stem == "__init__":
+                continue
+            module = path.relative_to(ROOT).with_suffix("")
+            folders = [str(module.parent), *map(str, module.parents)]
+            row = rows.get(f"{module}.py") or next((rows[f] for f in folders if f in rows), "")
+            if f"`{path.stem}`" not in row and not row.startswith(f"| `{module}.py`"):
+                missing.append(str(module))
+    assert missing == [], f"not on the map (docs/architecture.md, Floors): {missing}"
+
+
+def test_no_test_module_imports_another() -> None:
+    """Helpers two test modules share live in tests/ helper modules (tests/checks.py,
+    tests/asgi.py, tests/tamper.py, ...), not in one of the two: importing a test module runs
+    its collection-time code and ties one suite's edits to another's."""
+    found = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for name in sorted(imports(path))
+        if (name.startswith("tests.") and name.split(".")[-1].startswith("test_"))
+        or ".test_" in name
+    ]
+    assert found == []

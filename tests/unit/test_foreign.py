@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from functions.auth import foreign
-from functions.heads import hostname, read
+from functions.headers import hostname, read
 
 
 def scope(*headers: tuple[str, str], scheme: str = "http") -> dict[str, object]:

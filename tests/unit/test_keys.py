@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from functions.auth import STALE_WAIT_S, Guard, need, next_counter
+from functions.auth import STALE_WAIT_S, Guard
 from functions.limits import KeyRate
+from functions.table import TABLE
 from infra.errors import InvalidKey
 from infra.keys import Key, Need, check_scopes, identify, new
 from infra.observe.metrics import Metrics
@@ -53,7 +54,7 @@ def test_malformed_scopes_are_refused(scopes: object) -> None:
 
 
 def needs(method: str, path: str) -> object:
-    return need(method, path, next_counter(method, path))
+    return TABLE.need(method, path, TABLE.next_counter(method, path))
 
 
 def test_what_each_route_needs() -> None:
@@ -70,6 +71,23 @@ def test_what_each_route_needs() -> None:
     assert needs("POST", "/counters/inv/void") == (Need.NEXT, "inv")
     assert needs("GET", "/counters/inv/report") == (Need.READ, "")
     assert needs("GET", "/audit/verify") == (Need.READ, "")
+    assert needs("POST", "/audit/verify") == (Need.READ, "")  # it posts anchored heads, reads
+    assert needs("POST", "/healthz") is None  # an open path is open to every method (a 405)
+    assert needs("PUT", "/keys") == (Need.ADMIN, "")  # so is an admin path to admin keys
+    assert needs("GET", "/counters/inv/next") == (Need.READ, "")  # a 405 after, as a 404
+    assert needs("POST", "/nowhere") == (Need.ANY, "") and needs("HEAD", "/x") == (Need.READ, "")
+
+
+def test_the_fast_path_reads_the_counter_from_the_table_s_path() -> None:
+    assert TABLE.next_counter("POST", "/counters/inv-2026/next") == "inv-2026"
+    assert TABLE.next_counter("POST", "/counters//next") == ""  # a 422 names the empty name
+    for method, path in [
+        ("GET", "/counters/inv/next"),
+        ("POST", "/counters/next"),
+        ("POST", "/counters/a/b/next"),
+        ("POST", "/counters/inv/void"),
+    ]:
+        assert TABLE.next_counter(method, path) is None
 
 
 def test_auth_none_is_refused_unless_loopback_or_behind_an_authorizer() -> None:

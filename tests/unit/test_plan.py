@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,7 @@ import orjson
 import pytest
 
 from infra.adapters.limits import SHARD_RECORDS_PER_S
-from numerator.plan import EdgeKind, Load, PlanError, plan
+from numerator.plan import EdgeKind, PlanError, Traffic, plan
 from numerator.plan.cost import PRICES, Prices, tiered
 from numerator.plan.model import (
     HEADROOM,
@@ -26,53 +24,11 @@ from numerator.plan.model import (
     front_frames_per_s,
     second_chances,
 )
+from tests.plans import MEASURED, numerator
 
 LOGGED = {"lambda": 0.0, "lambda_emf_line": 279.0, "atomic": 0.0, "server": 0.0,
           "server_emf_line": 279.0, "response_bytes": 172.0}  # fmt: skip
 """What `measure.log_bytes` measures (numerator/plan/logprobe.py runs the edges): stood in for."""
-
-
-def run(rps: float, duration: float, calls: dict[str, float], **more: Any) -> dict[str, Any]:
-    return {
-        "rps": rps,
-        "duration_s": duration,
-        "edge_processes": more.get("edges", 1),
-        "shards": 1,
-        "batchers": 1,
-        "calls": {k: v * duration for k, v in calls.items()},  # totals, as the bench counts
-        "latency_mean_ms": more.get("wait_ms", 200.0),
-        "edge_cpu_pct": more.get("cpu", 0.0),
-        "transactions_per_shard_s": 5.0,
-    }
-
-
-LAMBDA_CALLS = {"get_records": 5, "batch_write_item": 5}
-
-MEASURED: dict[str, Any] = {
-    "measured_at": "2026-12-01T00:00:00+00:00",
-    "command": "made up",
-    "record_bytes": 200,
-    "commits_per_s": 1000,
-    "edges": {
-        # per second: put_record 50 per process whatever the rate, get_records 5 per shard,
-        # batch_get_item 30 per process + 0.01 per request; CPU 20 % + 0.02 % per rps
-        "server": [
-            run(300, 10, {"put_record": 50, "get_records": 5, "batch_get_item": 33}, cpu=26),
-            run(1000, 10, {"put_record": 50, "get_records": 5, "batch_get_item": 40}, cpu=40),
-        ],
-        # every request: one put_record and two polls; get_records 5 per shard; on one shard
-        # read on shared beats (reply writes: a BatchWriteItem a frame, worked out, not fitted)
-        "lambda": [
-            run(6, 8, {**LAMBDA_CALLS, "put_record": 6, "batch_get_item": 12}, edges=0),
-            run(16, 8, {**LAMBDA_CALLS, "put_record": 16, "batch_get_item": 32}, edges=0),
-        ],
-        # the atomic counter: one update_item per request, 10 ms each
-        "atomic": [
-            run(30, 8, {"update_item": 30}, edges=0, wait_ms=10.0) | {"shards": 0, "batchers": 0},
-            run(90, 8, {"update_item": 90}, edges=0, wait_ms=12.0) | {"shards": 0, "batchers": 0},
-        ],
-    },
-}
 
 
 def prices() -> Prices:
@@ -97,7 +53,7 @@ def test_the_calls_scale_their_fixed_part_with_the_units_a_deployment_has() -> N
 
 
 def test_the_lambda_edge_puts_a_record_per_request_and_sizes_concurrency_by_littles_law() -> None:
-    load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
+    load = Traffic(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
     out = plan(load, EdgeKind.LAMBDA, prices(), MEASURED)
     assert out.sizing.records_per_s == 20_000
     assert out.sizing.shards == math.ceil(20_000 / (SHARD_RECORDS_PER_S * HEADROOM))
@@ -118,7 +74,7 @@ def test_the_lambda_edge_puts_a_record_per_request_and_sizes_concurrency_by_litt
 
 
 def test_the_server_edge_puts_a_record_per_counter_per_front_frame() -> None:
-    load = Load(1_000, counters=1, hot_share=1, peak_to_mean=1)
+    load = Traffic(1_000, counters=1, hot_share=1, peak_to_mean=1)
     out = plan(load, EdgeKind.SERVER, prices(), MEASURED)
     # CPU 0.2 + 0.0002 per rps: at 60 % a process serves 2,000 rps; two tasks at least
     assert out.sizing.rps_per_task == pytest.approx(2_000)
@@ -146,7 +102,7 @@ def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_front_frames(
             "write": (5 + 0.001 * rps) * seconds,
             "read": (20 + 0.002 * rps) * seconds,
         }
-    load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
+    load = Traffic(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
     out = plan(load, EdgeKind.SERVER, prices(), measured)
     # the server edge's default, shared beats: a frame a beat, five a second an edge
     fronts = out.sizing.edge_tasks * front_frames_per_s(
@@ -163,7 +119,7 @@ def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_front_frames(
     assert on_demand(old) != on_demand(out)
     # many shards on shared beats: a frame's records (one a counter) reach every batcher, and
     # each batcher's gathered publish writes an item for the edge
-    heavy = Load(100_000, counters=10, hot_share=0.5, peak_to_mean=2)
+    heavy = Traffic(100_000, counters=10, hot_share=0.5, peak_to_mean=2)
     big = plan(heavy, EdgeKind.SERVER, prices(), measured)
     many = min(big.sizing.batchers, big.sizing.shards)
     assert many > 1, "the test means nothing where one batcher holds every shard"
@@ -190,7 +146,7 @@ def test_the_reply_table_is_provisioned_at_its_peak_over_the_target_where_that_i
     for one in measured["edges"]["lambda"]:  # an item per request, read 1.02 times
         one["reply_units"] = {"write": one["rps"] * one["duration_s"]}
         one["reply_units"]["read"] = 1.02 * one["reply_units"]["write"]
-    steady = plan(Load(10_000, 10, 0.5, peak_to_mean=1), EdgeKind.LAMBDA, prices(), measured)
+    steady = plan(Traffic(10_000, 10, 0.5, peak_to_mean=1), EdgeKind.LAMBDA, prices(), measured)
     assert steady.reply_units == {"write": pytest.approx(10_000), "read": pytest.approx(10_200)}
     assert steady.sizing.reply_capacity == {"write": 14_286, "read": 14_572}  # over REPLY_TARGET
     held = steady.sizing.reply_capacity
@@ -200,7 +156,7 @@ def test_the_reply_table_is_provisioned_at_its_peak_over_the_target_where_that_i
     )
     assert on_demand(steady) > steady.bill.lines["DynamoDB reply table, provisioned"]
     assert any("DynamoDB provisioned reply table" in limit.name for limit in steady.limits)
-    spiky = plan(Load(10_000, 10, 0.5, peak_to_mean=20), EdgeKind.LAMBDA, prices(), measured)
+    spiky = plan(Traffic(10_000, 10, 0.5, peak_to_mean=20), EdgeKind.LAMBDA, prices(), measured)
     assert not spiky.bill.provisioned_replies
     assert "DynamoDB reply table, provisioned" not in spiky.bill.lines
     (note,) = [n for n in spiky.bill.notes if n.startswith("the reply table provisioned")]
@@ -262,7 +218,7 @@ def test_the_latency_budget_adds_its_hops_and_fan_out_changes_the_batchers_read(
 
 
 def test_the_atomic_counter_takes_one_write_per_request_on_one_item_per_counter() -> None:
-    load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
+    load = Traffic(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
     out = plan(load, EdgeKind.ATOMIC, prices(), MEASURED)
     assert out.calls == {"update_item": pytest.approx(10_000)}
     assert out.sizing.concurrency == pytest.approx(20_000 * 0.010)
@@ -289,7 +245,7 @@ def test_the_atomic_counter_takes_one_write_per_request_on_one_item_per_counter(
 )
 def test_bad_input_is_refused_naming_the_option(load: dict[str, Any], says: str) -> None:
     with pytest.raises(PlanError, match=says):
-        Load(**load)
+        Traffic(**load)
 
 
 def test_a_prices_file_missing_a_price_or_a_region_is_refused_naming_it(tmp_path: Path) -> None:
@@ -312,16 +268,6 @@ def test_a_prices_file_missing_a_price_or_a_region_is_refused_naming_it(tmp_path
         Prices.read(path, "us-east-1")
     with pytest.raises(PlanError, match="cannot read the prices file"):
         Prices.read(tmp_path / "absent.json", "us-east-1")
-
-
-def numerator(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "numerator", "plan", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_the_command_plans_both_edges_side_by_side_from_the_shipped_files() -> None:
@@ -468,7 +414,7 @@ def test_frames_and_the_lambda_edges_reply_writes_and_listings_are_worked_out_no
     assert back_frames_per_s(1e6, 4, 0.2) == pytest.approx(20)  # every read of every shard
     assert back_frames_per_s(0.5, 4, 0.2) == pytest.approx(0.5, rel=0.02)  # each record alone
     assert back_frames_per_s(20, 4, 0.2) == pytest.approx(20 * (1 - math.exp(-1)))
-    load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
+    load = Traffic(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
     out = plan(load, EdgeKind.LAMBDA, prices(), MEASURED)
     frames = out.sizing.shards * 5  # at 10,000 rps on 29 shards: every read
     assert out.calls["batch_write_item"] == pytest.approx(frames + (10_000 - frames) / 25, rel=1e-3)
@@ -485,7 +431,7 @@ def test_a_lambdas_cpu_is_billed_at_its_memorys_share_of_a_vcpu() -> None:
     latency budget has the CPU's hop."""
     from numerator.plan.model import VCPU_MB
 
-    load = Load(10_000, 10, 0.5, 1, 2.0)
+    load = Traffic(10_000, 10, 0.5, 1, 2.0)
     without = plan(load, EdgeKind.LAMBDA, prices(), MEASURED)
     cpu = MEASURED | {"invocation_cpu_ms": {"lambda": 20.0, "atomic": 5.0}}
     at512 = plan(load, EdgeKind.LAMBDA, prices(), cpu)
@@ -506,7 +452,7 @@ def test_a_lambdas_cpu_is_billed_at_its_memorys_share_of_a_vcpu() -> None:
 
 
 def test_a_function_url_takes_api_gateways_line_and_throttle_out_and_is_noted_beside() -> None:
-    load = Load(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
+    load = Traffic(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
     for edge in (EdgeKind.LAMBDA, EdgeKind.ATOMIC):
         gateway = plan(load, edge, prices(), MEASURED)
         url = plan(load, edge, prices(), MEASURED, url=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from numerator.plan import EdgeKind, Load, PlanError, plan
+from numerator.plan import EdgeKind, PlanError, Traffic, plan
 from numerator.plan.advice import LAMBDA_PLACE, advise
 from numerator.plan.cost import Prices
 from numerator.plan.model import MONTH_S, Sizing
@@ -25,7 +25,7 @@ from numerator.plan.whole import (
     WIRE_BYTES,
     instance_class,
 )
-from tests.unit.test_plan import MEASURED, numerator
+from tests.plans import MEASURED, numerator
 
 DOC = (Path(__file__).parents[2] / "docs" / "plan.md").read_text()
 
@@ -43,7 +43,7 @@ LOGS = "CloudWatch Logs (taken in, 30 days kept)"
 
 def test_logs_are_billed_from_the_bytes_measured_a_request_and_each_processs_emf_line() -> None:
     usd = prices().usd
-    load = Load(10_000)
+    load = Traffic(10_000)
     quiet = plan(load, EdgeKind.SERVER, prices(), measured(server=0.0, server_emf_line=0.0))
     assert quiet.bill.lines[LOGS] == 0
     assert not any("--measure-logs measures them" in note for note in quiet.bill.notes)
@@ -64,7 +64,7 @@ def test_logs_are_billed_from_the_bytes_measured_a_request_and_each_processs_emf
 def test_the_subnets_way_to_aws_is_the_cheaper_of_nat_gateways_and_endpoints(
     tmp_path: Path,
 ) -> None:
-    load = Load(10_000)
+    load = Traffic(10_000)
     shipped = plan(load, EdgeKind.LAMBDA, prices(), measured())
     [way] = [k for k in shipped.bill.lines if k.startswith(("NAT", "VPC interface"))]
     note = [n for n in shipped.bill.notes if "from the private subnets" in n]
@@ -91,27 +91,27 @@ def test_data_transfer_out_is_each_answers_bytes_at_the_tiers_prices() -> None:
     answer = 172.0
     # a rate that sends exactly 20,480 GB a month: the first tier whole, half of the second
     rps = 20_480e9 / MONTH_S / (answer + WIRE_BYTES)
-    out = plan(Load(rps), EdgeKind.SERVER, prices(), measured(response_bytes=answer))
+    out = plan(Traffic(rps), EdgeKind.SERVER, prices(), measured(response_bytes=answer))
     expected = (
         10_240 * usd["transfer_out_gb_first_10tb"] + 10_240 * usd["transfer_out_gb_next_40tb"]
     )
     assert out.bill.lines["Data transfer out"] == pytest.approx(expected)
-    atomic = plan(Load(rps), EdgeKind.ATOMIC, prices(), measured(response_bytes=answer))
+    atomic = plan(Traffic(rps), EdgeKind.ATOMIC, prices(), measured(response_bytes=answer))
     assert atomic.bill.lines["Data transfer out"] == pytest.approx(expected)
 
 
 def test_the_load_balancers_capacity_units_follow_new_connections() -> None:
     usd, hours = prices().usd, prices().hours
     lcu = "ALB capacity units (LCUs)"
-    many = plan(Load(10_000, new_connections=10_000), EdgeKind.SERVER, prices(), measured())
+    many = plan(Traffic(10_000, new_connections=10_000), EdgeKind.SERVER, prices(), measured())
     assert many.bill.lines[lcu] == pytest.approx(10_000 / 25 * hours * usd["alb_lcu_hour"])
     assert any("set by its new connections" in note for note in many.bill.notes)
-    few = plan(Load(10_000), EdgeKind.SERVER, prices(), measured())
+    few = plan(Traffic(10_000), EdgeKind.SERVER, prices(), measured())
     assert few.bill.lines[lcu] < many.bill.lines[lcu]
     said = f"{10_000 / REQUESTS_PER_CONNECTION:,.0f} new connections a second"
     assert any(said in note for note in few.bill.notes)
     with pytest.raises(PlanError, match="--new-connections must be"):
-        Load(10, new_connections=-1)
+        Traffic(10, new_connections=-1)
 
 
 def test_a_burstable_instance_pays_credits_past_its_baseline_or_gives_way() -> None:
@@ -123,7 +123,7 @@ def test_a_burstable_instance_pays_credits_past_its_baseline_or_gives_way() -> N
     busy = Sizing(EdgeKind.SERVER, 1, transactions_per_s=at_baseline * 1.5)
     assert instance_class(busy, 1e6, usd) == small  # the credits cost less than a larger class
     busy.instance_class = small
-    load = Load(1000)
+    load = Traffic(1000)
     out = plan(load, EdgeKind.SERVER, usd, MEASURED)
     assert out.sizing.instance_class == small
     credit = next(k for k in out.bill.lines if k.startswith("RDS CPU credits"))
@@ -137,18 +137,18 @@ def test_a_burstable_instance_pays_credits_past_its_baseline_or_gives_way() -> N
 
 
 def test_the_recommendation_finds_where_the_bills_cross() -> None:
-    def crossing(load: Load) -> dict[EdgeKind, float]:
+    def crossing(load: Traffic) -> dict[EdgeKind, float]:
         return {EdgeKind.LAMBDA: 2.0 * load.rps, EdgeKind.SERVER: 100.0 + 0.1 * load.rps}
 
-    advice = advise(Load(1000), crossing)
+    advice = advise(Traffic(1000), crossing)
     assert advice.break_even_rps == pytest.approx(100 / 1.9, rel=1e-6)
     assert advice.cheaper is EdgeKind.SERVER
     assert "below it the Lambda edge is cheaper" in advice.line and LAMBDA_PLACE in advice.line
 
-    def server_always(load: Load) -> dict[EdgeKind, float]:
+    def server_always(load: Traffic) -> dict[EdgeKind, float]:
         return {EdgeKind.LAMBDA: 300.0 + load.rps, EdgeKind.SERVER: 200.0 + 0.01 * load.rps}
 
-    always = advise(Load(50), server_always)
+    always = advise(Traffic(50), server_always)
     assert always.break_even_rps is None and always.cheaper is EdgeKind.SERVER
     assert "cheaper at every rate" in always.line and LAMBDA_PLACE in always.line
 

@@ -91,9 +91,9 @@ async def test_an_app_that_answers_nothing_is_logged_as_an_error(
 def test_failures_are_logged_ten_a_second_and_the_rest_counted() -> None:
     """Through an outage every request fails: a line each stalled a worker whose log pipe
     filled (tests/e2e/test_failover.py) and would cost what the quiet lines saved."""
-    from functions.requestlog import Budget
+    from functions.requestlog import LineBudget
 
-    budget = Budget(per_s=10)
+    budget = LineBudget(per_s=10)
     taken = [budget.take(100.0 + i / 100) for i in range(25)]  # 25 in a quarter second
     assert [may for may, _ in taken].count(True) == 10
     assert all(held == 0 for _, held in taken)

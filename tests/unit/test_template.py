@@ -16,27 +16,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from samtranslator.yaml_helper import yaml_parse
 
 from infra.settings import VARIABLES, Settings
-from tests.cfn import dangling, variant
+from tests.cfn import FARGATE, ROOT, TEMPLATE, dangling, template, transformed, variant
 
-ROOT = Path(__file__).parents[2]
-TEMPLATE = ROOT / "template.yaml"
 SETTINGS = set(VARIABLES)
 BOTO3 = {"AWS_ENDPOINT_URL"}  # read by boto3 itself: empty means AWS's own endpoints
-FARGATE = {
-    "Edge": "fargate",
-    "Authorizer": "NONE",
-    "CertificateArn": "arn:aws:acm:us-east-1:123456789012:certificate/numerator",
-}
 LAMBDA_ONLY = {"EdgeFunction", "Api", "ApiInvokes", "Api5xxAlarm"}
 FARGATE_ONLY = {"Balancer", "HttpsListener", "EdgeTargets", "EdgeService", "EdgeCpuTracking"}
-
-
-def template() -> dict[str, Any]:
-    parsed: dict[str, Any] = yaml_parse(TEMPLATE.read_text())
-    return parsed
 
 
 def tool(name: str) -> str:
@@ -64,21 +51,6 @@ def test_sam_validate_lint_passes() -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "is a valid SAM Template" in done.stdout + done.stderr
-
-
-def transformed() -> dict[str, Any]:
-    from samtranslator.translator.transform import transform
-
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")  # for the ARNs SAM writes
-
-    class NoManagedPolicies:  # the template names no managed policy for SAM to look up
-        def load(self) -> dict[str, str]:
-            return {}
-
-    packaged = template()  # as `sam package` leaves it: the code uploaded to S3
-    packaged["Resources"]["EdgeFunction"]["Properties"]["CodeUri"] = "s3://numerator/edge.zip"
-    out: dict[str, Any] = transform(packaged, {}, NoManagedPolicies())  # type: ignore[arg-type]
-    return out
 
 
 def test_the_sam_transform_yields_every_resource_of_the_deployment() -> None:

@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.cfn import variant
-from tests.unit.test_template import TEMPLATE, transformed
+from tests.cfn import TEMPLATE, transformed, variant
 
 INTEGRATION = (
     "arn:${AWS::Partition}:apigateway:${AWS::Region}:lambda:path/2015-03-31/functions/"

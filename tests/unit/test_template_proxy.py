@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from infra.settings import Settings
-from tests.cfn import dangling, variant
-from tests.unit.test_template import template, transformed
+from tests.cfn import dangling, template, transformed, variant
 
 PROXY = {"DatabaseProxy", "DatabaseProxyRole", "DatabaseProxyTargets", "DatabaseFromProxy"}
 WITH_PROXY = {"CreateDatabase": "true", "RdsProxy": "true"}

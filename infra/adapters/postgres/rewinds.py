@@ -1,4 +1,4 @@
-"""The Rewinds role: the periods batchers found below values they had handed out (Postgres forgot
+"""The RewindLog role: the periods batchers found below values they had handed out (Postgres forgot
 commits: an asynchronous standby promoted), and an operator's mend that raises a counter past
 them (docs/runbook.md)."""
 

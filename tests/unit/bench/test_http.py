@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from bench.http import Client, HttpError, _parse
+from bench.http import HttpError, HttpPool, _parse
 
 
 def test_content_length_response() -> None:
@@ -61,7 +61,7 @@ async def serve(delay: float) -> tuple[Server, asyncio.Server, str]:
 
 async def test_requests_beyond_the_limit_wait_for_a_free_connection() -> None:
     server, listening, url = await serve(0.02)
-    client = Client(url, 4)
+    client = HttpPool(url, 4)
     raw = client.build("POST", "/x")
     answers: list[tuple[int, int, bytes]] = []
     all_in = asyncio.Event()
@@ -84,7 +84,7 @@ async def test_requests_beyond_the_limit_wait_for_a_free_connection() -> None:
 
 async def test_a_request_times_out_and_its_connection_is_replaced() -> None:
     _, listening, url = await serve(0.0)
-    client = Client(url, 1)
+    client = HttpPool(url, 1)
     errors: list[str] = []
     client.submit(client.build("GET", "/hang"), 0.2, None, lambda *a: errors.append(a[3].kind))
     assert await client.send(client.build("GET", "/fine"), 5) == (200, b"ok")
@@ -95,7 +95,7 @@ async def test_a_request_times_out_and_its_connection_is_replaced() -> None:
 
 async def test_a_hang_up_is_an_error_not_a_wait() -> None:
     _, listening, url = await serve(0.0)
-    client = Client(url, 2)
+    client = HttpPool(url, 2)
     with pytest.raises(HttpError) as raised:
         await client.send(client.build("GET", "/close"), 5)
     assert raised.value.kind == "disconnected"
@@ -108,7 +108,7 @@ async def test_a_refused_connection_fails_its_request() -> None:
     _, listening, url = await serve(0.0)
     listening.close()
     await listening.wait_closed()
-    client = Client(url, 2)
+    client = HttpPool(url, 2)
     with pytest.raises(HttpError) as raised:
         await client.send(client.build("GET", "/x"), 5)
     assert raised.value.kind == "connect"

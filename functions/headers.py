@@ -21,7 +21,7 @@ from infra.settings import loopback
 BROWSER = frozenset({b"origin", b"referer", b"sec-fetch-site"})
 
 
-class Heads(NamedTuple):
+class Headers(NamedTuple):
     size: int
     """Bytes of the names and values of every header."""
     authorization: bytes | None
@@ -38,7 +38,7 @@ class Heads(NamedTuple):
     """A Transfer-Encoding was sent: a body of a length not said beforehand."""
 
 
-def read(scope: Scope) -> Heads:
+def read(scope: Scope) -> Headers:
     """The headers of `scope`, read once."""
     size = length = hosts = 0
     authorization = key = host = repeated = None
@@ -62,7 +62,7 @@ def read(scope: Scope) -> Heads:
         elif header in BROWSER:
             browser = True
     plain = not browser and (host is None or (hosts == 1 and local(host)))
-    return Heads(size, authorization, key, length, plain, repeated, chunked)
+    return Headers(size, authorization, key, length, plain, repeated, chunked)
 
 
 @functools.lru_cache(maxsize=256)

@@ -1,0 +1,275 @@
+"""Every route of the edge, declared once: method, path, handler, what a key must allow (None:
+open to all), and its OpenAPI words and models (functions/operations.py). The app, admission, the
+fast path and the OpenAPI document all read this table: to add a route, add its `Operation` here
+(and its handler)."""
+
+from __future__ import annotations
+
+from functions import bodies, index, ledger, routes
+from functions.openapi import body, ref
+from functions.operations import Operation, Table
+from infra.keys import Need
+
+IDEMPOTENCY_KEY = {
+    "name": "Idempotency-Key",
+    "in": "header",
+    "description": "A retry with the same key returns the same values; "
+    "the same key with another count is 422 idempotency-key-reused",
+    "schema": {"type": "string", "pattern": bodies.IDEMPOTENCY_KEY},
+}
+PING = {"200": ("{ok: true}", None)}
+MARKED = (404, 408, 409, 413, 415, 422, 502, 503, 504)
+VERIFIED = {
+    "200": ("Every chain is sound", body("Verification")),
+    "409": ("Each table and row that is not", body("Verification")),
+}
+
+TABLE = Table(
+    (
+        Operation(
+            "GET",
+            "/",
+            index.index,
+            None,
+            "getIndex",
+            "service",
+            "A page for a browser: what this is, these routes, where to read on",
+            {"200": ("HTML, static", None)},
+        ),
+        Operation(
+            "GET",
+            "/counters",
+            routes.list_counters,
+            Need.READ,
+            "listCounters",
+            "counters",
+            "List counters by name, a page at a time",
+            {"200": ("A page; `next` is null on the last one", body("CounterPage"))},
+            (422, 503),
+            query=bodies.PageQuery,
+        ),
+        Operation(
+            "POST",
+            "/counters",
+            routes.create_counter,
+            Need.ADMIN,
+            "createCounter",
+            "counters",
+            "Create a counter",
+            {"201": ("Created; Location names it", body("Counter"))},
+            (408, 409, 413, 415, 422, 503),
+            body="NewCounter",
+        ),
+        Operation(
+            "GET",
+            "/counters/{name}",
+            routes.get_counter,
+            Need.READ,
+            "getCounter",
+            "counters",
+            "A counter's settings, current period and last value handed out",
+            {"200": ("The counter", body("Counter"))},
+            (404, 422, 503),
+        ),
+        Operation(
+            "PATCH",
+            "/counters/{name}",
+            ledger.update,
+            Need.ADMIN,
+            "changeRetention",
+            "counters",
+            "Change a counter's retention (scope admin)",
+            {"200": ("The counter", body("Counter"))},
+            (404, 408, 413, 415, 422, 503),
+            body="RetentionChange",
+        ),
+        Operation(
+            "POST",
+            "/counters/{name}/next",
+            None,
+            Need.NEXT,
+            "nextValues",
+            "counters",
+            "The next value, or the next `count` consecutive values",
+            {
+                "200": (
+                    "Value for one value; Values for count > 1",
+                    {"application/json": {"schema": {"oneOf": [ref("Value"), ref("Values")]}}},
+                )
+            },
+            (404, 413, 422, 429, 502, 503, 504),
+            query=bodies.NextQuery,
+            headers=(IDEMPOTENCY_KEY,),
+        ),
+        Operation(
+            "POST",
+            "/counters/{name}/void",
+            ledger.void,
+            Need.NEXT,
+            "voidValues",
+            "ledger",
+            "Take values out of use, for a reason (idempotent; never reused)",
+            {"200": ("The ranges voided", body("Voided"))},
+            MARKED,
+            body="Void",
+        ),
+        Operation(
+            "POST",
+            "/counters/{name}/confirm",
+            ledger.confirm,
+            Need.NEXT,
+            "confirmValues",
+            "ledger",
+            "Confirm values were used (a counter created to need it; idempotent)",
+            {"200": ("The ranges confirmed", body("Confirmed"))},
+            MARKED,
+            body="Confirmation",
+        ),
+        Operation(
+            "GET",
+            "/counters/{name}/report",
+            ledger.report,
+            Need.READ,
+            "getReport",
+            "ledger",
+            "The completeness report of a period: issued, voided, gaps",
+            {"200": ("The report", body("Report"))},
+            (404, 422, 503),
+            query=bodies.PeriodQuery,
+        ),
+        Operation(
+            "GET",
+            "/counters/{name}/audit",
+            ledger.audit,
+            Need.READ,
+            "exportAudit",
+            "ledger",
+            "The audit export of a period: who took each value, voids, hashes",
+            {
+                "200": (
+                    "The export",
+                    {**body("AuditExport"), "text/csv": {"schema": {"type": "string"}}},
+                )
+            },
+            (404, 422, 503),
+            query=bodies.AuditQuery,
+        ),
+        Operation(
+            "GET",
+            "/audit/verify",
+            ledger.verify,
+            Need.READ,
+            "verifyAudit",
+            "ledger",
+            "Recompute the audit trail's hash chains",
+            VERIFIED,
+            (422, 503),
+            query=bodies.VerifyQuery,
+        ),
+        Operation(
+            "POST",
+            "/audit/verify",
+            ledger.verify,
+            Need.READ,
+            "verifyAuditHeads",
+            "ledger",
+            "Verify, and prove the chains still hold heads anchored earlier",
+            {
+                **VERIFIED,
+                "200": ("Sound, and every anchored head held or pruned", VERIFIED["200"][1]),
+            },
+            (408, 413, 415, 422, 503),
+            body="Heads",
+            query=bodies.VerifyQuery,
+        ),
+        Operation(
+            "GET",
+            "/audit/heads",
+            ledger.heads,
+            Need.READ,
+            "getHeads",
+            "ledger",
+            "Each hash chain's head: what to keep outside Postgres",
+            {"200": ("The heads", body("Heads"))},
+            (503,),
+        ),
+        Operation(
+            "GET",
+            "/keys",
+            routes.list_keys,
+            Need.ADMIN,
+            "listKeys",
+            "keys",
+            "List API keys, revoked ones too (scope admin); never their secrets",
+            {"200": ("The keys", body("KeyList"))},
+            (503,),
+        ),
+        Operation(
+            "POST",
+            "/keys",
+            routes.create_key,
+            Need.ADMIN,
+            "createKey",
+            "keys",
+            "Create an API key (scope admin); its secret is in this answer only",
+            {"201": ("Created: the key, with `secret` (shown once)", body("Key"))},
+            (408, 409, 413, 415, 422, 503),
+            body="NewKey",
+        ),
+        Operation(
+            "DELETE",
+            "/keys/{name}",
+            routes.revoke_key,
+            Need.ADMIN,
+            "revokeKey",
+            "keys",
+            "Revoke the unrevoked key of this name (scope admin)",
+            {"200": ("The key, revoked", body("Key"))},
+            (404, 503),
+        ),
+        Operation(
+            "GET",
+            "/healthz",
+            routes.healthz,
+            None,
+            "getHealth",
+            "service",
+            "Health",
+            {"200": ("Healthy", body("Health")), "503": ("Degraded", body("Health"))},
+        ),
+        Operation(
+            "GET",
+            "/metrics",
+            routes.metrics,
+            Need.READ,
+            "getMetrics",
+            "service",
+            "Prometheus metrics (scope read)",
+            {"200": ("Text exposition format", {"text/plain": {"schema": {"type": "string"}}})},
+        ),
+        Operation(
+            "GET",
+            "/openapi.json",
+            routes.openapi,
+            None,
+            "getOpenapi",
+            "service",
+            "This OpenAPI 3.1 document: every route, body and problem",
+            {"200": ("OpenAPI 3.1", None)},
+        ),
+        Operation(
+            "GET",
+            "/ping",
+            routes.ping,
+            None,
+            "ping",
+            "service",
+            "A trivial answer: the yardstick the benchmark holds /next against",
+            PING,
+        ),
+        Operation(
+            "POST", "/ping", routes.ping, None, "pingPost", "service", "The same, for POST", PING
+        ),
+    )
+)
+"""The edge's routes, in the order the OpenAPI document lists their paths."""

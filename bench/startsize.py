@@ -38,7 +38,7 @@ POLL_S = 0.005
 
 
 @dataclass(frozen=True)
-class Start:
+class ReadyTime:
     healthy_s: float
     next_s: float
 
@@ -68,14 +68,14 @@ def first_ok(client: httpx.Client, method: str, url: str, began: float, patience
     raise SystemExit(f"{method} {url}: no 2xx within {patience:.0f} s")
 
 
-def start(database_url: str) -> Start:
+def start(database_url: str) -> ReadyTime:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     began = time.monotonic()
     with serving(database_url, port), httpx.Client(timeout=2) as client:
         healthy = first_ok(client, "GET", base + "/healthz", began, 60)
         answered = first_ok(client, "POST", f"{base}/counters/{COUNTER}/next", began, 60)
-    return Start(healthy, answered)
+    return ReadyTime(healthy, answered)
 
 
 def memory(root: psutil.Process) -> dict[str, tuple[float, float]]:

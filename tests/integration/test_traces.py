@@ -23,7 +23,7 @@ from infra.adapters.pushkeys import new_key
 from infra.observe import otel, traces
 from infra.settings import Settings
 from numerator.stack import BatcherStack, EdgeStack, EmbeddedStack
-from tests.integration.test_handler import Container, batcher_on, body, environment, event
+from tests.lambdas import Container, batcher_on, body, environment, event
 
 NEXT = "POST /counters/{name}/next"
 CLIENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -9,7 +9,8 @@ from dataclasses import replace
 from typing import Any
 
 from infra.counters import ConfirmMode
-from numerator.client import DEFAULT_URL, Call, Calls, Client, T, _as_sent
+from numerator.client import DEFAULT_URL, Call, Calls, Client, T
+from numerator.client.calls import as_sent
 
 CLI_DEADLINE_S = 5.0
 """A person waits this long for a command, retries included (the library's calls wait 60 s)."""
@@ -25,7 +26,7 @@ def service(args: argparse.Namespace) -> Client:
 
 def raw(call: Call[T]) -> Call[Any]:
     """The same call, its answer read as the JSON the service sent (what --json prints)."""
-    return replace(call, read=_as_sent)
+    return replace(call, read=as_sent)
 
 
 def call(
@@ -39,7 +40,7 @@ def call(
 ) -> Any:
     """The JSON body of the answer (its text, with `text`); a StatusError for a 4xx or 5xx answer
     but for the statuses in `ok` (numerator.client, retried as its calls are)."""
-    return client.send(Call(method, path, _as_sent, params or {}, json, ok=ok, text=text))
+    return client.send(Call(method, path, as_sent, params or {}, json, ok=ok, text=text))
 
 
 def show(body: Any, as_json: bool, lines: list[str]) -> None:

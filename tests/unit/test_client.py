@@ -27,6 +27,8 @@ from numerator.client import (
     TooMany,
     Unreachable,
     Values,
+    clients,
+    retries,
 )
 
 
@@ -61,7 +63,7 @@ def test_the_backoff_doubles_with_jitter_up_to_its_cap() -> None:
 
 def test_the_first_wait_is_drawn_up_to_first_wait_s(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each wait's ceiling, drawn at its top: FIRST_WAIT_S first, then doubling to the cap."""
-    monkeypatch.setattr(client.random, "uniform", lambda low, high: high)
+    monkeypatch.setattr(retries.random, "uniform", lambda low, high: high)
     retry = Retry(10_000)
     waits = [retry.wait(None) for _ in range(8)]
     assert waits == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0])
@@ -208,7 +210,7 @@ def test_a_tls_context_is_built_only_when_tls_may_be_spoken(
     monkeypatch.delenv("https_proxy", raising=False)
     if proxy:
         monkeypatch.setenv("ALL_PROXY", proxy)
-    assert client._tls(url) is tls
+    assert clients._tls(url) is tls
     with Client(url) as made:  # and an https URL's client verifies what it connects to
         context = made.http._transport._pool._ssl_context  # type: ignore[attr-defined]
         assert (context.verify_mode == ssl.CERT_REQUIRED) is tls
@@ -257,16 +259,16 @@ async def test_the_async_client_gives_up_as_soon() -> None:
 def test_a_refused_connection_elsewhere_is_retried_to_the_deadline() -> None:
     """Another machine's service may be restarting behind its balancer: worth the retries."""
     refused = httpx.ConnectError("[Errno 111] Connection refused")
-    assert client._nothing_answers(refused, "http://numbers.example:8080") is None
-    assert client._nothing_answers(refused, "http://[::1]:8080") is not None
-    assert client._nothing_answers(httpx.ReadTimeout("slow"), "http://127.0.0.1:8080") is None
+    assert retries.nothing_answers(refused, "http://numbers.example:8080") is None
+    assert retries.nothing_answers(refused, "http://[::1]:8080") is not None
+    assert retries.nothing_answers(httpx.ReadTimeout("slow"), "http://127.0.0.1:8080") is None
 
 
 @pytest.mark.parametrize("url", ["localhost:18080", "127.0.0.1:8080", "ftp://host", "http://"])
 def test_a_url_without_http_is_refused_at_once(url: str) -> None:
     with pytest.raises(BadURL, match="must start with http:// or https://"):
         Client(url)
-    assert client._checked_url("http://h:1/") == "http://h:1"
+    assert clients._checked_url("http://h:1/") == "http://h:1"
 
 
 def test_a_problem_names_the_field_it_is_about() -> None:

@@ -161,6 +161,7 @@ def test_every_package_is_read() -> None:
         ("infra.adapters", "infra.adapters"),
         ("functions.edge", "functions"),
         ("numerator.client", "numerator.client"),
+        ("numerator.client.calls", "numerator.client"),
         ("numerator.commands", "numerator"),
         ("bench.client", "bench"),
         ("starlette.routing", None),
@@ -202,6 +203,35 @@ def test_a_planted_arrow_from_bench_is_reported(tmp_path: Path) -> None:
     """bench/ once imported anything unseen; a lazy import is an arrow too."""
     root = plant(tmp_path, {"bench/client.py": "def f():\n    from numerator import cli\n"})
     assert floor_plan(root) == ["bench.client (bench) imports numerator.cli (numerator)"]
+
+
+CLIENT = {
+    "numerator/client/__init__.py": "from numerator.client.clients import Client\n",
+    "numerator/client/failures.py": "import httpx\n",
+    "numerator/client/clients.py": "import httpx\nfrom numerator.client.failures import E\n",
+}
+"""The client wing, a package of its own modules: they import each other and httpx alone."""
+
+
+def test_the_client_wing_may_import_itself(tmp_path: Path) -> None:
+    root = plant(tmp_path, {**CLIENT, "bench/client.py": "from numerator.client import Client\n"})
+    assert floor_plan(root) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "imported"),
+    [
+        ("from infra.wire import json\n", "infra.wire (infra)"),
+        ("def f():\n    from numerator import cli\n", "numerator.cli (numerator)"),
+        ("import bench\n", "bench (bench)"),
+    ],
+)
+def test_a_planted_arrow_out_of_the_client_wing_is_reported(
+    tmp_path: Path, source: str, imported: str
+) -> None:
+    """Any module of the client's package, not only its root: the wing is the whole folder."""
+    root = plant(tmp_path, {**CLIENT, "numerator/client/failures.py": source})
+    assert floor_plan(root) == [f"numerator.client.failures (numerator.client) imports {imported}"]
 
 
 def test_a_planted_circle_inside_a_floor_is_reported(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from batcher.handout import (
     ConfirmationsMade,
     Handed,
     Refusal,
+    Taking,
     VoidsMade,
     abandon,
     assign,
@@ -56,9 +57,8 @@ class Outcome:
     """Records whose cancel came before they were applied: nothing allocated."""
     abandoned: int = 0
     """Values voided as abandoned: their record's cancel came after it was applied."""
-    taken: list[tuple[str, Span]] = field(default_factory=list)
-    """Each taking record's reply key and (counter, period, first, last): what a later cancel
-    voids."""
+    taken: list[Taking] = field(default_factory=list)
+    """What each taking record took, by its reply key: what a later cancel voids."""
     rewound: dict[tuple[str, str], int] = field(default_factory=dict)
     """Periods refused because their counter is below their floor (a rewind), with the floor;
     `refused`: the records answered so."""

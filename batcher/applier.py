@@ -118,7 +118,7 @@ class Applier:
         if outcome.rewound:
             await self.rewinds.found(outcome.rewound)
         self.recent.remember(outcome.taken)
-        self.known.taken(span for _, span in outcome.taken)
+        self.known.taken(one.span for one in outcome.taken)
         frame.applied(outcome.replies)
         self.metrics.pushes_sent.inc(self.push.send(frame.entries, outcome.replies))
         lease = self._past(lease, frame.read_to, frame.last_sequence)

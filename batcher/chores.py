@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -15,7 +16,7 @@ from infra.clock import utc_now
 from infra.errors import NumeratorError
 from infra.ledger import VoidReason
 from infra.observe.metrics import Metrics
-from infra.ports import Anchors, Frames, Ledger, Stream
+from infra.ports import Anchors, Frames, Ledger, Overdue, Stream
 from infra.settings import RetentionSettings
 from infra.trail import Anchor, Start, anchored_in, newest
 from infra.wire import MAX_VOID, Void, reply_key
@@ -30,20 +31,20 @@ MARK_EVERY_S = 1.0  # the ends of edges are chained within this of being known
 MARK_DEAD_S = 30.0
 
 
-def not_confirmed(counter: str, spans: list[tuple[str, int, int]]) -> list[Void]:
-    """The void records, reason not-confirmed, for a counter's unconfirmed (period, first,
-    last) spans, each at most MAX_VOID values."""
+def not_confirmed(counter: str, spans: Sequence[Overdue]) -> list[Void]:
+    """The void records, reason not-confirmed, for a counter's overdue spans, each at most
+    MAX_VOID values."""
     return [
         Void(
             reply_key(),
             counter,
             first,
-            min(last, first + MAX_VOID - 1),
+            min(span.last, first + MAX_VOID - 1),
             VoidReason.NOT_CONFIRMED,
-            period,
+            span.period,
         )
-        for period, low, last in spans
-        for first in range(low, last + 1, MAX_VOID)
+        for span in spans
+        for first in range(span.first, span.last + 1, MAX_VOID)
     ]
 
 
@@ -69,12 +70,12 @@ class Sweep:
 
     async def once(self) -> None:
         for counter in await self.ledger.confirming():
-            spans, upto = await self.ledger.unconfirmed(counter, self.ttl)
-            voids = not_confirmed(counter.name, spans)
+            found = await self.ledger.unconfirmed(counter, self.ttl)
+            voids = not_confirmed(counter.name, found.overdue)
             if voids:
                 await self.stream.put(voids)
                 log.info("%s: %d span(s) not confirmed in time", counter.name, len(voids))
-            await self.ledger.swept(counter.name, upto)
+            await self.ledger.swept(counter.name, found.upto)
 
 
 class Silence:

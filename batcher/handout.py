@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from batcher.classify import ConfirmAsked, Live, VoidAsked, error
 from infra.counters import Counter
@@ -234,12 +235,19 @@ def abandon(
     return asks
 
 
+class Taking(NamedTuple):
+    """What one record took: its reply `key` (what its cancel names) and its `span`."""
+
+    key: str
+    span: Span
+
+
 @dataclass
 class Handed:
     """What splitting a frame's allocated ranges among its takers gives (`hand_out`)."""
 
     replies: list[Reply] = field(default_factory=list)
-    taken: list[tuple[str, Span]] = field(default_factory=list)
+    taken: list[Taking] = field(default_factory=list)
     claims: list[Claim] = field(default_factory=list)
     """The keyed takers' claims, to remember under their Idempotency-Keys."""
     ranges: list[Span] = field(default_factory=list)
@@ -267,7 +275,7 @@ def hand_out(
         out.replies.append(
             Reply(record.key, record.counter, first, last, counter.template, one.day)
         )
-        out.taken.append((record.key, Span(counter.name, one.period, first, last)))
+        out.taken.append(Taking(record.key, Span(counter.name, one.period, first, last)))
         if record.idempotency_key:
             out.claims.append(
                 Claim(

@@ -8,6 +8,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from batcher.allocation import decode_replies
+from batcher.handout import Taking
 from infra.counters import Counter
 from infra.ports import Frames, Lease
 from infra.spans import Span
@@ -20,9 +21,9 @@ class Recent:
         self.frames = frames
         self.within = reply_timeout_s + CANCEL_MARGIN_S
         self.taken: dict[str, Span] = {}
-        self._since: deque[tuple[float, Sequence[tuple[str, Span]]]] = deque()  # oldest first
+        self._since: deque[tuple[float, Sequence[Taking]]] = deque()  # oldest first
 
-    def remember(self, taken: Sequence[tuple[str, Span]]) -> None:
+    def remember(self, taken: Sequence[Taking]) -> None:
         """Keep what each record took for as long as its edge may still give up on it (its
         reply timeout, and a margin for the cancel to travel)."""
         now = time.monotonic()
@@ -31,8 +32,8 @@ class Recent:
             self._since.append((now, taken))
         cutoff = now - self.within
         while self._since and self._since[0][0] < cutoff:
-            for key, _ in self._since.popleft()[1]:
-                self.taken.pop(key, None)
+            for one in self._since.popleft()[1]:
+                self.taken.pop(one.key, None)
 
     async def with_before(
         self, lease: Lease, keys: set[str], counters: Mapping[str, Counter]

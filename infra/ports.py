@@ -426,6 +426,30 @@ class Frames(Protocol):
         anchored event)."""
 
 
+class ConfirmedRange(NamedTuple):
+    """Values `first` to `last` of a period, confirmed (`Ledger.confirmed`)."""
+
+    first: int
+    last: int
+
+
+class Overdue(NamedTuple):
+    """Values `first` to `last` of `period` handed out long enough ago, neither confirmed nor
+    void: the confirmation sweep voids them (`Ledger.unconfirmed`)."""
+
+    period: str
+    first: int
+    last: int
+
+
+class Unconfirmed(NamedTuple):
+    """What the confirmation sweep found of one counter (`Ledger.unconfirmed`): the `overdue`
+    spans, and the time up to which it may mark the counter swept (`Ledger.swept`)."""
+
+    overdue: list[Overdue]
+    upto: datetime
+
+
 class Ledger(Protocol):
     """The audit trail: voids, confirmations and the hash chains."""
 
@@ -435,17 +459,15 @@ class Ledger(Protocol):
 
     async def voids(self, name: str, period: str) -> list[VoidRow]: ...
 
-    async def confirmed(self, name: str, period: str) -> list[tuple[int, int]]:
+    async def confirmed(self, name: str, period: str) -> list[ConfirmedRange]:
         """The spans of the period confirmed (they may overlap)."""
 
     async def confirming(self) -> list[Counter]:
         """The counters that take confirmations."""
 
-    async def unconfirmed(
-        self, counter: Counter, ttl: float
-    ) -> tuple[list[tuple[str, int, int]], datetime]:
+    async def unconfirmed(self, counter: Counter, ttl: float) -> Unconfirmed:
         """Values handed out over `ttl` seconds ago, since the last sweep, neither confirmed
-        nor void, as (period, first, last); and the time the sweep may mark as done."""
+        nor void; and the time the sweep may mark as done."""
 
     async def swept(self, name: str, upto: datetime) -> None: ...
 

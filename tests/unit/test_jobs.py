@@ -21,6 +21,7 @@ from infra.adapters.postgres.pool import rows
 from infra.counters import Counter, Reset
 from infra.faults import Faults
 from infra.ledger import VoidReason
+from infra.ports import Overdue, Unconfirmed
 from infra.settings import RetentionSettings
 from infra.spans import Run, Span
 from infra.wire import Demand, Void
@@ -32,17 +33,15 @@ ROOT = Path(__file__).parents[2]
 class Ledger:
     """The Ledger role's double: the sweep's three calls, nothing of counters, keys or frames."""
 
-    def __init__(self, counter: Counter, spans: list[tuple[str, int, int]]) -> None:
+    def __init__(self, counter: Counter, spans: list[Overdue]) -> None:
         self.counter, self.spans = counter, spans
         self.swept_to: Any = None
 
     async def confirming(self) -> list[Counter]:
         return [self.counter]
 
-    async def unconfirmed(
-        self, counter: Counter, ttl: float
-    ) -> tuple[list[tuple[str, int, int]], datetime]:
-        return self.spans, NOW
+    async def unconfirmed(self, counter: Counter, ttl: float) -> Unconfirmed:
+        return Unconfirmed(self.spans, NOW)
 
     async def swept(self, name: str, upto: datetime) -> None:
         self.swept_to = (name, upto)
@@ -60,7 +59,8 @@ class Stream:
 
 
 def test_the_sweep_runs_on_the_ledger_role_alone() -> None:
-    ledger, stream = Ledger(Counter("inv", confirm=True), [("", 1, 3), ("", 7, 7)]), Stream()
+    overdue = [Overdue("", 1, 3), Overdue("", 7, 7)]
+    ledger, stream = Ledger(Counter("inv", confirm=True), overdue), Stream()
     sweep = Sweep(stream, ledger, RetentionSettings(), Stopping())  # type: ignore[arg-type]
     asyncio.run(sweep.once())
     voids = [r for r in stream.put_ if isinstance(r, Void)]

@@ -13,6 +13,7 @@ from infra.adapters.postgres.counters import COUNTER_COLUMNS, counter_of
 from infra.adapters.postgres.pool import Pool
 from infra.counters import Counter
 from infra.ledger import Link, VoidRow, subtract
+from infra.ports import ConfirmedRange, Overdue, Unconfirmed
 from infra.trail import Anchor, Breach, Start
 
 
@@ -41,22 +42,20 @@ class PostgresLedger:
         pruned = await self.db.fetch("SELECT period, upto FROM pruned WHERE counter = %s", (name,))
         return links, {period: int(upto) for period, upto in pruned}
 
-    async def confirmed(self, name: str, period: str) -> list[tuple[int, int]]:
+    async def confirmed(self, name: str, period: str) -> list[ConfirmedRange]:
         rows = await self.db.fetch(
             "SELECT first, last FROM confirmations WHERE counter = %s AND period = %s",
             (name, period),
         )
-        return [(int(a), int(b)) for a, b in rows]
+        return [ConfirmedRange(int(a), int(b)) for a, b in rows]
 
     async def confirming(self) -> list[Counter]:
         rows = await self.db.fetch(f"SELECT {COUNTER_COLUMNS} FROM counters WHERE confirm", ())
         return [counter_of(row) for row in rows]
 
-    async def unconfirmed(
-        self, counter: Counter, ttl: float
-    ) -> tuple[list[tuple[str, int, int]], datetime]:
+    async def unconfirmed(self, counter: Counter, ttl: float) -> Unconfirmed:
         """The values of `counter` handed out more than `ttl` seconds ago, since the last sweep,
-        that are neither confirmed nor void, as (period, first, last); and up to when."""
+        that are neither confirmed nor void; and up to when."""
         rows = await self.db.fetch(
             "SELECT now() - make_interval(secs => %(ttl)s),"
             " coalesce((SELECT upto FROM confirm_swept WHERE counter = %(name)s), 'epoch')",
@@ -73,7 +72,7 @@ class PostgresLedger:
             for name, period, first, last in orjson.loads(text):
                 if name == counter.name:
                     issued.setdefault(period, []).append((first, last))
-        out: list[tuple[str, int, int]] = []
+        out: list[Overdue] = []
         for period, spans in issued.items():
             low, high = min(f for f, _ in spans), max(last for _, last in spans)
             taken = await self.db.fetch(
@@ -83,8 +82,8 @@ class PostgresLedger:
                 " AND first <= %(high)s AND last >= %(low)s",
                 {"c": counter.name, "p": period, "low": low, "high": high},
             )
-            out += [(period, a, b) for a, b in subtract(spans, taken)]
-        return out, cutoff
+            out += [Overdue(period, a, b) for a, b in subtract(spans, taken)]
+        return Unconfirmed(out, cutoff)
 
     async def swept(self, name: str, upto: datetime) -> None:
         await self.db.fetch(

@@ -223,14 +223,12 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    if not shutil.which("wrk"):
-        raise SystemExit("wrk is not installed: apt-get install wrk")
-    connections = [int(c) for c in args.connections.split(",")]
+def measured(
+    args: argparse.Namespace, connections: list[int]
+) -> tuple[list[Sample], dict[str, object]]:
+    """Serve both apps on one Postgres and drive them round by round: every drive's Sample,
+    printed as it comes, and numerator's settings."""
     samples: list[Sample] = []
-    load_before = os.getloadavg()
-    started = time.time()
     with (
         local.database() as db,
         local.serve("numerator", db, 1, {}) as numerator,
@@ -240,16 +238,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         served = {"bare": bare, "next": numerator}
         for app, target in served.items():  # warm up
             wrk.run(target.url + PATHS[app], 64, min(2.0, args.duration), args.threads)
-        print(
-            f"one worker each, one Postgres; wrk -t{args.threads}, {args.duration:g}s a drive, "
-            f"POST, loopback; load average {load_before[0]:.1f} at the start",
-            flush=True,
-        )
         print(f"{'round':>5} {'conns':>6} {'app':>5} {'rps':>9} {'service µs':>11} {'pg µs':>7}")
         for round_ in range(1, args.rounds + 1):
             for c in connections:
-                order = APPS if round_ % 2 else APPS[::-1]
-                for app in order:
+                for app in APPS if round_ % 2 else APPS[::-1]:
                     sample = drive(round_, c, app, served[app].url, served[app].pids, db.pids, args)
                     samples.append(sample)
                     print(
@@ -257,6 +249,21 @@ def main(argv: Sequence[str] | None = None) -> None:
                         f"{sample.service_us:>11.1f} {sample.postgres_us:>7.1f}",
                         flush=True,
                     )
+    return samples, numerator.settings
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk is not installed: apt-get install wrk")
+    connections = [int(c) for c in args.connections.split(",")]
+    load_before, started = os.getloadavg(), time.time()
+    print(
+        f"one worker each, one Postgres; wrk -t{args.threads}, {args.duration:g}s a drive, "
+        f"POST, loopback; load average {load_before[0]:.1f} at the start",
+        flush=True,
+    )
+    samples, service = measured(args, connections)
     load_after = os.getloadavg()
     print()
     print(table(summary(samples)))
@@ -267,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             "duration_s": args.duration,
             "threads": args.threads,
             "connections": connections,
-            "workers": 1,
+            "service": service,
             "started_at": started,
             "load_average": {"start": load_before, "end": load_after},
             "cpus": os.cpu_count(),

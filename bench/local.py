@@ -72,7 +72,7 @@ def serve(
     command += ["--port", str(port), "--workers", str(workers)]
     url = f"http://127.0.0.1:{port}"
     if tree is not None:  # its packages first: `python -m` puts the working directory first
-        environment["PYTHONPATH"] = tree
+        environment["PYTHONPATH"] = env.get("PYTHONPATH", tree)
     with started(command, environment, url + "/healthz", target, cwd=tree) as (process, _):
         settings: dict[str, object] = {
             "workers": workers,

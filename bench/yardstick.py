@@ -33,7 +33,7 @@ import psutil
 from bench import local, wrk
 
 APPS = ("bare", "next")
-PATHS = {"bare": "/", "next": "/counters/hot/next"}
+PATHS = {"bare": "/", "next": "/counters/hot/next", "before": "/counters/hot/next"}
 RATIOS = (
     ("service", "service µs/request"),
     ("total", "service+Postgres µs/request"),
@@ -92,14 +92,24 @@ def ratios(bare: Sample, next_: Sample) -> dict[str, float]:
     }
 
 
+def against(before: Sample, next_: Sample) -> dict[str, float]:
+    """One round's /next ÷ the other commit's /next."""
+    return {
+        "service": next_.service_us / before.service_us,
+        "total": (next_.service_us + next_.postgres_us) / (before.service_us + before.postgres_us),
+        "rate": next_.rate / before.rate,
+    }
+
+
 def summary(samples: Sequence[Sample]) -> dict[int, dict[str, Any]]:
-    """Per connection count: each app's figures and the ratios, each a Spread over rounds."""
+    """Per connection count: each app's figures and the ratios, each a Spread over rounds (with
+    `--against`, also /next ÷ the other commit's)."""
     paired: dict[int, dict[int, dict[str, Sample]]] = {}
     for sample in samples:
         paired.setdefault(sample.connections, {}).setdefault(sample.round, {})[sample.app] = sample
     found: dict[int, dict[str, Any]] = {}
     for connections, rounds in sorted(paired.items()):
-        whole = [pair for pair in rounds.values() if set(pair) == set(APPS)]
+        whole = [pair for pair in rounds.values() if set(APPS) <= set(pair)]
         if not whole:
             continue
         each = [ratios(pair["bare"], pair["next"]) for pair in whole]
@@ -115,6 +125,11 @@ def summary(samples: Sequence[Sample]) -> dict[int, dict[str, Any]]:
                 for app in APPS
             },
         }
+        if all("before" in pair for pair in whole):
+            versus = [against(pair["before"], pair["next"]) for pair in whole]
+            found[connections]["against"] = {
+                key: Spread.of(r[key] for r in versus) for key, _ in RATIOS
+            }
     return found
 
 
@@ -140,6 +155,12 @@ def table(found: dict[int, dict[str, Any]]) -> str:
                 f"{connections:>6} {app:>5}  {shown(figures['rate'], 0):<24}"
                 f"{shown(figures['service_us'], 1):<22}{shown(figures['postgres_us'], 1)}"
             )
+    versus = {c: row["against"] for c, row in found.items() if "against" in row}
+    if versus:
+        lines += ["", "/next ÷ the other commit's /next (--against), median (range) over rounds"]
+        for connections, row in versus.items():
+            cells = "  ".join(f"{shown(row[key]):<28}" for key, _ in RATIOS)
+            lines.append(f"{connections:>6} {found[connections]['rounds']:>6}  {cells}".rstrip())
     return "\n".join(lines)
 
 
@@ -167,7 +188,8 @@ def plain(row: dict[str, Any]) -> dict[str, Any]:
         "rounds": row["rounds"],
         **{
             part: {key: asdict(spread) for key, spread in row[part].items()}
-            for part in ("ratios", *APPS)
+            for part in ("ratios", *APPS, "against")
+            if part in row
         },
     }
 
@@ -220,6 +242,9 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=10, help="rounds; medians are shown")
     parser.add_argument("--threads", type=int, default=1, help="wrk threads")
     parser.add_argument("--json", metavar="FILE", help="write the run's record here")
+    parser.add_argument(
+        "--against", metavar="TREE", help="also drive the numerator checked out in TREE"
+    )
     return parser
 
 
@@ -229,20 +254,30 @@ def measured(
     """Serve both apps on one Postgres and drive them round by round: every drive's Sample,
     printed as it comes, and numerator's settings."""
     samples: list[Sample] = []
-    with (
-        local.database() as db,
-        local.serve("numerator", db, 1, {}) as numerator,
-        local.serve("bare", db, 1, {}) as bare,
-    ):
-        local.create_counters(numerator.url, ["hot"])
-        served = {"bare": bare, "next": numerator}
+    with contextlib.ExitStack() as stack:
+        db = stack.enter_context(local.database())
+        numerator = stack.enter_context(local.serve("numerator", db, 1, {}))
+        served = {"bare": stack.enter_context(local.serve("bare", db, 1, {})), "next": numerator}
+        databases = {"bare": db, "next": db}
+        if args.against:  # its own Postgres: two batchers would take turns at one lease
+            databases["before"] = stack.enter_context(local.database())
+            served["before"] = stack.enter_context(
+                local.serve("numerator", databases["before"], 1, {}, tree=args.against)
+            )
+        for app in ("next", "before"):
+            if app in served:
+                local.create_counters(served[app].url, ["hot"])
         for app, target in served.items():  # warm up
             wrk.run(target.url + PATHS[app], 64, min(2.0, args.duration), args.threads)
         print(f"{'round':>5} {'conns':>6} {'app':>5} {'rps':>9} {'service µs':>11} {'pg µs':>7}")
+        apps = list(served)
         for round_ in range(1, args.rounds + 1):
             for c in connections:
-                for app in APPS if round_ % 2 else APPS[::-1]:
-                    sample = drive(round_, c, app, served[app].url, served[app].pids, db.pids, args)
+                turn = (round_ - 1) % len(apps)
+                for app in apps[turn:] + apps[:turn] if round_ % 2 else apps[::-1]:
+                    target = served[app]
+                    pids = databases[app].pids
+                    sample = drive(round_, c, app, target.url, target.pids, pids, args)
                     samples.append(sample)
                     print(
                         f"{round_:>5} {c:>6} {app:>5} {sample.rate:>9,.0f} "

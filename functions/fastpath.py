@@ -12,7 +12,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
 import orjson
@@ -32,7 +32,7 @@ from functions.problems import (
     invalid,
     unavailable,
 )
-from functions.requestlog import judged, logged
+from functions.requestlog import logged
 from functions.watch import ClientLeft, Watch
 from infra.counters import template
 from infra.errors import AwsRefused, ReplyTimeout, StreamFull, Unavailable
@@ -45,6 +45,46 @@ log = logging.getLogger("numerator.edge")
 
 def staying() -> bool:
     return False
+
+
+async def take(
+    edge: Edge,
+    name: str,
+    raw_count: str | None,
+    key: str | None,
+    timeout: float,
+    who: str = "",
+    left: Callable[[], bool] = staying,
+) -> dict[str, Any]:
+    """Put one record for `count` values of counter `name` and await its reply for up to
+    `timeout` seconds; the response body, or a Problem. Counts every request and its status.
+    `who` sent it (a key id or an address): the Idempotency-Keys it may send are limited.
+    `left` says whether its client is known gone as its reply comes (then ClientLeft).
+    One coroutine, not one per step: a /next is resumed through every frame of its chain each
+    time it wakes."""
+    metrics = edge.metrics
+    metrics.next_requests.inc()
+    retry_after = edge.settings.edge.retry_after_s
+    try:
+        count = checked(edge, name, raw_count, key, who)
+        sent = time.time()
+        try:
+            if edge.front is not None and key is None:
+                reply = await edge.front.take(name, count, timeout, who, left)
+            else:
+                budget = sent + edge.budget(timeout)
+                record = Record(reply_key(), name, count, key, budget, sent, who)
+                reply = await put_and_wait(edge, record, timeout, left)
+        except FAILURES as exc:
+            raise failed(exc, retry_after) from None
+        finally:
+            metrics.reply_wait_seconds.observe(time.time() - sent)
+        body = answer(reply, count, retry_after)
+    except Problem as problem:
+        metrics.responses.inc(str(problem.status))
+        raise
+    metrics.responses.inc("200")
+    return body
 
 
 def checked(edge: Edge, name: str, raw_count: str | None, key: str | None, who: str) -> int:
@@ -129,25 +169,6 @@ async def put_and_wait(
     return reply
 
 
-def bodiless(edge: Edge, heads: Headers) -> str | None:
-    """The Idempotency-Key of a /next that sent no body; else its Problem."""
-    if heads.length > edge.settings.edge.max_body_bytes:
-        raise Problem(Kind.BODY_TOO_LARGE, "/next takes no body")
-    if heads.length or heads.chunked:  # {"count": 5} would have been one value
-        raise Problem(
-            Kind.INVALID_REQUEST,
-            "/next takes no body: ask for several values with ?count=N",
-            field="body",
-        )
-    return None if heads.idempotency_key is None else heads.idempotency_key.decode("latin-1")
-
-
-def unexpected() -> Problem:
-    """The 500 for an error no one foresaw, logged with its traceback (call it in `except`)."""
-    log.exception("unexpected error in /next")
-    return Problem(Kind.INTERNAL, "an unexpected error; it has been logged")
-
-
 def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
     """The body for a reply, or the problem it stands for."""
     if reply.error is not None:
@@ -194,15 +215,20 @@ def answer_problem(reply: Reply, retry_after: int) -> Problem:
 JSON_HEADERS = [(b"content-type", b"application/json")]
 
 
+class NextRequest(NamedTuple):
+    """A POST /counters/{name}/next as admitted: its headers, who sent it, the counter's name
+    and the query's parameters."""
+
+    heads: Headers
+    who: str
+    counter: str
+    query: dict[str, str]
+
+
 class FastPath:
     """ASGI middleware in front of the app: checks every request's header size and API key
     (what each route needs: `table`, the app's routes), answers POST /counters/{name}/next (the
-    table's fast operation) itself, and passes the rest to `app`.
-
-    A /next is one coroutine from here to its answer's `send`, but for its record's put and its
-    reply's wait (`put_and_wait`): it is resumed through every frame of its chain each time it
-    wakes. So it is logged (functions/requestlog.py) where its status is sent, not through
-    `logged` around it, and its steps are functions it calls, not coroutines it awaits."""
+    table's fast operation) itself, and passes the rest to `app`."""
 
     def __init__(self, app: Starlette, table: Table, edge: Edge | None = None) -> None:
         self.app = app
@@ -215,41 +241,31 @@ class FastPath:
             await self.app(scope, receive, send)
             return
         if traces.ON:  # the one test a request pays when this process does not trace
-            await traces.request(self.serve, scope, receive, send)
+            await traces.request(functools.partial(logged, self.serve), scope, receive, send)
             return
-        await self.serve(scope, receive, send)
+        await logged(self.serve, scope, receive, send)
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Admit the request, then answer it if it is a /next, else pass it to the app (its
-        log through `logged`); a /next or a refusal is logged here once answered."""
-        began = time.perf_counter()
         edge: Edge = self.edge or self.app.state.edge
         heads = read(scope)
         counter = self.table.next_counter(scope["method"], scope["path"])
-        status, passed = 0, False
         try:
-            try:
-                who = await self.admit(edge, scope, heads, counter)
-                query = parameters(scope["query_string"]) if scope["query_string"] else {}
-            except Problem as problem:
-                status = problem.status
-                await problem.response(scope["path"])(scope, receive, send)
-                return
-            if counter is None:
-                scope["numerator.who"] = who  # for the audit trail of a void
-                passed = True  # logged by `logged`, which sees the status the app sends
-                await logged(self.app, scope, receive, send)
-                return
-            # The request is held (edge.flight: what the ledger lists `unsure` if this process
-            # dies) until its answer is handed to the server, not only until its values came.
-            epoch = edge.flight.begin()
-            try:
-                status = await self.next(edge, scope, receive, send, heads, who, counter, query)
-            finally:
-                edge.flight.end(epoch)
+            who = await self.admit(edge, scope, heads, counter)
+            query = parameters(scope["query_string"]) if scope["query_string"] else {}
+        except Problem as problem:
+            await problem.response(scope["path"])(scope, receive, send)
+            return
+        if counter is None:
+            scope["numerator.who"] = who  # for the audit trail of a void
+            await self.app(scope, receive, send)
+            return
+        # The request is held (edge.flight: what the ledger lists `unsure` if this process dies)
+        # until its answer is handed to the server, not only until its values came.
+        epoch = edge.flight.begin()
+        try:
+            await self.next(edge, scope, receive, send, NextRequest(heads, who, counter, query))
         finally:
-            if not passed:
-                judged(scope, status, began)
+            edge.flight.end(epoch)
 
     async def next(
         self,
@@ -257,78 +273,53 @@ class FastPath:
         scope: Scope,
         receive: Receive,
         send: Send,
-        heads: Headers,
-        who: str,
-        counter: str,
-        query: dict[str, str],
-    ) -> int:
-        """Answer POST /counters/{name}/next: its values, or its problem; the status sent (0:
-        none, its client gone). If its client goes away meanwhile (`watch`), the work is
-        cancelled, and a record it put is cancelled on the stream (its values are never
-        allocated, or are void, abandoned)."""
+        request: NextRequest,
+    ) -> None:
+        """Answer POST /counters/{name}/next: its values, or its problem. If its client goes
+        away meanwhile (`watch`), the work is cancelled, and a record it put is cancelled on
+        the stream (its values are never allocated, or are void, abandoned)."""
+        heads, who, counter, query = request
+        path = scope["path"]
         watch = self.watch
         this = asyncio.current_task(watch.loop or watch.start())
         assert this is not None
         try:
-            key = bodiless(edge, heads)
+            if heads.length > edge.settings.edge.max_body_bytes:
+                raise Problem(Kind.BODY_TOO_LARGE, "/next takes no body")
+            if heads.length or heads.chunked:  # {"count": 5} would have been one value
+                raise Problem(
+                    Kind.INVALID_REQUEST,
+                    "/next takes no body: ask for several values with ?count=N",
+                    field="body",
+                )
+            key = None if heads.idempotency_key is None else heads.idempotency_key.decode("latin-1")
             timeout = edge.timeout(scope.get("aws.context"))
-            metrics = edge.metrics
-            metrics.next_requests.inc()
-            retry_after = edge.settings.edge.retry_after_s
             watch.add(this, receive)
             try:
-                count = checked(edge, counter, query.get("count"), key, who)
-                sent = time.time()
-                try:
-                    reply = await self.reply(edge, counter, count, key, timeout, sent, who, this)
-                except FAILURES as exc:
-                    raise failed(exc, retry_after) from None
-                finally:
-                    metrics.reply_wait_seconds.observe(time.time() - sent)
-                body = answer(reply, count, retry_after)
-            except Problem as problem:
-                metrics.responses.inc(str(problem.status))
-                raise
+                left = functools.partial(watch.left, this)
+                body = await take(edge, counter, query.get("count"), key, timeout, who, left)
             finally:
                 watch.done(this)
-            metrics.responses.inc("200")
         except ClientLeft:
             edge.metrics.clients_gone.inc()
-            return 0
+            return
         except asyncio.CancelledError:
             if this not in watch.gone:
                 raise
             watch.gone.discard(this)
             this.uncancel()
             edge.metrics.clients_gone.inc()  # the client went away: its record is cancelled
-            return 0
-        except Exception as exc:
-            answered = exc if isinstance(exc, Problem) else unexpected()
-            await answered.response(scope["path"])(scope, receive, send)
-            return answered.status
+            return
+        except Problem as problem:
+            await problem.response(path)(scope, receive, send)
+            return
+        except Exception:
+            log.exception("unexpected error in /next")
+            internal = Problem(Kind.INTERNAL, "an unexpected error; it has been logged")
+            await internal.response(path)(scope, receive, send)
+            return
         await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
         await send({"type": "http.response.body", "body": orjson.dumps(body)})
-        return 200
-
-    def reply(
-        self,
-        edge: Edge,
-        counter: str,
-        count: int,
-        key: str | None,
-        timeout: float,
-        sent: float,
-        who: str,
-        this: asyncio.Task[Any],
-    ) -> Awaitable[Reply]:
-        """What to await for the reply to one /next: the server edge's front frame, or a record
-        of its own put on the stream (`put_and_wait`). Not a coroutine: one frame less."""
-        left = functools.partial(self.watch.left, this)
-        if edge.front is not None and key is None:
-            return edge.front.take(counter, count, timeout, who, left)
-        budget = sent + edge.budget(timeout)
-        record = Record(reply_key(), counter, count, key, budget, sent, who)
-        return put_and_wait(edge, record, timeout, left)
 
     async def admit(self, edge: Edge, scope: Scope, heads: Headers, counter: str | None) -> str:
         """Who sent the request (a key id, or the client's address), if it may go on: its

@@ -73,26 +73,19 @@ async def logged(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> No
     try:
         await app(scope, receive, sending)
     finally:
-        judged(scope, status, began)
-
-
-def judged(scope: Scope, status: int, began: float) -> None:
-    """Log a request that failed on the server's side (`status` 500 or more, or 0: nothing
-    answered) or was slow (`began` at this `time.perf_counter()`). A caller that knows the
-    status it sent calls this itself, without `logged` around it (functions/fastpath.py)."""
-    spent = time.perf_counter() - began
-    if status >= 500 or status == 0 or spent >= SLOW_S:
-        may, held = budget.take(time.monotonic())
-        if held:
-            log.error("%d more failed or slow answers were not logged (%d a second at most)",
-                      held, budget.per_s)  # fmt: skip
-        if may:
-            say = log.error if status >= 500 or status == 0 else log.warning
-            say(
-                "%s %s answered %s in %.0f ms (request id %s)",
-                scope["method"],
-                scope["path"],
-                status or "nothing",
-                spent * 1000,
-                request_id(scope),
-            )
+        spent = time.perf_counter() - began
+        if status >= 500 or status == 0 or spent >= SLOW_S:
+            may, held = budget.take(time.monotonic())
+            if held:
+                log.error("%d more failed or slow answers were not logged (%d a second at most)",
+                          held, budget.per_s)  # fmt: skip
+            if may:
+                say = log.error if status >= 500 or status == 0 else log.warning
+                say(
+                    "%s %s answered %s in %.0f ms (request id %s)",
+                    scope["method"],
+                    scope["path"],
+                    status or "nothing",
+                    spent * 1000,
+                    request_id(scope),
+                )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from dataclasses import astuple
 from typing import Any
 
 import pytest
@@ -111,3 +112,40 @@ def test_the_bare_app_answers_200_and_its_body_through_an_asgi_call() -> None:
     assert dict(sent[0]["headers"])[b"content-type"] == b"application/json"
     assert sent[1] == {"type": "http.response.body", "body": b'{"ok":true}'}
     assert int(dict(sent[0]["headers"])[b"content-length"]) == len(sent[1]["body"])
+
+
+def test_against_another_commit_its_next_divides_this_ones() -> None:
+    made = [
+        *SAMPLES[:6],
+        sample(1, 64, "before", 10_000, 100.0, 20.0),
+        sample(2, 64, "before", 12_000, 60.0, 12.0),
+        sample(3, 64, "before", 20_000, 50.0, 10.0),
+    ]
+    found = summary(made)
+    # rounds: service 0.5, 1.0, 0.8; service + Postgres 0.5, 1.0, 0.8; rate 2.0, 1.25, 0.9
+    assert astuple(found[64]["against"]["service"]) == pytest.approx((0.8, 0.5, 1.0))
+    assert astuple(found[64]["against"]["rate"]) == pytest.approx((1.25, 0.9, 2.0))
+    assert found[64]["ratios"]["service"] == Spread(2.4, 2.0, 2.5)  # still over the bare app
+    assert "against" not in summary(SAMPLES)[64]  # no drive of another commit
+    shown = table(found)
+    assert "/next ÷ the other commit's /next (--against)" in shown
+    assert shown.splitlines()[-1].split()[:4] == ["64", "3", "0.80", "(0.50-1.00)"]
+    kept = json.loads(json.dumps(record(made, {})))["summary"]["64"]["against"]
+    assert kept["rate"]["high"] == pytest.approx(2.0)
+
+
+def test_gcpause_reads_wrk_s_latency_distribution() -> None:
+    from bench.gcpause import latency
+
+    out = """  1 threads and 64 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     6.10ms    3.20ms  46.70ms   90.00%
+  Latency Distribution
+     50%    5.54ms
+     75%    7.00ms
+     90%    9.00ms
+     99%  550.00us
+  41000 requests in 8.00s, 6.00MB read
+Requests/sec:   5125.00
+"""
+    assert latency(out) == {"rps": 5125.0, "p50": 5.54, "p99": 0.55, "max": 46.7}

@@ -98,16 +98,18 @@ class Recent:
     async def with_before(
         self, lease: Lease, keys: set[str], counters: Mapping[str, Counter]
     ) -> Mapping[str, Span]:
-        """What records took, with those of `keys` (cancels this batcher does not know of) that
-        the shard's previous owner applied, read from the replies the shard's frames kept."""
+        """What records took, with those of `keys` (a frame's cancels) this batcher does not
+        know of that the shard's previous owner applied, read from the replies the shard's
+        frames kept: then only `keys`' own, since a frame looks up only its cancels (a copy of
+        every span remembered would cost a lookup each, tens of thousands, per such frame)."""
         unknown = {key for key in keys if key not in self.taken}
         if not unknown:
             return self.taken
-        found: dict[str, Span] = {}
+        found = {key: self.taken[key] for key in keys - unknown}
         for raw in await self.frames.held_since(lease.stream, lease.shard, self.within):
             for reply in decode_replies(raw):
                 counter = counters.get(reply.counter)
                 if reply.key in unknown and reply.ok and reply.day and counter is not None:
                     period = counter.reset.period(reply.day)
                     found[reply.key] = Span(reply.counter, period, reply.first, reply.last)
-        return {**self.taken, **found}
+        return found

@@ -65,3 +65,15 @@ def test_spans_older_than_the_window_are_forgotten(monkeypatch) -> None:  # type
     now[0] += 6.0  # a's 15 s have passed, b's have not
     recent.remember([])
     assert "a" not in recent.taken and "b" in recent.taken
+
+
+async def test_a_cancel_unknown_here_gets_its_frame_s_cancels_spans_only() -> None:
+    class Held:
+        async def held_since(self, stream: str, shard: str, seconds: float) -> list[bytes]:
+            return []  # the previous owner's replies: none for "zz"
+
+    recent = Recent(frames=Held(), reply_timeout_s=5.0)  # type: ignore[arg-type]
+    recent.remember([("a", Span("inv", "", 1, 1)), ("b", Span("inv", "", 2, 2))])
+    lease = type("Lease", (), {"stream": "s", "shard": "0"})()
+    assert await recent.with_before(lease, {"a"}, {}) is recent.taken  # all known: no copy
+    assert await recent.with_before(lease, {"a", "zz"}, {}) == {"a": Span("inv", "", 1, 1)}

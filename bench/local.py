@@ -64,18 +64,20 @@ def serve(
     elif target.startswith("standin-"):  # numerator with a stand-in statement (bench.standins)
         command = [sys.executable, "-c", STAND_IN, target.removeprefix("standin-"), "serve"]
         command += ["--database-url", db.url]
+    elif target == "bare":  # the bare ASGI app on the same server (bench/trivial.py)
+        command = [sys.executable, "-m", "bench.trivial"]
     else:
         mode = target.removeprefix("baseline-")
         command = [sys.executable, "-m", "bench.baseline", mode, "--database-url", db.url]
     command += ["--port", str(port), "--workers", str(workers)]
     url = f"http://127.0.0.1:{port}"
     if tree is not None:  # its packages first: `python -m` puts the working directory first
-        environment["PYTHONPATH"] = tree
+        environment["PYTHONPATH"] = env.get("PYTHONPATH", tree)
     with started(command, environment, url + "/healthz", target, cwd=tree) as (process, _):
         settings: dict[str, object] = {
             "workers": workers,
             "back_frame_ms": Settings.from_env(environment).frames.back_frame_ms,
-            "shards": 0 if target.startswith("baseline-") else workers,
+            "shards": 0 if target.startswith("baseline-") or target == "bare" else workers,
             "environment": dict(env),
         }
         yield Target(target, url, [process.pid], settings)

@@ -8,8 +8,8 @@ shards, read on phased beats, as template.yaml deploys it. Each cell is a bounde
 recorded clients on two fresh counters of one stack (`numerator up` started once per path and
 worker count, its faults in turn, the worker's death last), held by the history checker
 (tests/history.py) against the completeness report, the audit export and `audit verify`. Each
-cell prints its counts. VERSION_CELLS run a cell on the oldest supported Postgres and on Debian
-12's (tests/postgres.py) besides pgserver's 16."""
+cell prints its counts. VERSION_CELLS run a cell on the oldest supported Postgres (and with
+VERSION_CELLS_15=1 on Debian 12's; tests/postgres.py) besides pgserver's 16."""
 
 from __future__ import annotations
 
@@ -87,12 +87,16 @@ CELLS = [
     for fault in FAULTS
     if (shape.aws or fault not in AWS_ONLY) and (shape.path == "server" or fault not in SERVER_ONLY)
 ]
-# The oldest supported Postgres and Debian 12's (infra/adapters/postgres/versions.py), each
-# stopped mid-load under two workers: the embedded path on 14, the Lambda edge on 15.
+# The oldest supported Postgres (infra/adapters/postgres/versions.py) stopped mid-load under two
+# workers. Debian 12's 15 runs the store's tests (tests/e2e/test_versions.py); its own cell here,
+# the Lambda edge's, was left out for CI's time (30 minutes): run it by setting VERSION_CELLS_15.
 VERSION_CELLS = [
     pytest.param(Shape("embedded", 2, 14), "postgres", id="embedded-2w-pg14-postgres"),
-    pytest.param(Shape("lambda", 2, 15), "postgres", id="lambda-2w-pg15-postgres"),
 ]
+if os.environ.get("VERSION_CELLS_15"):
+    VERSION_CELLS.append(
+        pytest.param(Shape("lambda", 2, 15), "postgres", id="lambda-2w-pg15-postgres")
+    )
 
 
 class Stack:

@@ -136,8 +136,11 @@ async def replied(work: Awaitable[Reply], retry_after: int) -> Reply:
 async def put_and_wait(
     edge: Edge, record: Record | Void | Confirm, timeout: float, left: Callable[[], bool] = staying
 ) -> Reply:
-    """Put a record for one request and await its reply; ClientLeft (its record given up) when
+    """Put a record for one request and await its reply, `timeout` seconds from the put's start
+    (a Lambda container's first put makes its AWS clients: its wait is that much shorter, so
+    that it still answers before the invocation ends); ClientLeft (its record given up) when
     its client is known gone (`left`) as the reply comes."""
+    began = time.monotonic()
     edge.replies.expect(record.key)
     # A put to a durable stream runs to its end in a thread, even when its request is cancelled
     # meanwhile (its client gone): the cancel is put only after it, or it could overtake the
@@ -154,7 +157,7 @@ async def put_and_wait(
         raise
     edge.metrics.records_put.inc()
     try:
-        reply = await edge.replies.wait(record.key, timeout)
+        reply = await edge.replies.wait(record.key, max(0.0, timeout - time.monotonic() + began))
     except (ReplyTimeout, AwsRefused):  # no one will read what comes
         if isinstance(record, Record):
             await edge.give_up(record)

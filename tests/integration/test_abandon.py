@@ -456,12 +456,16 @@ async def test_a_record_given_up_then_replayed_by_the_shards_next_owner_is_void(
     cancel in a later frame, voids the values, abandoned: see the takeover test above)."""
     import batcher.applier
     from batcher.applier import Applier
-    from infra.errors import StoreUnavailable
+    from infra.errors import LeaseLost, StoreUnavailable
 
     real = Applier._commit
 
-    async def away(self: Applier, *args: Any) -> Any:
-        raise StoreUnavailable("Postgres is unavailable: the connection was closed")
+    async def away(self: Applier, frame: Any, lease: Any) -> Any:
+        """The record's frame cannot commit; any other (its cancel's) is given to the next owner
+        uncommitted: a frame that can never commit would hold the batcher's stop for ever."""
+        if any(isinstance(e.record, Record) and e.record.key == record.key for e in frame.entries):
+            raise StoreUnavailable("Postgres is unavailable: the connection was closed")
+        raise LeaseLost("the first owner lets its shard go")
 
     settings, _ = aws
     async with EdgeStack(settings) as edge:

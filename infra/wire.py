@@ -229,24 +229,7 @@ class Void:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "v": VERSION,
-            "o": "void",
-            "k": self.key,
-            "c": self.counter,
-            "f": self.first,
-            "l": self.last,
-            "r": self.reason,
-            "d": self.deadline,
-            "s": self.sent,
-        }
-        if self.period is not None:
-            out["p"] = self.period
-        if self.day is not None:
-            out["y"] = self.day.isoformat()
-        if self.who:
-            out["w"] = self.who
-        return out
+        return _marking(self, "void", {"r": self.reason})
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Void:
@@ -312,23 +295,7 @@ class Confirm:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "v": VERSION,
-            "o": "confirm",
-            "k": self.key,
-            "c": self.counter,
-            "f": self.first,
-            "l": self.last,
-            "d": self.deadline,
-            "s": self.sent,
-        }
-        if self.period is not None:
-            out["p"] = self.period
-        if self.day is not None:
-            out["y"] = self.day.isoformat()
-        if self.who:
-            out["w"] = self.who
-        return out
+        return _marking(self, "confirm", {})
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Confirm:
@@ -481,3 +448,18 @@ def decode_reply(raw: bytes) -> Reply:
     except orjson.JSONDecodeError as exc:
         raise BadReply(f"reply is not JSON: {exc}") from exc
     return Reply.from_json(data)
+
+
+def _marking(mark: Void | Confirm, op: str, extra: dict[str, Any]) -> dict[str, Any]:
+    """A void's or a confirmation's JSON: the fields they share, `extra` after the range."""
+    out: dict[str, Any] = {
+        "v": VERSION, "o": op, "k": mark.key, "c": mark.counter, "f": mark.first, "l": mark.last,
+        **extra, "d": mark.deadline, "s": mark.sent,
+    }  # fmt: skip
+    if mark.period is not None:
+        out["p"] = mark.period
+    if mark.day is not None:
+        out["y"] = mark.day.isoformat()
+    if mark.who:
+        out["w"] = mark.who
+    return out

@@ -11,6 +11,7 @@ requests 503 and allocates nothing; a reply that does not come in time answers t
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -20,6 +21,7 @@ from typing import Any
 
 from functions.watch import ClientLeft
 from infra.adapters import beats
+from infra.deadlines import Deadlines
 from infra.errors import AwsRefused, NumeratorError, ReplyTimeout
 from infra.observe import traces
 from infra.observe.metrics import Metrics
@@ -84,6 +86,9 @@ class Front:
         self._aim = self._aimed = 0.0
         self.seconds, self.budget, self.auto, self.gap = seconds, budget, auto, gap
         self._open: dict[str, list[Waiter]] = {}
+        self._waiting: dict[int, Waiter] = {}  # every request in a frame, open or sent
+        self._numbers = itertools.count()
+        self._sweep = Deadlines(self._answer_of)
         self._timer: asyncio.TimerHandle | None = None  # the longest wait
         self._soon: asyncio.TimerHandle | None = None  # auto: the stream is free
         self._putting = 0  # puts in flight
@@ -114,21 +119,28 @@ class Front:
             self._due = time.monotonic() + longest
             self._timer = loop.call_later(longest, self._close)
         self._when_free()
+        number = next(self._numbers)
+        self._waiting[number] = waiter
+        timer = self._sweep.add(loop, number, timeout)
         try:
-            # On a timeout (or the client gone) the answer is cancelled: a request whose frame
-            # has not gone out leaves it and allocates nothing; one whose frame has, has its
-            # values voided, abandoned, when they come (_deliver). Not asyncio.wait_for: a cancel
-            # that lands once the answer is in swallows the cancel and returns the answer, which
-            # then went to a client that had left, neither received nor void.
-            async with asyncio.timeout(timeout):
-                part = await waiter.answer
-        except TimeoutError:
+            # On a timeout (the sweep fails the answer) or the client gone (the answer is
+            # cancelled) a request whose frame has not gone out leaves it and allocates nothing;
+            # one whose frame has, has its values voided, abandoned, when they come (_deliver).
+            # Not asyncio.wait_for: a cancel that lands once the answer is in swallows the cancel
+            # and returns the answer, which then went to a client that had left, neither
+            # received nor void.
+            part = await waiter.answer
+        except ReplyTimeout:
             self._leave(counter, waiter)
-            raise ReplyTimeout(f"no reply within {timeout:g}s") from None
+            raise
         except asyncio.CancelledError:
             self._leave(counter, waiter)
             self._given_up(waiter, who)
             raise
+        finally:
+            del self._waiting[number]
+            if timer is not None:
+                timer.cancel()
         if left is not None and left():
             self._given_up(waiter, who)
             raise ClientLeft
@@ -170,10 +182,19 @@ class Front:
             return None  # another read than the last frame's
         return chance
 
+    def _answer_of(self, number: int) -> asyncio.Future[Reply] | None:
+        waiter = self._waiting.get(number)
+        return None if waiter is None else waiter.answer
+
     def _given_up(self, waiter: Waiter, who: str) -> None:
         """Void a waiter's values if they came just as its client went: no one will read them."""
         answer = waiter.answer
-        if answer.done() and not answer.cancelled() and answer.result().error is None:
+        if (
+            answer.done()
+            and not answer.cancelled()
+            and answer.exception() is None
+            and answer.result().error is None
+        ):
             part = answer.result()
             assert part.day is not None
             self.metrics.replies_abandoned.inc()

@@ -336,8 +336,20 @@ class LocalSettings(Group):
     # reply table on its own, as in Lambda; locally that table is moto's or LocalStack's, which
     # many pollers saturate: requests then take longer (docs/performance.md).
     lambda_containers: int = 8
+    # TIERS: with WORKERS of 2 or more on the embedded path, 2: the workers hand their front
+    # frames to one batcher process (the machine's, over HUB); 1: each worker batches on its own
+    tiers: int = 2
+    # HUB: the unix socket of the machine's batcher, which `up --workers N` starts beside its
+    # HTTP workers (two tiers on one machine, infra/adapters/hub.py); empty, each worker
+    # batches on its own.
+    hub: str = ""
 
     POSITIVE = ("workers", "lambda_containers")
+
+    def check(self) -> None:
+        Group.check(self)
+        if self.tiers not in (1, 2):
+            raise SettingsError("TIERS", "must be 1 or 2")
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,14 @@ def read_grouped() -> None:
         _draw()
 
 
+def new_edge() -> str:
+    """Make this process a new edge, with reply keys of a new prefix; its new edge id. A worker
+    that lost the machine's batcher with replies owed (infra/adapters/hub.py) leaves its old edge
+    to be taken for dead: the ledger lists what was issued to it since its last mark `unsure`."""
+    _draw()
+    return _PREFIX
+
+
 def grouped(key: str) -> bool:
     """Whether reply key `key` is awaited by an edge that reads its replies a frame at a time."""
     return key.startswith(GROUPED_MARK)

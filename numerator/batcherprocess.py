@@ -18,9 +18,10 @@ import sys
 from infra.errors import NumeratorError
 from infra.faults import Faults
 from infra.observe.health import verdict
+from infra.observe.workers import sharing, workers_dir
 from infra.run import loop
 from infra.settings import Settings
-from numerator.stack import BatcherStack
+from numerator.stack import BatcherStack, HubStack
 
 log = logging.getLogger("numerator.batcher")
 
@@ -31,7 +32,8 @@ async def run(
     stopping = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stopping.set)
-    async with BatcherStack(settings, owner=owner, faults=faults) as stack:
+    kind = HubStack if settings.local.hub else BatcherStack
+    async with kind(settings, owner=owner, faults=faults) as stack:
 
         async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             try:
@@ -53,12 +55,19 @@ async def run(
                 writer.close()
 
         server = await asyncio.start_server(answer, host, port)
+        where = (
+            f"the workers' records at {settings.local.hub}"
+            if settings.local.hub
+            else f"stream {settings.aws.stream_name}, replies in {settings.aws.reply_table}"
+        )
         print(
-            f"numerator batcher is up: stream {settings.aws.stream_name}, replies in "
-            f"{settings.aws.reply_table}; /healthz and /metrics at http://{host}:{port}",
+            f"numerator batcher is up: {where}; /healthz and /metrics at http://{host}:{port}",
             flush=True,
         )
         async with contextlib.AsyncExitStack() as lines:
+            directory = workers_dir()
+            if directory is not None:  # the machine's batcher: the workers' /metrics add it up
+                await lines.enter_async_context(sharing(directory, stack.observed))
             if settings.frames.emf_interval_s:  # ECS's awslogs driver takes them to CloudWatch
                 from infra.observe.emf import writing
 

@@ -151,6 +151,8 @@ def add_batcher(commands: Any) -> None:
         "once instead of after LEASE_TTL_S: how `up` restarts a batcher it saw die. Never "
         "give two running batchers one name",
     )
+    hub = "the batcher of the workers at this unix socket (HUB; `up --workers N` runs one)"
+    batcher.add_argument("--hub", metavar="SOCKET", help=hub)
     batcher.set_defaults(run=later("numerator.serving:run_batcher"))
 
 
@@ -472,6 +474,8 @@ def serving(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--port", type=int, default=8080, help="the port (%(default)s)")
     parser.add_argument("--workers", type=int, default=1, help="HTTP worker processes")
+    tiers = "2: one batcher process for every worker (default); 1: each batches on its own"
+    parser.add_argument("--tiers", type=int, choices=[1, 2], help=f"with --workers N: {tiers}")
     database(parser)
     parser.add_argument(
         "--wait-for-db",

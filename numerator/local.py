@@ -19,7 +19,7 @@ from typing import IO
 from infra.backoff import Backoff
 from infra.errors import NumeratorError
 from infra.run import process as processes
-from infra.run.server import die_with_parent, free_port
+from infra.run.server import die_with_parent, free_port, own_folder
 
 MOTO_MISSING = (
     "--aws moto needs moto server, which is not installed: "
@@ -128,6 +128,37 @@ def batchers(count: int, env: dict[str, str]) -> Iterator[list[Child]]:
                 child.process.send_signal(signal.SIGTERM)
         for child in children:
             child.stop(30)
+
+
+@contextmanager
+def hub_batcher() -> Iterator[Child]:
+    """The machine's batcher for `--workers N` on the embedded path (two tiers, the workers'
+    front frames in over a unix socket: infra/adapters/hub.py), started with this process's
+    environment (the workers' settings), its socket named to the workers as HUB; watched, and
+    started again under its own name when it dies, while the workers answer 503 and wait."""
+    with own_folder("hub") as folder:
+        socket = str(folder / "batcher.sock")
+        os.environ["HUB"] = socket
+        port = free_port()
+        owner = f"up-{os.getpid()}-hub-{uuid.uuid4().hex[:8]}"
+        command = [sys.executable, "-m", "numerator", "batcher", "--hub", socket]
+        command += ["--port", str(port), "--owner", owner]
+        child = Child(
+            "the machine's batcher",
+            command,
+            dict(os.environ),
+            f"http://127.0.0.1:{port}",
+            "/healthz",
+            restart=True,
+        )
+        child.start()
+        try:
+            child.wait()
+            with ProcessSupervisor([child]):
+                yield child
+        finally:
+            os.environ.pop("HUB", None)
+            child.stop(30)  # after the workers: their frames in flight have had their replies
 
 
 class ProcessSupervisor:

@@ -47,7 +47,7 @@ def run_up(args: argparse.Namespace) -> None:
     if args.batchers < 1:
         raise Refused("--batchers must be at least 1")
     trace = str(args.trace.resolve()) if args.trace else None
-    settings = settings_of(args, workers=args.workers, trace_file=trace)
+    settings = settings_of(args, workers=args.workers, tiers=args.tiers, trace_file=trace)
     listening(settings, args.host, args.port)
     traced(settings)
     if args.aws == "moto":
@@ -95,7 +95,7 @@ def run_serve(args: argparse.Namespace) -> None:
         aws = {"MODE": "aws"}
         if args.aws != "aws":
             aws = local.aws_environment(endpoint(args.aws, "an endpoint URL (or nothing, for AWS)"))
-    settings = settings_of(args, workers=args.workers, mode=aws.get("MODE"))
+    settings = settings_of(args, workers=args.workers, tiers=args.tiers, mode=aws.get("MODE"))
     listening(settings, args.host, args.port)
     traced(settings)
     if not settings.database.database_url:
@@ -192,12 +192,14 @@ def serve_http(
     asyncio.run(migrate_when_ready(url, args.wait_for_db, settings.database.pooled))
     auth = asyncio.run(who_may_call(url, args.host, settings))
     quiet_loggers()
-    frames, front = settings.frames, ""
+    frames, front, tiers = settings.frames, "", ""
+    if settings.mode is Mode.EMBEDDED and args.workers > 1:
+        tiers = " and one batcher" if settings.local.tiers == 2 else ", each its own batcher"
     if settings.mode is Mode.AWS and app == EMBEDDED_APP:
         front = f", FRONT_FRAME_MS={settings.edge.front_frame_ms:g}"
     print(
         f"numerator is up at http://{args.host}:{args.port} ({where}; "
-        f"{args.workers} worker(s), MODE={settings.mode}{front}, "
+        f"{args.workers} worker(s){tiers}, MODE={settings.mode}{front}, "
         f"FRAME_POLICY={frames.frame_policy}, BACK_FRAME_MS={frames.back_frame_ms:g}; "
         f"{auth}). "
         "Ctrl-C stops it.",
@@ -210,7 +212,12 @@ def serve_http(
         "rule_files: [DIR/rules.yml] (DIR/docs/operations.md).",
         flush=True,
     )
-    serve(app, args.host, args.port, args.workers, settings, env or {})
+    beside = None
+    if settings.mode is Mode.EMBEDDED and args.workers > 1 and settings.local.tiers == 2:
+        from numerator import local
+
+        beside = local.hub_batcher  # the machine's batcher, its workers' second tier
+    serve(app, args.host, args.port, args.workers, settings, env or {}, beside)
     print("numerator stopped", file=sys.stderr, flush=True)
 
 
@@ -253,11 +260,12 @@ async def who_may_call(url: str, host: str, settings: Settings) -> str:
 def run_batcher(args: argparse.Namespace) -> None:
     from numerator import batcherprocess
 
-    settings = settings_of(args)
-    if settings.mode is not Mode.AWS:
+    settings = settings_of(args, hub=args.hub)
+    if settings.mode is not Mode.AWS and not settings.local.hub:
         raise Refused(
             "numerator batcher reads a Kinesis stream: set MODE=aws (and AWS_ENDPOINT_URL for "
-            "LocalStack or moto); the embedded mode runs its batcher inside `numerator up`"
+            "LocalStack or moto); the embedded mode runs its batcher inside `numerator up`, or "
+            "as the machine's batcher of its workers (--hub SOCKET)"
         )
     if not settings.database.database_url:
         raise Refused("numerator batcher needs --database-url or DATABASE_URL")

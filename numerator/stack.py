@@ -5,7 +5,9 @@
 - `EdgeStack`: the AWS path's edge — HTTP workers that put records on Kinesis and await replies in
   DynamoDB (Postgres only for counter CRUD);
 - `BatcherStack`: the AWS path's batcher — reads Kinesis, applies frames to Postgres, writes
-  replies to DynamoDB (`numerator batcher`).
+  replies to DynamoDB (`numerator batcher`);
+- `HubStack` and `HubEdgeStack`: two tiers on one machine (`up --workers N`) — the machine's
+  batcher, and each HTTP worker handing it front frames over a unix socket.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from functions.front import Front
 from infra import __version__
 from infra.adapters.anchors import anchors_to
 from infra.adapters.aws import Clients, check
+from infra.adapters.hub import Hub, HubStream
 from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.adapters.postgres import PostgresStore, migrate
 from infra.adapters.push import Inbox, Pusher, outward
@@ -41,7 +44,7 @@ from infra.observe.workers import sharing, workers_dir
 from infra.ports import Replies, Stream
 from infra.run.server import collecting, tune_gc, worker_signals
 from infra.settings import FrontPolicy, Mode, ReplyItems, Settings
-from infra.wire import read_grouped
+from infra.wire import edge_id, new_edge, read_grouped
 
 log = logging.getLogger("numerator.edge")
 
@@ -112,6 +115,11 @@ class BatcherStack:
             checks.update(self.aws.checks())
         return checks
 
+    def observed(self) -> Metrics:
+        """This process's metrics, sampled (a scrape, or the workers' directory)."""
+        self.metrics.sample()
+        return self.metrics
+
     async def batcher_check(self) -> str | None:
         trouble = self.batcher.trouble
         return f"retrying: {', '.join(trouble)}" if trouble else None
@@ -175,6 +183,121 @@ class EmbeddedStack(BatcherStack):
     def ports(self) -> tuple[Stream, Replies]:
         self.memory = MemoryStream(self.settings.edge.stream_capacity)
         return self.memory, MemoryReplies(self.metrics)
+
+    def app(self) -> FastPath:
+        return create_app(self.edge)
+
+
+class HubStack(BatcherStack):
+    """The machine's batcher (two tiers on one machine, `numerator batcher --hub SOCKET`, which
+    `up --workers N` starts): its workers' front frames in over a unix socket, onto an
+    in-process stream, Postgres, and each reply back to its worker."""
+
+    def ports(self) -> tuple[Stream, Replies]:
+        self.memory = MemoryStream(self.settings.edge.stream_capacity)
+        self.hub = Hub(self.settings.local.hub, self.memory, self.metrics)
+        return self.memory, self.hub
+
+    def observed(self) -> Metrics:
+        self.metrics.stream_depth_records.set(len(self.memory))
+        self.metrics.sample()
+        return self.metrics
+
+    async def __aenter__(self) -> Self:
+        await super().__aenter__()
+        await self.hub.open()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await super().__aexit__(kind, exc, tb)  # its open frame's replies sent first
+        finally:
+            self.hub.close()
+
+
+class HubEdgeStack:
+    """An HTTP worker of two tiers on one machine (HUB set): the edge, its front frames handed
+    to the machine's batcher over a unix socket (infra/adapters/hub.py); Postgres for counter
+    CRUD and the edge's own rows."""
+
+    def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
+        self.settings = settings
+        traces.configure(settings.tracing, "edge")
+        self.metrics = Metrics()
+        describe(self.metrics, settings, "edge")
+        replies = MemoryReplies(self.metrics)
+        self.hub = HubStream(settings.local.hub, replies, self.lost)
+        self.store = PostgresStore(
+            settings.database.database_url,
+            settings.database.pool_max,
+            pooled=settings.database.pooled,
+        )
+        checks = {"store": responds(self.store.ping), "batcher": self.hub_check}
+        self.edge = Edge(
+            stream=self.hub,
+            replies=replies,
+            store=self.store,
+            settings=settings,
+            metrics=self.metrics,
+            clock=clock,
+            health=Health(checks),
+        )
+        if settings.edge.front_frame_ms > 0:
+            self.edge.front = Front(
+                self.edge.stream,
+                self.edge.replies,
+                self.metrics,
+                settings.edge.front_frame_ms / 1000,
+                self.edge.budget,
+                # a frame a put: the next closes once the batcher has taken the last one
+                auto=settings.edge.front_frame_policy is not FrontPolicy.FIXED,
+                gap=settings.frames.frame_min_ms / 1000,
+                give_up=self.edge.give_up,
+                abandon=self.edge.abandon,
+            )
+
+    async def hub_check(self) -> str | None:
+        if self.hub.connected.is_set():
+            return None
+        return f"not connected to the machine's batcher at {self.settings.local.hub}"
+
+    def lost(self, waited: int) -> None:
+        """The machine's batcher went away with `waited` replies owed: they were answered 504,
+        and whether their values were issued no one here can tell. This worker leaves its edge
+        to be taken for dead (the ledger lists what was issued to it since its last mark
+        `unsure`) and goes on as a new one."""
+        old = edge_id()
+        new = new_edge()
+        log.warning(
+            "lost the machine's batcher with %d replies owed (answered 504): edge %s is left "
+            "for dead, its values since its last mark unsure; serving on as edge %s",
+            waited,
+            old,
+            new,
+        )
+
+    async def __aenter__(self) -> HubEdgeStack:
+        if self.settings.database.database_url:
+            await self.store.open()
+        await self.hub.open(patience=10.0)
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.edge.front is not None:
+            await self.edge.front.close()
+        await self.hub.close()
+        await self.store.close()
+        traces.flush()
 
     def app(self) -> FastPath:
         return create_app(self.edge)
@@ -279,11 +402,13 @@ def app_from_env() -> FastPath:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         worker_signals()
-        stack = (
-            EdgeStack(settings)
-            if settings.mode is Mode.AWS
-            else EmbeddedStack(settings, faults=Faults.from_env())
-        )
+        stack: EdgeStack | HubEdgeStack | EmbeddedStack
+        if settings.mode is Mode.AWS:
+            stack = EdgeStack(settings)
+        elif settings.local.hub:  # a worker of two tiers: the machine's batcher is apart
+            stack = HubEdgeStack(settings)
+        else:
+            stack = EmbeddedStack(settings, faults=Faults.from_env())
         async with stack as serving, AsyncExitStack() as shared:
             app.state.edge = edge = serving.edge
             await shared.enter_async_context(running(collecting(), "gc"))

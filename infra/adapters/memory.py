@@ -9,7 +9,8 @@ import uuid
 from collections import deque
 from collections.abc import Sequence
 
-from infra.errors import ReplyTimeout, StreamFull
+from infra.deadlines import Deadlines
+from infra.errors import StreamFull
 from infra.observe.metrics import Metrics
 from infra.ports import Entry
 from infra.wire import Demand, Reply
@@ -36,6 +37,10 @@ class MemoryStream:
         return len(self._entries)
 
     async def put(self, records: Sequence[Demand]) -> None:
+        self.put_now(records)
+
+    def put_now(self, records: Sequence[Demand]) -> None:
+        """`put`, from a callback (the machine's batcher taking a worker's records)."""
         if len(self._entries) + len(records) > self.capacity:
             raise StreamFull(f"{len(self._entries)} records are waiting for the batcher")
         for record in records:
@@ -70,18 +75,11 @@ class MemoryStream:
 class MemoryReplies:
     """Futures keyed by reply key. A reply published for a key nobody waits on any more (its client
     timed out) is dropped; one with values is counted as abandoned: those values are the gaps of
-    guarantee 5.
-
-    Timeouts are swept, not timed one by one: waits share one timeout, so their deadlines come in
-    order, and a sweep every SWEEP_S seconds pops the overdue ones off the front of a deque —
-    cheaper on the hot path than a timer per request."""
-
-    SWEEP_S = 0.05
+    guarantee 5. Timeouts are swept (infra/deadlines.py)."""
 
     def __init__(self, metrics: Metrics | None = None) -> None:
         self._waiting: dict[str, asyncio.Future[Reply]] = {}
-        self._deadlines: deque[tuple[float, str, float]] = deque()
-        self._sweeping: asyncio.TimerHandle | None = None
+        self._sweep = Deadlines(self._waiting.get)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.metrics = metrics or Metrics()
 
@@ -100,6 +98,10 @@ class MemoryReplies:
         self._waiting.pop(key, None)
 
     async def publish(self, replies: Sequence[Reply]) -> None:
+        self.deliver(replies)
+
+    def deliver(self, replies: Sequence[Reply]) -> None:
+        """`publish`, from a callback (replies come from the machine's batcher)."""
         waiting = self._waiting
         for reply in replies:
             future = waiting.get(reply.key)
@@ -109,38 +111,24 @@ class MemoryReplies:
             elif not future.done():
                 future.set_result(reply)
 
+    def drop(self, exc: Exception) -> int:
+        """Fail every reply awaited with `exc` (their batcher went away); how many there were."""
+        waiting = list(self._waiting.values())
+        self._waiting.clear()  # the same dict: the sweep looks keys up in it
+        for future in waiting:
+            if not future.done():
+                future.set_exception(exc)
+        return len(waiting)
+
     async def wait(self, key: str, timeout: float) -> Reply:
         loop = self._loop or self._started()
         future = self._waiting.get(key)
         if future is None:
             future = self._waiting[key] = loop.create_future()
-        deadline = loop.time() + timeout
-        timer = None
-        if self._deadlines and deadline < self._deadlines[-1][0]:
-            # a shorter timeout than the waits before it: out of order, so a timer of its own
-            timer = loop.call_later(timeout, _expire, future, timeout)
-        else:
-            self._deadlines.append((deadline, key, timeout))
-            if self._sweeping is None:
-                self._sweeping = loop.call_later(self.SWEEP_S, self._sweep)
+        timer = self._sweep.add(loop, key, timeout)
         try:
             return await future
         finally:
             if timer is not None:
                 timer.cancel()
             self._waiting.pop(key, None)
-
-    def _sweep(self) -> None:
-        loop = self._loop or self._started()
-        now, deadlines, waiting = loop.time(), self._deadlines, self._waiting
-        while deadlines and deadlines[0][0] <= now:
-            _, key, timeout = deadlines.popleft()
-            future = waiting.get(key)
-            if future is not None:
-                _expire(future, timeout)
-        self._sweeping = loop.call_later(self.SWEEP_S, self._sweep) if deadlines else None
-
-
-def _expire(future: asyncio.Future[Reply], timeout: float) -> None:
-    if not future.done():
-        future.set_exception(ReplyTimeout(f"no reply within {timeout:g}s"))

@@ -45,6 +45,7 @@ def serve(
     workers: int,
     settings: Settings | None = None,
     env: Mapping[str, str] | None = None,
+    beside: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
 ) -> None:
     """Serve the ASGI app that `factory` ('module:function') builds, until SIGINT or SIGTERM.
 
@@ -56,7 +57,10 @@ def serve(
     closed, and each worker holds up to MAX_CONNECTIONS of them (granian's default, the backlog
     2048, is what 2,100-2,600 half-open connections filled, stopping everyone else). A head
     larger than MAX_HEADER_BUFFER is refused by the server itself (431 with no body); the app
-    refuses one over MAX_HEADER_BYTES with a problem."""
+    refuses one over MAX_HEADER_BYTES with a problem.
+
+    `beside`: what runs beside the workers (the machine's batcher, `up --workers N`), entered
+    with the workers' environment set, before they start, and left after they stop."""
     settings = settings or Settings()
     os.environ.update({**settings.to_env(), **(env or {})})
     open_files(settings.edge.max_connections * workers + 1024)
@@ -90,6 +94,8 @@ def serve(
                     f"/metrics is per worker: no directory for the workers' metrics ({exc})",
                     file=sys.stderr,
                 )
+        if beside is not None:  # started once the workers' environment is set, stopped after
+            made.enter_context(beside())
         server.serve()
 
 

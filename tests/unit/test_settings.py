@@ -76,7 +76,9 @@ def test_database_url_takes_an_rds_secret_as_ecs_hands_it_over() -> None:
 
 def test_each_setting_belongs_to_one_group_and_round_trips_by_its_variable() -> None:
     seen = set(VARIABLES)
-    assert "MODE" in seen and "WORKERS" in seen and len(seen) == 51  # 49, and the two of `tracing`
+    assert (
+        "MODE" in seen and "WORKERS" in seen and len(seen) == 53
+    )  # 49, the two of `tracing`, `TIERS` and `HUB`
     for variable, (group, name, _) in VARIABLES.items():
         value = getattr(getattr(Settings.of(), group), name) if group else Settings.of().mode
         assert Settings.from_env({variable: str(value)}) == Settings.of(), variable
@@ -104,7 +106,7 @@ def test_but_changes_only_what_it_names_and_checks_the_result() -> None:
 
 def test_dev_only_knobs_are_apart_from_what_a_deployment_sets() -> None:
     local = {name for group, name, _ in VARIABLES.values() if group == "local"}
-    assert local == {"workers", "lambda_containers"}
+    assert local == {"workers", "lambda_containers", "tiers", "hub"}
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,301 @@
+"""Two tiers on one machine (`numerator up --workers N`): the HTTP workers close front frames and
+hand their records to the machine's one batcher over a unix socket (`HUB`), which closes its
+frames over every worker's records and sends each worker its replies back.
+
+The worker's side is a Stream (`HubStream.put`: the records go, and return once the batcher has
+taken them, or raise StreamFull when it will not) whose replies land in the worker's own
+`MemoryReplies`; the batcher's side (`Hub`) puts what it is handed on an in-process stream, read
+by its batcher as the embedded mode's, and is that batcher's Replies port: a reply goes to the
+worker whose edge made its reply key.
+
+A message is a 4-byte big-endian length, a kind byte and a body:
+- HELLO (worker → batcher): the worker's edge id, first on each connection;
+- PUT: a put's number (8 bytes), then its records, encoded, a line each;
+- TAKEN (batcher → worker): a put's number, then nothing (taken) or why it was refused;
+- REPLIES: replies, encoded, a line each.
+
+A worker that loses the batcher (it died, or was stopped) cannot tell which of the records it was
+waiting on were applied: it answers them 504 and takes a new edge id (`wire.new_edge`), leaving
+its old one as an edge that died, so that the ledger lists the values issued to them `unsure`
+(guarantee 5), and meets the restarted batcher under the new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import logging
+import os
+import struct
+from collections.abc import Callable, Sequence
+from typing import cast
+
+from infra.adapters.memory import MemoryReplies, MemoryStream
+from infra.errors import NumeratorError, ReplyTimeout, StreamFull, Unavailable
+from infra.observe.metrics import Metrics
+from infra.ports import Entry
+from infra.wire import (
+    BadRecord,
+    Demand,
+    Reply,
+    decode_record,
+    decode_reply,
+    edge_id,
+    edge_of_key,
+    encode,
+)
+
+log = logging.getLogger("numerator.hub")
+
+HELLO, PUT, TAKEN, REPLIES = b"H", b"P", b"T", b"R"
+_HEAD = struct.Struct(">I")
+_NUMBER = struct.Struct(">Q")
+MAX_MESSAGE = 64 * 1024 * 1024
+BUFFERED = 8 * 1024 * 1024
+"""Bytes a side lets wait in its socket's buffer before it refuses more (a batcher that stopped
+reading, a frozen worker): the puts then fail at once, StreamFull, rather than grow memory."""
+RECONNECT_S = 0.1  # how often a worker tries the batcher's socket again while it is away
+LOST = "the machine's batcher went away before it replied"
+
+
+class Messages(asyncio.Protocol):
+    """A connection that reads and writes length-framed messages; `handle(kind, body)` takes
+    each one read, `ended()` is called once the connection is gone."""
+
+    def __init__(self, handle: Callable[[bytes, bytes], None], ended: Callable[[], None]) -> None:
+        self.handle, self.ended = handle, ended
+        self.transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        at = 0
+        while len(buffer) - at >= 5:
+            (size,) = _HEAD.unpack_from(buffer, at)
+            if size > MAX_MESSAGE:
+                log.error("a message of %d bytes on the hub's socket: closing it", size)
+                self.close()
+                return
+            if len(buffer) - at - 4 < size:
+                break
+            kind = bytes(buffer[at + 4 : at + 5])
+            body = bytes(buffer[at + 5 : at + 4 + size])
+            at += 4 + size
+            self.handle(kind, body)
+        del buffer[:at]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.ended()
+
+    def send(self, kind: bytes, body: bytes) -> bool:
+        """Write one message; False when the connection is gone or its buffer is full."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return False
+        if transport.get_write_buffer_size() > BUFFERED:
+            return False
+        transport.write(_HEAD.pack(len(body) + 1) + kind + body)
+        return True
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class HubStream:
+    """A worker's stream: its records go to the machine's batcher. `replies` receives theirs;
+    `lost()` is called when the batcher goes away (the edge takes a new id)."""
+
+    name = "hub"
+    durable = False
+    reads = None
+
+    def __init__(self, path: str, replies: MemoryReplies, lost: Callable[[int], None]) -> None:
+        self.path, self.replies, self.lost = path, replies, lost
+        self._link: Messages | None = None
+        self._numbers = itertools.count(1)
+        self._taking: dict[int, asyncio.Future[str]] = {}
+        self._keeping: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+
+    async def open(self, patience: float = 0.0) -> None:
+        """Keep a connection to the batcher from now on; wait up to `patience` seconds for the
+        first (the batcher starts beside the workers)."""
+        self._keeping = asyncio.create_task(self._keep(), name="hub-link")
+        if patience:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(patience):
+                    await self.connected.wait()
+
+    async def close(self) -> None:
+        if self._keeping is not None:
+            self._keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeping
+        if self._link is not None:
+            self._link.close()
+
+    async def _keep(self) -> None:
+        loop = asyncio.get_running_loop()
+        said = False
+        while True:
+            gone = asyncio.Event()
+            try:
+                _, link = await loop.create_unix_connection(
+                    functools.partial(Messages, self._handle, gone.set), self.path
+                )
+            except OSError as exc:
+                if not said:
+                    log.warning("waiting for the machine's batcher at %s: %s", self.path, exc)
+                    said = True
+                await asyncio.sleep(RECONNECT_S)
+                continue
+            said = False
+            link.send(HELLO, edge_id().encode())
+            self._link = link
+            self.connected.set()
+            try:
+                await gone.wait()
+            finally:
+                self._link = None
+                self.connected.clear()
+                self._lose()
+
+    def _lose(self) -> None:
+        """The batcher went away: refuse the puts it had not taken, time out every reply awaited
+        (whether their records were applied no one here can tell), and say so."""
+        taking, self._taking = self._taking, {}
+        for future in taking.values():
+            if not future.done():
+                future.set_exception(Unavailable("the machine's batcher went away"))
+        waited = self.replies.drop(ReplyTimeout(LOST))
+        self.lost(waited)
+
+    def _handle(self, kind: bytes, body: bytes) -> None:
+        if kind == REPLIES:
+            replies = []
+            for line in body.split(b"\n"):
+                try:
+                    replies.append(decode_reply(line))
+                except ValueError as exc:  # BadReply: not one of ours
+                    log.error("an unreadable reply from the machine's batcher: %s", exc)
+            self.replies.deliver(replies)
+        elif kind == TAKEN:
+            (number,) = _NUMBER.unpack_from(body)
+            future = self._taking.pop(number, None)
+            if future is not None and not future.done():
+                future.set_result(body[_NUMBER.size :].decode())
+
+    async def put(self, records: Sequence[Demand]) -> None:
+        link = self._link
+        if link is None:
+            raise Unavailable("the machine's batcher is not reachable (it is starting again)")
+        number = next(self._numbers)
+        body = _NUMBER.pack(number) + b"\n".join(encode(record) for record in records)
+        future = asyncio.get_running_loop().create_future()
+        self._taking[number] = future
+        if not link.send(PUT, body):
+            self._taking.pop(number, None)
+            raise StreamFull("the machine's batcher is not taking records as fast as they come")
+        refused = await future
+        if refused:
+            raise StreamFull(refused)
+
+    async def shards(self) -> dict[str, tuple[str, ...]]:
+        return {}
+
+    async def read(self, shard: str, after: str | None, limit: int, wait: float) -> list[Entry]:
+        raise NumeratorError("a worker's stream is put to, not read: its batcher reads the hub")
+
+    def lag(self, shard: str) -> float | None:
+        return None
+
+
+class Hub:
+    """The machine's batcher's side: a unix socket its workers connect to; what they put goes on
+    `stream`, and this is the batcher's Replies port, sending each reply to its worker."""
+
+    def __init__(self, path: str, stream: MemoryStream, metrics: Metrics) -> None:
+        self.path, self.stream, self.metrics = path, stream, metrics
+        self.edges: dict[str, Messages] = {}
+        self._server: asyncio.AbstractServer | None = None
+
+    async def open(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)  # a killed batcher's: nothing listens on it any more
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_unix_server(self._connected, self.path)
+        os.chmod(self.path, 0o600)  # this user's workers only
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for link in list(self.edges.values()):
+            link.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+    def _connected(self) -> Messages:
+        edge = [""]  # what HELLO names
+
+        def handle(kind: bytes, body: bytes) -> None:
+            if kind == PUT:
+                (number,) = _NUMBER.unpack_from(body)
+                refused = self._take(body[_NUMBER.size :])
+                if not link.send(TAKEN, _NUMBER.pack(number) + refused.encode()):
+                    link.close()  # a worker that stopped reading: it loses this batcher
+            elif kind == HELLO:
+                edge[0] = body.decode()
+                self.edges[edge[0]] = link
+
+        def ended() -> None:
+            if self.edges.get(edge[0]) is link:
+                del self.edges[edge[0]]
+
+        link = Messages(handle, ended)
+        return link
+
+    def _take(self, body: bytes) -> str:
+        """Put a worker's records on the stream: '' when taken, else why not (nothing is put)."""
+        try:
+            records = [decode_record(line) for line in body.split(b"\n")]
+        except BadRecord as exc:  # the workers encode what they put: a bug, said at once
+            log.error("a worker put a record that does not decode: %s", exc)
+            return f"the machine's batcher could not read a record: {exc}"
+        try:
+            self.stream.put_now(records)
+        except StreamFull as exc:
+            return str(exc)
+        return ""
+
+    # The batcher's Replies port: it publishes, and never awaits a reply.
+
+    def expect(self, key: str) -> None:
+        return None
+
+    def forget(self, key: str) -> None:
+        return None
+
+    async def publish(self, replies: Sequence[Reply]) -> None:
+        by_edge: dict[str, list[Reply]] = {}
+        for reply in replies:
+            by_edge.setdefault(edge_of_key(reply.key), []).append(reply)
+        for edge, some in by_edge.items():
+            link = self.edges.get(edge)
+            if link is not None and not link.send(REPLIES, b"\n".join(encode(r) for r in some)):
+                link.close()  # a worker that stopped reading: it loses this batcher, as above
+                link = None
+            if link is None:
+                # Its worker is gone: the values are listed unsure under its edge, which died,
+                # or took a new edge id when it lost this batcher (answering its requests 504).
+                self.metrics.replies_abandoned.inc(sum(r.error is None for r in some))
+
+    async def wait(self, key: str, timeout: float) -> Reply:
+        raise ReplyTimeout("the machine's batcher awaits no replies")

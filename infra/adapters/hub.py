@@ -123,6 +123,7 @@ class HubStream:
         self._numbers = itertools.count(1)
         self._taking: dict[int, asyncio.Future[str]] = {}
         self._keeping: asyncio.Task[None] | None = None
+        self._closing = False
         self.connected = asyncio.Event()
 
     async def open(self, patience: float = 0.0) -> None:
@@ -135,6 +136,7 @@ class HubStream:
                     await self.connected.wait()
 
     async def close(self) -> None:
+        self._closing = True  # a worker that stops: its link ends, and nothing is lost
         if self._keeping is not None:
             self._keeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -176,7 +178,8 @@ class HubStream:
             if not future.done():
                 future.set_exception(Unavailable("the machine's batcher went away"))
         waited = self.replies.drop(ReplyTimeout(LOST))
-        self.lost(waited)
+        if not self._closing:
+            self.lost(waited)
 
     def _handle(self, kind: bytes, body: bytes) -> None:
         if kind == REPLIES:

@@ -137,12 +137,13 @@ class HubStream:
 
     async def close(self) -> None:
         self._closing = True  # a worker that stops: its link ends, and nothing is lost
+        link = self._link  # taken first: the link keeper's end forgets it
         if self._keeping is not None:
             self._keeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._keeping
-        if self._link is not None:
-            self._link.close()
+        if link is not None:
+            link.close()
 
     async def _keep(self) -> None:
         loop = asyncio.get_running_loop()

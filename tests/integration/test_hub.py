@@ -1,0 +1,250 @@
+"""Two tiers on one machine (infra/adapters/hub.py): HTTP workers hand their front frames to the
+machine's batcher over a real unix socket. A worker's records reach the batcher's stream (or are
+refused whole), each reply goes back to the worker whose edge made its key, a batcher that dies
+fails the replies awaited and is met again when it comes back, and a message too long for the
+protocol closes its connection without harming the batcher."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import date
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from infra.adapters.hub import HELLO, MAX_MESSAGE, Hub, HubStream
+from infra.adapters.memory import MemoryReplies, MemoryStream
+from infra.adapters.postgres import PostgresStore
+from infra.counters import Counter
+from infra.errors import ReplyTimeout, StreamFull, Unavailable
+from infra.observe.metrics import Metrics
+from infra.settings import Settings
+from infra.wire import Record, Reply, ReplyError, new_edge
+from numerator.stack import HubEdgeStack, HubStack
+from tests.asgi import asgi_client
+from tests.checks import until
+from tests.front import burst, values
+
+PATIENCE = 5.0
+
+
+@asynccontextmanager
+async def hub_at(path: str, stream: MemoryStream | None = None) -> AsyncIterator[Hub]:
+    """The batcher's side of the socket, its records on `stream`."""
+    hub = Hub(path, MemoryStream() if stream is None else stream, Metrics())
+    await hub.open()
+    try:
+        yield hub
+    finally:
+        hub.close()
+
+
+class Worker:
+    """A worker's side: a HubStream under an edge id of its own, with what `lost` was told."""
+
+    def __init__(self, path: str) -> None:
+        self.edge = new_edge()  # one process plays several workers: each its own edge
+        self.lost: list[int] = []
+        self.replies = MemoryReplies(Metrics())
+        self.stream = HubStream(path, self.replies, self.lost.append)
+        self.count = 0
+
+    def key(self) -> str:
+        """A reply key this worker's edge made (reply_key() names the last edge drawn)."""
+        self.count += 1
+        return f"{self.edge}-{self.count}"
+
+    async def met(self, hub: Hub) -> None:
+        """Connected, and the hub has read this worker's HELLO."""
+        await asyncio.wait_for(self.stream.connected.wait(), PATIENCE)
+        await until(lambda: hub.edges.get(self.edge) is not None, PATIENCE)
+
+
+@asynccontextmanager
+async def worker_at(path: str, listening: bool = True) -> AsyncIterator[Worker]:
+    """A worker on `path`; connected before the next worker draws its edge when a hub is
+    `listening` there (its HELLO names the process's edge at the moment it connects)."""
+    worker = Worker(path)
+    await worker.stream.open()
+    if listening:
+        await asyncio.wait_for(worker.stream.connected.wait(), PATIENCE)
+    try:
+        yield worker
+    finally:
+        await worker.stream.close()
+
+
+def ok(key: str, first: int = 1, last: int = 1) -> Reply:
+    return Reply(key, "c", first, last, day=date.today())
+
+
+async def test_a_workers_records_reach_the_hubs_stream_and_its_put_returns_once_taken(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "hub.sock")
+    memory = MemoryStream()
+    async with hub_at(path, memory) as hub, worker_at(path) as worker:
+        await worker.met(hub)
+        records = [Record(worker.key(), "a", 2), Record(worker.key(), "b", who="key:k1")]
+        await worker.stream.put(records)
+        assert len(memory) == 2, "put returns once the batcher's side has taken the records"
+        entries = await memory.read(memory.shard, None, 10, 0)
+    assert [entry.record for entry in entries] == records
+
+
+async def test_a_hub_at_capacity_refuses_the_put_whole_with_stream_full(tmp_path: Path) -> None:
+    path = str(tmp_path / "hub.sock")
+    memory = MemoryStream(capacity=2)
+    async with hub_at(path, memory) as hub, worker_at(path) as worker:
+        await worker.met(hub)
+        with pytest.raises(StreamFull):
+            await worker.stream.put([Record(worker.key(), "c") for _ in range(3)])
+        assert len(memory) == 0, "a refused put puts none of its records"
+        await worker.stream.put([Record(worker.key(), "c") for _ in range(2)])
+        assert len(memory) == 2, "the link serves on after a refusal"
+
+
+async def test_replies_go_to_the_worker_whose_edge_made_their_keys(tmp_path: Path) -> None:
+    path = str(tmp_path / "hub.sock")
+    async with hub_at(path) as hub, worker_at(path) as one, worker_at(path) as two:
+        await one.met(hub)
+        await two.met(hub)
+        keys = {one: one.key(), two: two.key()}
+        for worker, key in keys.items():
+            worker.replies.expect(key)
+        await hub.publish([ok(keys[two], 7, 9), ok(keys[one], 1, 6)])
+        got = {w: await w.replies.wait(k, PATIENCE) for w, k in keys.items()}
+    assert (got[one].key, got[one].first, got[one].last) == (keys[one], 1, 6)
+    assert (got[two].key, got[two].first, got[two].last) == (keys[two], 7, 9)
+    # A reply sent to the wrong worker would be counted there as abandoned (no one awaits it).
+    assert one.replies.metrics.replies_abandoned.value == 0
+    assert two.replies.metrics.replies_abandoned.value == 0
+    assert hub.metrics.replies_abandoned.value == 0
+
+
+async def test_an_ok_reply_for_an_edge_not_connected_is_counted_abandoned(tmp_path: Path) -> None:
+    path = str(tmp_path / "hub.sock")
+    async with hub_at(path) as hub:
+        gone = "0123456789abcdef"
+        refused = Reply(f"{gone}-2", "c", error=ReplyError.COUNTER_NOT_FOUND, detail="no c")
+        await hub.publish([ok(f"{gone}-1"), refused, ok(f"{gone}-3", 4, 8)])
+    assert hub.metrics.replies_abandoned.value == 2, "the ok replies held values; the error none"
+
+
+async def test_a_batcher_that_dies_fails_the_replies_awaited_and_is_met_again_when_back(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "hub.sock")
+    async with worker_at(path, listening=False) as worker:
+        async with hub_at(path) as first:
+            await worker.met(first)
+            keys = [worker.key() for _ in range(3)]
+            for key in keys:
+                worker.replies.expect(key)
+            waits = [asyncio.create_task(worker.replies.wait(k, 60)) for k in keys]
+            await asyncio.sleep(0)
+        # The batcher's side closed: each wait fails now, not after its 60 s.
+        failed = await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), PATIENCE)
+        assert [type(e) for e in failed] == [ReplyTimeout] * 3, failed
+        await until(lambda: worker.lost == [3], PATIENCE)
+        assert not worker.stream.connected.is_set()
+        with pytest.raises(Unavailable):
+            await worker.stream.put([Record(worker.key(), "c")])
+        memory = MemoryStream()
+        async with hub_at(path, memory) as second:
+            await worker.met(second)  # reconnected by itself, on the same path
+            await worker.stream.put([Record(worker.key(), "c")])
+            assert len(memory) == 1
+    assert worker.lost == [3], "only the batcher's going is a loss"
+
+
+async def test_a_worker_that_closes_its_stream_is_not_lost_and_leaves_the_hub(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "hub.sock")
+    async with hub_at(path) as hub:
+        async with worker_at(path) as worker:
+            await worker.met(hub)
+            key = worker.key()
+            worker.replies.expect(key)
+            wait = asyncio.create_task(worker.replies.wait(key, 60))
+            await asyncio.sleep(0)
+        with pytest.raises(ReplyTimeout):
+            await asyncio.wait_for(wait, PATIENCE)
+        assert worker.lost == [], "a worker that stops does not take itself for lost"
+        # Its connection ends: the hub forgets its edge, and counts a late reply abandoned.
+        await until(lambda: worker.edge not in hub.edges, PATIENCE)
+        await hub.publish([ok(key)])
+    assert hub.metrics.replies_abandoned.value == 1
+
+
+async def test_a_message_longer_than_max_message_closes_its_connection_not_the_hub(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "hub.sock")
+    memory = MemoryStream()
+    async with hub_at(path, memory) as hub:
+        reader, writer = await asyncio.open_unix_connection(path)
+        hello = b"fedcba9876543210"
+        writer.write(struct.pack(">I", len(hello) + 1) + HELLO + hello)
+        await until(lambda: hello.decode() in hub.edges, PATIENCE)
+        writer.write(struct.pack(">I", MAX_MESSAGE + 1) + b"P")
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), PATIENCE) == b"", "the hub hung up"
+        writer.close()
+        await writer.wait_closed()
+        await until(lambda: hello.decode() not in hub.edges, PATIENCE)
+        async with worker_at(path) as worker:  # the hub serves on
+            await worker.met(hub)
+            await worker.stream.put([Record(worker.key(), "c")])
+        assert len(memory) == 1
+
+
+async def test_a_hub_stack_hands_a_workers_requests_unique_increasing_values(
+    tmp_path: Path, settings: Settings, name: str
+) -> None:
+    own = settings.but(hub=str(tmp_path / "hub.sock"))
+    async with (
+        HubStack(own) as batcher,
+        HubEdgeStack(own) as worker,
+        asgi_client(worker.app()) as client,
+    ):
+        assert (await client.post("/counters", json={"name": name})).status_code == 201
+        together = await burst(client, name, 20)
+        one_by_one = [await client.post(f"/counters/{name}/next") for _ in range(5)]
+        health = (await client.get("/healthz")).json()
+    assert [r.status_code for r in together + one_by_one] == [200] * 25
+    assert sorted(values(together)) == list(range(1, 21))
+    assert values(one_by_one) == list(range(21, 26))
+    assert worker.metrics.records_put.value < 20, "the worker's front frames gathered requests"
+    assert batcher.metrics.frames_committed.value >= 1
+    assert health["batcher"] == "ok", health
+
+
+async def test_records_of_several_workers_arriving_together_share_one_frame(
+    tmp_path: Path, settings: Settings, name: str, store: PostgresStore, database_url: str
+) -> None:
+    path = str(tmp_path / "hub.sock")
+    own = settings.but(hub=path, frame_policy="fixed", back_frame_ms=300.0)
+    await store.create(Counter(name))
+    async with HubStack(own) as batcher, worker_at(path) as one, worker_at(path) as two:
+        await one.met(batcher.hub)
+        await two.met(batcher.hub)
+        keys = {one: one.key(), two: two.key()}
+        for worker, key in keys.items():
+            worker.replies.expect(key)
+        await asyncio.gather(
+            *(w.stream.put([Record(k, name, 2)]) for w, k in keys.items()),
+        )
+        got = [await w.replies.wait(k, PATIENCE) for w, k in keys.items()]
+    assert sorted((r.first, r.last) for r in got) == [(1, 2), (3, 4)]
+    async with await psycopg.AsyncConnection.connect(database_url) as sql:
+        cursor = await sql.execute(
+            "SELECT count(DISTINCT frame) FROM allocations WHERE counter = %s", (name,)
+        )
+        row = await cursor.fetchone()
+    assert row == (1,), "both workers' records went to Postgres in one frame"

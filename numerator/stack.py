@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from starlette.applications import Starlette
 
@@ -220,48 +220,80 @@ class HubStack(BatcherStack):
             self.hub.close()
 
 
-class HubEdgeStack:
-    """An HTTP worker of two tiers on one machine (HUB set): the edge, its front frames handed
-    to the machine's batcher over a unix socket (infra/adapters/hub.py); Postgres for counter
-    CRUD and the edge's own rows."""
+class FrontStack:
+    """An edge process with front frames and no batcher of its own: the AWS path's server edge
+    (`EdgeStack`), and an HTTP worker of two tiers on one machine (`HubEdgeStack`). Postgres for
+    counter CRUD and the edge's own rows."""
 
-    def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
-        self.settings = settings
+    edge: Edge
+
+    def __init__(self, settings: Settings, clock: Callable[[], datetime]) -> None:
+        self.settings, self.clock = settings, clock
         traces.configure(settings.tracing, "edge")
         self.metrics = Metrics()
         describe(self.metrics, settings, "edge")
-        replies = MemoryReplies(self.metrics)
-        self.hub = HubStream(settings.local.hub, replies, self.lost)
         self.store = PostgresStore(
             settings.database.database_url,
             settings.database.pool_max,
             pooled=settings.database.pooled,
         )
-        checks = {"store": responds(self.store.ping), "batcher": self.hub_check}
+
+    def serving(self, stream: Stream, replies: Replies, health: Health) -> None:
+        """The edge on `stream` and `replies`, its front frames as the subclass says."""
         self.edge = Edge(
-            stream=self.hub,
+            stream=stream,
             replies=replies,
             store=self.store,
-            settings=settings,
+            settings=self.settings,
             metrics=self.metrics,
-            clock=clock,
-            health=Health(checks),
+            clock=self.clock,
+            health=health,
         )
-        if settings.edge.front_frame_ms > 0:
+        if self.settings.edge.front_frame_ms > 0:
             self.edge.front = Front(
-                self.edge.stream,
+                self.edge.stream,  # traced when this process traces
                 self.edge.replies,
                 self.metrics,
-                settings.edge.front_frame_ms / 1000,
+                self.settings.edge.front_frame_ms / 1000,
                 self.edge.budget,
-                # a frame a put: the next closes once the batcher has taken the last one, on
-                # the loop's next turn (with FRAME_MIN_MS's gap, 0.93 of one worker's rate at
-                # 64 connections against 0.87 without: docs/performance.md)
-                auto=settings.edge.front_frame_policy is not FrontPolicy.FIXED,
-                gap=0.0,
                 give_up=self.edge.give_up,
                 abandon=self.edge.abandon,
+                **self.framing(),
             )
+
+    def framing(self) -> dict[str, Any]:
+        """When a front frame closes: Front's `auto`, `gap` and `before_beat`."""
+        return {}
+
+    async def stopping(self) -> None:
+        """Send the open front frame and wait for the frames in flight."""
+        if self.edge.front is not None:
+            await self.edge.front.close()
+
+    async def stopped(self) -> None:
+        await self.store.close()
+        traces.flush()  # a worker stopping sends its last trace spans (none when off)
+
+    def app(self) -> FastPath:
+        return create_app(self.edge)
+
+
+class HubEdgeStack(FrontStack):
+    """An HTTP worker of two tiers on one machine (HUB set): its front frames handed to the
+    machine's batcher over a unix socket (infra/adapters/hub.py)."""
+
+    def __init__(self, settings: Settings, clock: Callable[[], datetime] = utc_now) -> None:
+        super().__init__(settings, clock)
+        replies = MemoryReplies(self.metrics)
+        self.hub = HubStream(settings.local.hub, replies, self.lost)
+        checks = {"store": responds(self.store.ping), "batcher": self.hub_check}
+        self.serving(self.hub, replies, Health(checks))
+
+    def framing(self) -> dict[str, Any]:
+        # A frame a put: the next closes once the batcher has taken the last one, on the loop's
+        # next turn (with FRAME_MIN_MS's gap, 0.87 of one worker's rate at 64 connections
+        # against 0.93 without: docs/performance.md).
+        return {"auto": self.settings.edge.front_frame_policy is not FrontPolicy.FIXED, "gap": 0.0}
 
     async def hub_check(self) -> str | None:
         if self.hub.connected.is_set():
@@ -295,17 +327,12 @@ class HubEdgeStack:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self.edge.front is not None:
-            await self.edge.front.close()
+        await self.stopping()
         await self.hub.close()
-        await self.store.close()
-        traces.flush()
-
-    def app(self) -> FastPath:
-        return create_app(self.edge)
+        await self.stopped()
 
 
-class EdgeStack:
+class EdgeStack(FrontStack):
     """The AWS path's edge in a long-running process: no batcher here."""
 
     def __init__(
@@ -316,43 +343,22 @@ class EdgeStack:
     ) -> None:
         """`found`: the AWS clients to use (`infra.adapters.aws.clients`), when not those this
         process's environment configures."""
-        self.settings = settings
-        traces.configure(settings.tracing, "edge")
+        super().__init__(settings, clock)
         if settings.edge.reply_items is ReplyItems.FRAME:  # its replies a frame at a time
             read_grouped()
-        self.metrics = Metrics()
-        describe(self.metrics, settings, "edge")
         self.aws: AwsPorts = aws_ports(settings, self.metrics, found)
-        self.store = PostgresStore(
-            settings.database.database_url,
-            settings.database.pool_max,
-            pooled=settings.database.pooled,
-        )
-        self.edge = Edge(
-            stream=self.aws.stream,
-            replies=self.aws.replies,
-            store=self.store,
-            settings=settings,
-            metrics=self.metrics,
-            clock=clock,
-            health=Health(self.aws.edge_checks(self.store)),
-        )
         self.inbox: Inbox | None = None  # pushed replies, once open (with push keys)
         self.running = AsyncExitStack()
-        policy = settings.edge.front_frame_policy
-        if settings.edge.front_frame_ms > 0:
-            self.edge.front = Front(
-                self.edge.stream,  # the AWS ports, traced when this process traces
-                self.edge.replies,
-                self.metrics,
-                settings.edge.front_frame_ms / 1000,
-                self.edge.budget,
-                auto=policy is FrontPolicy.AUTO,
-                gap=settings.frames.frame_min_ms / 1000,
-                give_up=self.edge.give_up,
-                abandon=self.edge.abandon,
-                before_beat=self.aws.stream.before_beat if policy is FrontPolicy.BEATS else None,
-            )
+        self.serving(self.aws.stream, self.aws.replies, Health(self.aws.edge_checks(self.store)))
+
+    def framing(self) -> dict[str, Any]:
+        policy = self.settings.edge.front_frame_policy
+        beats = self.aws.stream.before_beat if policy is FrontPolicy.BEATS else None
+        return {
+            "auto": policy is FrontPolicy.AUTO,
+            "gap": self.settings.frames.frame_min_ms / 1000,
+            "before_beat": beats,
+        }
 
     async def __aenter__(self) -> EdgeStack:
         await check(self.aws.clients, self.aws.calls, self.settings)
@@ -382,17 +388,12 @@ class EdgeStack:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self.edge.front is not None:
-            await self.edge.front.close()
+        await self.stopping()
         if self.inbox is not None:
             self.inbox.close()
         await self.running.aclose()
-        await self.store.close()
         self.aws.close()
-        traces.flush()
-
-    def app(self) -> FastPath:
-        return create_app(self.edge)
+        await self.stopped()
 
 
 def app_from_env() -> FastPath:

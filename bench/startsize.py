@@ -44,9 +44,9 @@ class ReadyTime:
 
 
 @contextmanager
-def serving(url: str, port: int) -> Iterator[subprocess.Popen[bytes]]:
+def serving(url: str, port: int, workers: int = 1) -> Iterator[subprocess.Popen[bytes]]:
     command = [sys.executable, "-m", "numerator", "serve", "--database-url", url]
-    command += ["--port", str(port), "--workers", "1"]
+    command += ["--port", str(port), "--workers", str(workers)]
     process = subprocess.Popen(
         command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ)
     )
@@ -68,11 +68,11 @@ def first_ok(client: httpx.Client, method: str, url: str, began: float, patience
     raise SystemExit(f"{method} {url}: no 2xx within {patience:.0f} s")
 
 
-def start(database_url: str) -> ReadyTime:
+def start(database_url: str, workers: int) -> ReadyTime:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     began = time.monotonic()
-    with serving(database_url, port), httpx.Client(timeout=2) as client:
+    with serving(database_url, port, workers), httpx.Client(timeout=2) as client:
         healthy = first_ok(client, "GET", base + "/healthz", began, 60)
         answered = first_ok(client, "POST", f"{base}/counters/{COUNTER}/next", began, 60)
     return ReadyTime(healthy, answered)
@@ -80,14 +80,19 @@ def start(database_url: str) -> ReadyTime:
 
 def memory(root: psutil.Process) -> dict[str, tuple[float, float]]:
     """RSS and USS (its own pages, not shared) in MB of `root`, the `numerator serve` process
-    that starts and watches the workers, and of each worker, its child."""
+    that starts and watches the workers, and of each worker, its child (and of the machine's
+    batcher, with two tiers)."""
     found: dict[str, tuple[float, float]] = {}
+    workers = 0
     for n, process in enumerate((root, *root.children(recursive=True))):
         try:
             used = process.memory_full_info()
+            batcher = "numerator batcher" in " ".join(process.cmdline())
         except psutil.Error:
             continue
-        found["supervisor" if n == 0 else f"worker {n}"] = (used.rss / 2**20, used.uss / 2**20)
+        workers += 0 if n == 0 or batcher else 1
+        who = "supervisor" if n == 0 else "batcher" if batcher else f"worker {workers}"
+        found[who] = (used.rss / 2**20, used.uss / 2**20)
     return found
 
 
@@ -95,12 +100,12 @@ def shown(found: dict[str, tuple[float, float]]) -> str:
     return ", ".join(f"{who} {rss:.0f} MB RSS ({uss:.0f} own)" for who, (rss, uss) in found.items())
 
 
-def size(database_url: str, rps: int, seconds: int) -> tuple[str, str, str, str]:
+def size(database_url: str, rps: int, seconds: int, workers: int) -> tuple[str, str, str, str]:
     """Memory once ready, after the load, at its largest (RSS, each process), and the bench's
     summary line."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    with serving(database_url, port) as process, httpx.Client(timeout=2) as client:
+    with serving(database_url, port, workers) as process, httpx.Client(timeout=2) as client:
         first_ok(client, "POST", f"{base}/counters/{COUNTER}/next", time.monotonic(), 60)
         root = psutil.Process(process.pid)
         at_start = memory(root)
@@ -133,22 +138,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=int, default=60)
     parser.add_argument("--database-url", default=None)
     parser.add_argument("--no-size", action="store_true", help="the start only")
+    parser.add_argument("--workers", type=int, default=1, help="2 or more: two tiers")
     args = parser.parse_args(argv)
     load = os.getloadavg()[0]
     with database(args.database_url) as postgres:
         first_counter(postgres.url)
-        starts = [start(postgres.url) for _ in range(args.runs)]
+        starts = [start(postgres.url, args.workers) for _ in range(args.runs)]
         healthy = [s.healthy_s * 1000 for s in starts]
         answered = [s.next_s * 1000 for s in starts]
         print(
-            f"ready: {args.runs} starts of `numerator serve` (one worker): /healthz 200 after "
+            f"ready: {args.runs} starts of `numerator serve --workers {args.workers}`: /healthz "
+            "200 after "
             f"median {statistics.median(healthy):.0f} ms (worst {max(healthy):.0f}), first /next "
             f"200 after median {statistics.median(answered):.0f} ms (worst {max(answered):.0f}); "
             f"load average {load:.1f} at the start, {os.cpu_count()} CPUs"
         )
         if args.no_size:
             return
-        at_start, last, most, said = size(postgres.url, args.rps, args.seconds)
+        at_start, last, most, said = size(postgres.url, args.rps, args.seconds, args.workers)
         print(
             f"size: once ready, {at_start}\n  after const({args.rps},{args.seconds}s): {last}"
             f"\n  largest: {most}\n  load average {os.getloadavg()[0]:.1f} at the end; the "

@@ -54,6 +54,7 @@ class Child:
     ready: str  # the path that answers once it has started (its /healthz, or moto's API)
     restart: bool
     log: IO[str] | None = None
+    first_s: float = 1.0  # the first restart's backoff (jittered, doubling while it dies again)
     process: subprocess.Popen[str] = field(init=False)
     restarts: int = 0
 
@@ -150,6 +151,7 @@ def hub_batcher() -> Iterator[Child]:
             f"http://127.0.0.1:{port}",
             "/healthz",
             restart=True,
+            first_s=0.2,  # the workers answer 503 until it is back
         )
         child.start()
         try:
@@ -176,7 +178,7 @@ class ProcessSupervisor:
         self.failed: str | None = None
         self.stop_up = stop or (lambda: os.kill(os.getpid(), signal.SIGTERM))
         self._stopping = threading.Event()
-        self._backoff = {id(child): Backoff(base=1.0, cap=30.0) for child in children}
+        self._backoff = {id(child): Backoff(base=child.first_s, cap=30.0) for child in children}
         self._started = {id(child): time.monotonic() for child in children}
         self._thread = threading.Thread(target=self._watch, name="supervisor", daemon=True)
 

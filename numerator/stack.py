@@ -195,8 +195,13 @@ class HubStack(BatcherStack):
 
     def ports(self) -> tuple[Stream, Replies]:
         self.memory = MemoryStream(self.settings.edge.stream_capacity)
-        self.hub = Hub(self.settings.local.hub, self.memory, self.metrics)
+        self.hub = Hub(self.settings.local.hub, self.memory, self.metrics, self.troubled)
         return self.memory, self.hub
+
+    def troubled(self) -> str:
+        """What its workers' /healthz says of it: its frames' retries (Postgres away)."""
+        trouble = self.batcher.trouble
+        return f"retrying: {', '.join(trouble)}" if trouble else ""
 
     def observed(self) -> Metrics:
         self.metrics.stream_depth_records.set(len(self.memory))
@@ -296,9 +301,7 @@ class HubEdgeStack(FrontStack):
         return {"auto": self.settings.edge.front_frame_policy is not FrontPolicy.FIXED, "gap": 0.0}
 
     async def hub_check(self) -> str | None:
-        if self.hub.connected.is_set():
-            return None
-        return f"not connected to the machine's batcher at {self.settings.local.hub}"
+        return self.hub.unwell()
 
     def lost(self, waited: int) -> None:
         """The machine's batcher went away with `waited` replies owed: they were answered 504,

@@ -12,7 +12,8 @@ A message is a 4-byte big-endian length, a kind byte and a body:
 - HELLO (worker → batcher): the worker's edge id, first on each connection;
 - PUT: a put's number (8 bytes), then its records, encoded, a line each;
 - TAKEN (batcher → worker): a put's number, then nothing (taken) or why it was refused;
-- REPLIES: replies, encoded, a line each.
+- REPLIES: replies, encoded, a line each;
+- PING (worker → batcher), PONG: nothing, and what troubles the batcher ('' when nothing does).
 
 A worker that loses the batcher (it died, or was stopped) cannot tell which of the records it was
 waiting on were applied: it answers them 504 and takes a new edge id (`wire.new_edge`), leaving
@@ -39,6 +40,7 @@ from infra.ports import Entry
 from infra.wire import (
     BadRecord,
     Demand,
+    Record,
     Reply,
     decode_record,
     decode_reply,
@@ -49,7 +51,7 @@ from infra.wire import (
 
 log = logging.getLogger("numerator.hub")
 
-HELLO, PUT, TAKEN, REPLIES = b"H", b"P", b"T", b"R"
+HELLO, PUT, TAKEN, REPLIES, PING, PONG = b"H", b"P", b"T", b"R", b"?", b"!"
 _HEAD = struct.Struct(">I")
 _NUMBER = struct.Struct(">Q")
 MAX_MESSAGE = 64 * 1024 * 1024
@@ -57,6 +59,12 @@ BUFFERED = 8 * 1024 * 1024
 """Bytes a side lets wait in its socket's buffer before it refuses more (a batcher that stopped
 reading, a frozen worker): the puts then fail at once, StreamFull, rather than grow memory."""
 RECONNECT_S = 0.1  # how often a worker tries the batcher's socket again while it is away
+TAKEN_S = 1.0
+"""How long a put waits to hear that the batcher took its records (it takes them at once, unless
+it is frozen): then it counts them as put, and their replies' timeout runs on. Their records are
+in the socket, ahead of any cancel of theirs, so a cancel still finds them."""
+PING_S = 0.5  # how often a worker asks the batcher whether it is well
+SILENT_S = 2.0  # a batcher silent this long (frozen, its loop stuck) is not well: /healthz red
 LOST = "the machine's batcher went away before it replied"
 
 
@@ -94,12 +102,13 @@ class Messages(asyncio.Protocol):
         self.transport = None
         self.ended()
 
-    def send(self, kind: bytes, body: bytes) -> bool:
-        """Write one message; False when the connection is gone or its buffer is full."""
+    def send(self, kind: bytes, body: bytes, always: bool = False) -> bool:
+        """Write one message; False when the connection is gone or (unless `always`) its buffer
+        is full."""
         transport = self.transport
         if transport is None or transport.is_closing():
             return False
-        if transport.get_write_buffer_size() > BUFFERED:
+        if not always and transport.get_write_buffer_size() > BUFFERED:
             return False
         transport.write(_HEAD.pack(len(body) + 1) + kind + body)
         return True
@@ -125,6 +134,8 @@ class HubStream:
         self._keeping: asyncio.Task[None] | None = None
         self._closing = False
         self.connected = asyncio.Event()
+        self.heard = 0.0  # monotonic time of the batcher's last PONG
+        self.trouble = ""  # what troubles the batcher, as its last PONG said
 
     async def open(self, patience: float = 0.0) -> None:
         """Keep a connection to the batcher from now on; wait up to `patience` seconds for the
@@ -163,24 +174,44 @@ class HubStream:
             said = False
             link.send(HELLO, edge_id().encode())
             self._link = link
+            self.heard = loop.time()
             self.connected.set()
+            pinging = asyncio.create_task(self._ping(link), name="hub-ping")
             try:
                 await gone.wait()
             finally:
+                pinging.cancel()
                 self._link = None
                 self.connected.clear()
                 self._lose()
 
+    async def _ping(self, link: Messages) -> None:
+        while True:
+            await asyncio.sleep(PING_S)
+            link.send(PING, b"", always=True)
+
+    def unwell(self) -> str | None:
+        """Why the batcher cannot serve this worker now, or None (for /healthz)."""
+        if not self.connected.is_set():
+            return f"not connected to the machine's batcher at {self.path}"
+        silent = asyncio.get_running_loop().time() - self.heard
+        if silent > SILENT_S:
+            return f"the machine's batcher has not answered for {silent:.1f} s"
+        return self.trouble or None
+
     def _lose(self) -> None:
         """The batcher went away: refuse the puts it had not taken, time out every reply awaited
-        (whether their records were applied no one here can tell), and say so."""
+        (whether their records were applied no one here can tell), and, if any were, say so
+        (`lost`: the edge takes a new id). A connection that ends with nothing in doubt (the
+        dying batcher's listener took one last connection) costs nothing."""
         taking, self._taking = self._taking, {}
         for future in taking.values():
             if not future.done():
                 future.set_exception(Unavailable("the machine's batcher went away"))
+                future.exception()  # retrieved here: its put may have stopped waiting
         waited = self.replies.drop(ReplyTimeout(LOST))
-        if not self._closing:
-            self.lost(waited)
+        if not self._closing and (waited or taking):
+            self.lost(waited + len(taking))
 
     def _handle(self, kind: bytes, body: bytes) -> None:
         if kind == REPLIES:
@@ -196,6 +227,9 @@ class HubStream:
             future = self._taking.pop(number, None)
             if future is not None and not future.done():
                 future.set_result(body[_NUMBER.size :].decode())
+        elif kind == PONG:
+            self.heard = asyncio.get_running_loop().time()
+            self.trouble = body.decode()
 
     async def put(self, records: Sequence[Demand]) -> None:
         link = self._link
@@ -205,10 +239,16 @@ class HubStream:
         body = _NUMBER.pack(number) + b"\n".join(encode(record) for record in records)
         future = asyncio.get_running_loop().create_future()
         self._taking[number] = future
-        if not link.send(PUT, body):
+        # A cancel (or a void) always goes: it may be what voids values already taken.
+        if not link.send(PUT, body, always=not any(isinstance(r, Record) for r in records)):
             self._taking.pop(number, None)
             raise StreamFull("the machine's batcher is not taking records as fast as they come")
-        refused = await future
+        try:
+            async with asyncio.timeout(TAKEN_S):
+                refused = await asyncio.shield(future)
+        except TimeoutError:  # a frozen batcher: counted as put (TAKEN_S)
+            self._taking.pop(number, None)
+            return
         if refused:
             raise StreamFull(refused)
 
@@ -226,8 +266,15 @@ class Hub:
     """The machine's batcher's side: a unix socket its workers connect to; what they put goes on
     `stream`, and this is the batcher's Replies port, sending each reply to its worker."""
 
-    def __init__(self, path: str, stream: MemoryStream, metrics: Metrics) -> None:
-        self.path, self.stream, self.metrics = path, stream, metrics
+    def __init__(
+        self,
+        path: str,
+        stream: MemoryStream,
+        metrics: Metrics,
+        trouble: Callable[[], str] = str,
+    ) -> None:
+        """`trouble`: what troubles the batcher now ('' when nothing), told to the workers."""
+        self.path, self.stream, self.metrics, self.trouble = path, stream, metrics, trouble
         self.edges: dict[str, Messages] = {}
         self._server: asyncio.AbstractServer | None = None
 
@@ -255,6 +302,8 @@ class Hub:
                 refused = self._take(body[_NUMBER.size :])
                 if not link.send(TAKEN, _NUMBER.pack(number) + refused.encode()):
                     link.close()  # a worker that stopped reading: it loses this batcher
+            elif kind == PING:
+                link.send(PONG, self.trouble().encode(), always=True)
             elif kind == HELLO:
                 edge[0] = body.decode()
                 self.edges[edge[0]] = link

@@ -118,6 +118,7 @@ class MemoryReplies:
         for future in waiting:
             if not future.done():
                 future.set_exception(exc)
+                future.exception()  # retrieved here: a reply expected may not be awaited yet
         return len(waiting)
 
     async def wait(self, key: str, timeout: float) -> Reply:

@@ -16,6 +16,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from infra.adapters import hub as hub_module
 from infra.adapters.hub import HELLO, MAX_MESSAGE, Hub, HubStream
 from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.adapters.postgres import PostgresStore
@@ -23,7 +24,7 @@ from infra.counters import Counter
 from infra.errors import ReplyTimeout, StreamFull, Unavailable
 from infra.observe.metrics import Metrics
 from infra.settings import Settings
-from infra.wire import Record, Reply, ReplyError, new_edge
+from infra.wire import Cancel, Record, Reply, ReplyError, new_edge
 from numerator.stack import HubEdgeStack, HubStack
 from tests.asgi import asgi_client
 from tests.checks import until
@@ -248,3 +249,67 @@ async def test_records_of_several_workers_arriving_together_share_one_frame(
         )
         row = await cursor.fetchone()
     assert row == (1,), "both workers' records went to Postgres in one frame"
+
+
+async def test_a_frozen_batcher_counts_a_put_as_taken_and_turns_its_workers_unwell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batcher that stops reading (SIGSTOP) neither hangs a put (it counts as put after
+    TAKEN_S, and its reply's timeout runs on) nor leaves /healthz green (SILENT_S); a cancel
+    still goes when a record would not, for it may be what voids values already taken."""
+    monkeypatch.setattr(hub_module, "TAKEN_S", 0.2)
+    monkeypatch.setattr(hub_module, "PING_S", 0.05)
+    monkeypatch.setattr(hub_module, "SILENT_S", 0.3)
+    path = str(tmp_path / "hub.sock")
+    held: list[asyncio.StreamWriter] = []
+
+    async def frozen(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)  # accepts, and never reads or answers
+
+    server = await asyncio.start_unix_server(frozen, path)
+    try:
+        async with worker_at(path) as worker:
+            assert worker.stream.unwell() is None
+            began = asyncio.get_running_loop().time()
+            await asyncio.wait_for(worker.stream.put([Record(worker.key(), "c")]), PATIENCE)
+            assert asyncio.get_running_loop().time() - began >= 0.2
+            await until(lambda: worker.stream.unwell() is not None, PATIENCE)
+            assert "has not answered" in str(worker.stream.unwell())
+            # Its buffer over BUFFERED (-1 here): a record is refused, a cancel still goes.
+            monkeypatch.setattr(hub_module, "BUFFERED", -1)
+            with pytest.raises(StreamFull):
+                await worker.stream.put([Record(worker.key(), "c")])
+            await worker.stream.put([Cancel(worker.key(), "c", None, "")])
+    finally:
+        for writer in held:
+            writer.close()
+        server.close()
+
+
+async def test_the_batchers_trouble_reaches_its_workers_health(tmp_path: Path) -> None:
+    path = str(tmp_path / "hub.sock")
+    trouble = ["retrying: c"]
+    hub = Hub(path, MemoryStream(), Metrics(), lambda: trouble[0])
+    await hub.open()
+    try:
+        async with worker_at(path) as worker:
+            await until(lambda: worker.stream.unwell() == "retrying: c", PATIENCE)
+            trouble[0] = ""
+            await until(lambda: worker.stream.unwell() is None, PATIENCE)
+    finally:
+        hub.close()
+    await until(lambda: worker.stream.unwell() is not None, PATIENCE)
+
+
+async def test_a_connection_that_ends_with_nothing_in_doubt_is_no_loss(tmp_path: Path) -> None:
+    """A dying batcher's listener may take one last connection before it closes: its end,
+    with no record put on it, does not make the worker a new edge again."""
+    path = str(tmp_path / "hub.sock")
+    async with hub_at(path) as hub, worker_at(path) as worker:
+        await worker.met(hub)
+        await worker.stream.put([Record(worker.key(), "c")])  # taken, and no reply awaited
+        first = hub.edges[worker.edge]
+        first.close()
+        # met again, under the same edge: its HELLO names the edge it still is
+        await until(lambda: hub.edges.get(worker.edge) not in (None, first), PATIENCE)
+        assert worker.lost == []

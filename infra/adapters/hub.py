@@ -237,10 +237,14 @@ class HubStream:
             raise Unavailable("the machine's batcher is not reachable (it is starting again)")
         number = next(self._numbers)
         body = _NUMBER.pack(number) + b"\n".join(encode(record) for record in records)
+        if not any(isinstance(record, Record) for record in records):
+            # A cancel (or a void) always goes, and is not waited on: it may be what voids values
+            # already taken, and an edge that gives up on a request answers it once it is put.
+            link.send(PUT, body, always=True)
+            return
         future = asyncio.get_running_loop().create_future()
         self._taking[number] = future
-        # A cancel (or a void) always goes: it may be what voids values already taken.
-        if not link.send(PUT, body, always=not any(isinstance(r, Record) for r in records)):
+        if not link.send(PUT, body):
             self._taking.pop(number, None)
             raise StreamFull("the machine's batcher is not taking records as fast as they come")
         try:

@@ -3,7 +3,8 @@ hand their records to the machine's one batcher over a unix socket (`HUB`), whic
 frames over every worker's records and sends each worker its replies back.
 
 The worker's side is a Stream (`HubStream.put`: the records go, and return once the batcher has
-taken them, or raise StreamFull when it will not) whose replies land in the worker's own
+taken them or TAKEN_S has passed, or raise StreamFull when it will not; a cancel is not waited
+on) whose replies land in the worker's own
 `MemoryReplies`; the batcher's side (`Hub`) puts what it is handed on an in-process stream, read
 by its batcher as the embedded mode's, and is that batcher's Replies port: a reply goes to the
 worker whose edge made its reply key.

@@ -153,9 +153,8 @@ def hub_batcher() -> Iterator[Child]:
             restart=True,
             first_s=0.2,  # the workers answer 503 until it is back
         )
-        child.start()
+        child.start()  # not waited for: the workers start meanwhile, and connect once it listens
         try:
-            child.wait()
             with ProcessSupervisor([child]):
                 yield child
         finally:

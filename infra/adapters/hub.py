@@ -159,6 +159,7 @@ class HubStream:
 
     async def _keep(self) -> None:
         loop = asyncio.get_running_loop()
+        since: float | None = None  # when the tries to connect began failing
         said = False
         while True:
             gone = asyncio.Event()
@@ -167,12 +168,13 @@ class HubStream:
                     functools.partial(Messages, self._handle, gone.set), self.path
                 )
             except OSError as exc:
-                if not said:
+                since = loop.time() if since is None else since
+                if not said and loop.time() - since >= SILENT_S:  # not while it starts
                     log.warning("waiting for the machine's batcher at %s: %s", self.path, exc)
                     said = True
                 await asyncio.sleep(RECONNECT_S)
                 continue
-            said = False
+            since, said = None, False
             link.send(HELLO, edge_id().encode())
             self._link = link
             self.heard = loop.time()

@@ -26,9 +26,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import httpx
-
 from bench import local, wrk
+from bench.scrape import scrape
 from bench.yardstick import Spread, cpu
 
 SETUPS = {"one": (1, "2"), "own": (2, "1"), "two": (2, "2")}  # name: (workers, TIERS)
@@ -61,11 +60,7 @@ class Drive:
 
 def committed(url: str) -> float:
     """Frames committed so far, by every batcher of the service (its /metrics adds them up)."""
-    text = httpx.get(url + "/metrics", timeout=10).text
-    for line in text.splitlines():
-        if line.startswith("numerator_frames_committed_total"):
-            return float(line.split()[-1])
-    return 0.0
+    return scrape(url).get("numerator_frames_committed_total", 0.0)
 
 
 def drive(

@@ -132,14 +132,13 @@ def batchers(count: int, env: dict[str, str]) -> Iterator[list[Child]]:
 
 
 @contextmanager
-def hub_batcher() -> Iterator[Child]:
+def hub_batcher() -> Iterator[dict[str, str]]:
     """The machine's batcher for `--workers N` on the embedded path (two tiers, the workers'
     front frames in over a unix socket: infra/adapters/hub.py), started with this process's
-    environment (the workers' settings), its socket named to the workers as HUB; watched, and
-    started again under its own name when it dies, while the workers answer 503 and wait."""
+    environment (the workers' settings); yields what names its socket to the workers (HUB);
+    watched, and started again under its own name when it dies, while the workers answer 503."""
     with own_folder("hub") as folder:
         socket = str(folder / "batcher.sock")
-        os.environ["HUB"] = socket
         port = free_port()
         owner = f"up-{os.getpid()}-hub-{uuid.uuid4().hex[:8]}"
         command = [sys.executable, "-m", "numerator", "batcher", "--hub", socket]
@@ -156,9 +155,8 @@ def hub_batcher() -> Iterator[Child]:
         child.start()  # not waited for: the workers start meanwhile, and connect once it listens
         try:
             with ProcessSupervisor([child]):
-                yield child
+                yield {"HUB": socket}
         finally:
-            os.environ.pop("HUB", None)
             child.stop(30)  # after the workers: their frames in flight have had their replies
 
 

@@ -270,14 +270,20 @@ class FrontStack:
         """When a front frame closes: Front's `auto`, `gap` and `before_beat`."""
         return {}
 
-    async def stopping(self) -> None:
-        """Send the open front frame and wait for the frames in flight."""
-        if self.edge.front is not None:
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.edge.front is not None:  # the open front frame sent, the frames in flight ended
             await self.edge.front.close()
-
-    async def stopped(self) -> None:
+        await self.release()
         await self.store.close()
         traces.flush()  # a worker stopping sends its last trace spans (none when off)
+
+    async def release(self) -> None:
+        """What the subclass holds besides the store, let go once its frames have ended."""
 
     def app(self) -> FastPath:
         return create_app(self.edge)
@@ -324,15 +330,8 @@ class HubEdgeStack(FrontStack):
         await self.hub.open(patience=10.0)
         return self
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stopping()
+    async def release(self) -> None:
         await self.hub.close()
-        await self.stopped()
 
 
 class EdgeStack(FrontStack):
@@ -385,18 +384,11 @@ class EdgeStack(FrontStack):
             self.edge.front.to = await self.inbox.open()
         return self
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stopping()
+    async def release(self) -> None:
         if self.inbox is not None:
             self.inbox.close()
         await self.running.aclose()
         self.aws.close()
-        await self.stopped()
 
 
 def app_from_env() -> FastPath:

@@ -45,7 +45,7 @@ def serve(
     workers: int,
     settings: Settings | None = None,
     env: Mapping[str, str] | None = None,
-    beside: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+    beside: Callable[[], contextlib.AbstractContextManager[Mapping[str, str]]] | None = None,
 ) -> None:
     """Serve the ASGI app that `factory` ('module:function') builds, until SIGINT or SIGTERM.
 
@@ -60,7 +60,8 @@ def serve(
     refuses one over MAX_HEADER_BYTES with a problem.
 
     `beside`: what runs beside the workers (the machine's batcher, `up --workers N`), entered
-    with the workers' environment set, before they start, and left after they stop."""
+    with the workers' environment set, before they start, and left after they stop; what it
+    yields goes into their environment (where it listens)."""
     settings = settings or Settings()
     os.environ.update({**settings.to_env(), **(env or {})})
     open_files(settings.edge.max_connections * workers + 1024)
@@ -95,7 +96,7 @@ def serve(
                     file=sys.stderr,
                 )
         if beside is not None:  # started once the workers' environment is set, stopped after
-            made.enter_context(beside())
+            os.environ.update(made.enter_context(beside()))
         server.serve()
 
 

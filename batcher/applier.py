@@ -268,7 +268,7 @@ class Applier:
         past = self._past(lease, tried, tried)
         gone = [r for r in given_up if isinstance(r, Record)]
         if self.stream.durable:
-            await self.shares.republish(lease)
+            await self.shares.republish(lease, leaving={r.key for r in gone})
             if gone:
                 await self.stream.put(
                     [Cancel(r.key, r.counter, r.idempotency_key, "") for r in gone]

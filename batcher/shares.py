@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Collection
 
 from batcher.allocation import decode_replies
 from batcher.shared import Shared
@@ -138,11 +139,14 @@ class Shares:
             return None
         return lease
 
-    async def republish(self, lease: Lease) -> None:
-        """Publish the replies a crash left held: frames committed but not known published."""
+    async def republish(self, lease: Lease, leaving: Collection[str] = ()) -> None:
+        """Publish the replies a crash left held: frames committed but not known published;
+        but not those of the records in `leaving` (their keys): answered 'unavailable' as the
+        commit's answer was lost, their values are voided — a reply with them, read after the
+        first, would be a value handed out and then void."""
         held = await self.frames.unpublished(lease.stream, lease.shard)
         for one in held:
-            replies = decode_replies(one.replies)
+            replies = [r for r in decode_replies(one.replies) if r.key not in leaving]
             await self.replies.publish(replies)
             self.metrics.replies_republished.inc(len(replies))
         if held:

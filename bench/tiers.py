@@ -4,8 +4,9 @@ rounds.
 
     python -m bench.tiers --rounds 5 --duration 5 --connections 64,1024 --json tiers.json
 
-Starts one throwaway embedded Postgres and on it `numerator serve` three times: `--workers 1`
-(`one`), `--workers 2 --tiers 1` (`own`) and `--workers 2` (`two`, the default). Each round
+Starts one throwaway embedded Postgres and on it `numerator serve` once a set-up: `--workers 1`
+(`one`), `--workers 2 --tiers 1` (`own`) and `--workers 2` (`two`, the default); with `--setups`
+also `--workers 3` (`three`). Each round
 drives `POST /counters/hot/next` on each in turn with wrk (who goes first turns round), taking
 the rate, the CPU time of the service's processes and of Postgres's a request, and the frames
 committed over the drive (`numerator_frames_committed_total`: a frame is one Postgres
@@ -30,7 +31,10 @@ from bench import local, wrk
 from bench.scrape import scrape
 from bench.yardstick import Spread, cpu
 
-SETUPS = {"one": (1, "2"), "own": (2, "1"), "two": (2, "2")}  # name: (workers, TIERS)
+SETUPS = {"one": (1, "2"), "own": (2, "1"), "two": (2, "2"), "three": (3, "2")}
+"""name: (workers, TIERS); `three`, two tiers with three workers (`--setups`), shows whether a
+hot counter's transactions grow with the workers."""
+DEFAULT_SETUPS = "one,own,two"
 PATH = "/counters/hot/next"
 
 
@@ -82,7 +86,9 @@ def drive(
     )
 
 
-def summary(drives: Sequence[Drive]) -> dict[int, dict[str, dict[str, Spread]]]:
+def summary(
+    drives: Sequence[Drive], setups: Sequence[str] = tuple(DEFAULT_SETUPS.split(","))
+) -> dict[int, dict[str, dict[str, Spread]]]:
     """Per connection count and set-up: rate, transactions a second and CPU a request, and
     rate and transactions as a ratio to `one`'s in the same round."""
     rounds: dict[int, dict[int, dict[str, Drive]]] = {}
@@ -90,7 +96,7 @@ def summary(drives: Sequence[Drive]) -> dict[int, dict[str, dict[str, Spread]]]:
         rounds.setdefault(d.connections, {}).setdefault(d.round, {})[d.setup] = d
     found: dict[int, dict[str, dict[str, Spread]]] = {}
     for connections, by_round in sorted(rounds.items()):
-        whole = [r for r in by_round.values() if set(SETUPS) <= set(r)]
+        whole = [r for r in by_round.values() if set(setups) <= set(r)]
         if not whole:
             continue
         found[connections] = {
@@ -103,7 +109,7 @@ def summary(drives: Sequence[Drive]) -> dict[int, dict[str, dict[str, Spread]]]:
                     r[setup].transactions / max(r["one"].transactions, 1e-9) for r in whole
                 ),
             }
-            for setup in SETUPS
+            for setup in setups
         }
     return found
 
@@ -133,6 +139,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--connections", default="64,1024", help="comma-separated")
     parser.add_argument("--duration", type=float, default=5, help="seconds per drive")
     parser.add_argument("--rounds", type=int, default=5, help="rounds; medians are shown")
+    parser.add_argument(
+        "--setups",
+        default=DEFAULT_SETUPS,
+        help=f"comma-separated, `one` among them: {', '.join(SETUPS)}",
+    )
     parser.add_argument("--json", metavar="FILE", help="write the run's record here")
     return parser
 
@@ -142,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed: apt-get install wrk")
     connections = [int(c) for c in args.connections.split(",")]
+    setups = args.setups.split(",")
+    if "one" not in setups or not set(setups) <= set(SETUPS):
+        raise SystemExit(f"--setups: `one` and any of {', '.join(SETUPS)}")
     load_before, started = os.getloadavg(), time.time()
     print(
         f"one hot counter; wrk -t1, {args.duration:g}s a drive, POST, loopback; "
@@ -154,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         served = {
             name: stack.enter_context(local.serve("numerator", db, workers, {"TIERS": tiers}))
             for name, (workers, tiers) in SETUPS.items()
+            if name in setups
         }
         local.create_counters(served["one"].url, ["hot"])
         for target in served.values():  # warm up
@@ -172,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                         flush=True,
                     )
     load_after = os.getloadavg()
-    found = summary(drives)
+    found = summary(drives, setups)
     print()
     print(table(found))
     print(f"load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end")
@@ -183,6 +198,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "rounds": args.rounds,
                 "duration_s": args.duration,
                 "connections": connections,
+                "setups": setups,
                 "started_at": started,
                 "load_average": {"start": load_before, "end": load_after},
                 "cpus": os.cpu_count(),

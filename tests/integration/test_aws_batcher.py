@@ -278,7 +278,7 @@ async def test_a_lost_commit_whose_records_were_given_up_is_voided_by_the_next_f
     record is answered 'unavailable' and the frame left empty. The shard's next frame finds the
     commit: the given-up record's values are void, abandoned (its cancel), not issued to no one
     nor handed out again (tests/e2e/test_failover.py found it on this path); nor is its reply
-with them published, after the 'unavailable' one (CI found it on Postgres 15)."""
+    with them published after the 'unavailable' one (CI found it on Postgres 15)."""
     from contextlib import asynccontextmanager
 
     from infra.errors import StoreUnavailable

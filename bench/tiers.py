@@ -162,6 +162,31 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"load average {load_before[0]:.1f} at the start",
         flush=True,
     )
+    drives = run(setups, connections, args.rounds, args.duration)
+    load_after = os.getloadavg()
+    found = summary(drives, setups)
+    print()
+    print(table(found))
+    print(f"load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end")
+    if args.json:
+        settings = {
+            "rounds": args.rounds,
+            "duration_s": args.duration,
+            "connections": connections,
+            "setups": setups,
+            "started_at": started,
+            "load_average": {"start": load_before, "end": load_after},
+            "cpus": os.cpu_count(),
+            "argv": sys.argv,
+        }
+        write(args.json, settings, drives, found)
+
+
+def run(
+    setups: Sequence[str], connections: Sequence[int], rounds: int, seconds: float
+) -> list[Drive]:
+    """Every drive of the run: the set-ups served on one Postgres, warmed up, then in each round
+    each connection count on each set-up, who goes first turning round."""
     drives: list[Drive] = []
     with contextlib.ExitStack() as stack:
         db = stack.enter_context(local.database())
@@ -172,47 +197,41 @@ def main(argv: Sequence[str] | None = None) -> None:
         }
         local.create_counters(served["one"].url, ["hot"])
         for target in served.values():  # warm up
-            wrk.run(target.url + PATH, 64, min(2.0, args.duration))
+            wrk.run(target.url + PATH, 64, min(2.0, seconds))
         print(f"{'round':>5} {'conns':>6} {'setup':>5} {'rps':>9} {'txn/s':>7} {'CPU µs':>7}")
         names = list(served)
-        for round_ in range(1, args.rounds + 1):
+        for round_ in range(1, rounds + 1):
             for c in connections:
                 turn = (round_ - 1) % len(names)
                 for name in names[turn:] + names[:turn]:
-                    d = drive(round_, c, name, served[name], db.pids, args.duration)
+                    d = drive(round_, c, name, served[name], db.pids, seconds)
                     drives.append(d)
                     print(
                         f"{round_:>5} {c:>6} {name:>5} {d.rate:>9,.0f} {d.transactions:>7,.0f} "
                         f"{d.cpu_us:>7.1f}",
                         flush=True,
                     )
-    load_after = os.getloadavg()
-    found = summary(drives, setups)
-    print()
-    print(table(found))
-    print(f"load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end")
-    if args.json:
-        record: dict[str, Any] = {
-            "kind": "tiers",
-            "settings": {
-                "rounds": args.rounds,
-                "duration_s": args.duration,
-                "connections": connections,
-                "setups": setups,
-                "started_at": started,
-                "load_average": {"start": load_before, "end": load_after},
-                "cpus": os.cpu_count(),
-                "argv": sys.argv,
-            },
-            "drives": [asdict(d) for d in drives],
-            "summary": {
-                str(c): {s: {k: asdict(v) for k, v in row.items()} for s, row in setups.items()}
-                for c, setups in found.items()
-            },
-        }
-        with open(args.json, "w") as out:
-            json.dump(record, out, indent=2)
-        print(f"record: {args.json}")
+    return drives
+
+
+def write(
+    path: str,
+    settings: dict[str, Any],
+    drives: Sequence[Drive],
+    found: dict[int, dict[str, dict[str, Spread]]],
+) -> None:
+    record: dict[str, Any] = {
+        "kind": "tiers",
+        "settings": settings,
+        "drives": [asdict(d) for d in drives],
+        "summary": {
+            str(c): {s: {k: asdict(v) for k, v in row.items()} for s, row in rows.items()}
+            for c, rows in found.items()
+        },
+    }
+    with open(path, "w") as out:
+        json.dump(record, out, indent=2)
+    print(f"record: {path}")
 
 
 if __name__ == "__main__":

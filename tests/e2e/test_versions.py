@@ -10,6 +10,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -41,15 +42,18 @@ STORE_TESTS = [
 @pytest.fixture(scope="module")
 def store_runs() -> Iterator[dict[int, subprocess.Popen[str]]]:
     """The store's tests on 14 and 15 at once, each a child pytest on a server of its own: on
-    two cores side by side they take little more than one of them alone."""
+    two cores side by side they take little more than one of them alone. Each has a base temp
+    folder of its own: two sessions ending at once in pytest's shared one both clear its
+    `pytest-current` link, and the second fails (CI: every test passed, exit 1)."""
     with contextlib.ExitStack() as running:
         runs = {}
         for major in MAJORS:
             server = running.enter_context(cluster(major))
             assert server.version() == major
+            temp = running.enter_context(tempfile.TemporaryDirectory(prefix=f"store-{major}-"))
             runs[major] = subprocess.Popen(
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
-                 *STORE_TESTS],
+                 f"--basetemp={temp}/pytest", *STORE_TESTS],
                 env={**os.environ, "DATABASE_URL": server.url},
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             )  # fmt: skip

@@ -35,6 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from infra.adapters.memory import MemoryReplies, MemoryStream
+from infra.deadlines import Deadlines
 from infra.errors import NumeratorError, ReplyTimeout, StreamFull, Unavailable
 from infra.observe.metrics import Metrics
 from infra.ports import Entry
@@ -132,6 +133,7 @@ class HubStream:
         self._link: Messages | None = None
         self._numbers = itertools.count(1)
         self._taking: dict[int, asyncio.Future[str]] = {}
+        self._expiring = Deadlines(self._taking.get)  # TAKEN_S, swept (infra/deadlines.py)
         self._keeping: asyncio.Task[None] | None = None
         self._closing = False
         self.connected = asyncio.Event()
@@ -207,8 +209,9 @@ class HubStream:
         (whether their records were applied no one here can tell), and, if any were, say so
         (`lost`: the edge takes a new id). A connection that ends with nothing in doubt (the
         dying batcher's listener took one last connection) costs nothing."""
-        taking, self._taking = self._taking, {}
-        for future in taking.values():
+        taking = list(self._taking.values())
+        self._taking.clear()  # the same dict: `_expiring` finds the puts in it
+        for future in taking:
             if not future.done():
                 future.set_exception(Unavailable("the machine's batcher went away"))
                 future.exception()  # retrieved here: its put may have stopped waiting
@@ -245,17 +248,21 @@ class HubStream:
             # already taken, and an edge that gives up on a request answers it once it is put.
             link.send(PUT, body, always=True)
             return
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         self._taking[number] = future
         if not link.send(PUT, body):
             self._taking.pop(number, None)
             raise StreamFull("the machine's batcher is not taking records as fast as they come")
+        timer = self._expiring.add(loop, number, TAKEN_S)
         try:
-            async with asyncio.timeout(TAKEN_S):
-                refused = await asyncio.shield(future)
-        except TimeoutError:  # a frozen batcher: counted as put (TAKEN_S)
+            refused = await future  # a put cancelled stays in `_taking`: in doubt if it is lost
+        except ReplyTimeout:  # a frozen batcher: counted as put (TAKEN_S)
             self._taking.pop(number, None)
             return
+        finally:
+            if timer is not None:
+                timer.cancel()
         if refused:
             raise StreamFull(refused)
 

@@ -87,7 +87,7 @@ def drive(
 
 
 def summary(
-    drives: Sequence[Drive], setups: Sequence[str] = tuple(DEFAULT_SETUPS.split(","))
+    drives: Sequence[Drive], setups: Sequence[str]
 ) -> dict[int, dict[str, dict[str, Spread]]]:
     """Per connection count and set-up: rate, transactions a second and CPU a request, and
     rate and transactions as a ratio to `one`'s in the same round."""

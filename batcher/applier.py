@@ -107,8 +107,10 @@ class Applier:
         `token`, from `self.gather.applying()`): the lease moved past it; None when another
         batcher took the shard over."""
         self._observe(frame, lease)
+        began = time.time()
         with traces.step("commit"):
             ended = await self._commit_retried(frame, lease)
+        committed = time.time()
         if isinstance(ended, Dropped):
             return None
         if isinstance(ended, Emptied):
@@ -132,6 +134,10 @@ class Applier:
             await asyncio.sleep(self.faults.pause_before_publish_s)
         with traces.step("publish"):
             published = await self._publish(frame, token)
+        if self.stream.durable:  # the hops a frame's records take (numerator_hop_seconds)
+            hops, records = self.metrics.hop_seconds, len(frame.entries)
+            hops.observe("commit", committed - began, records)
+            hops.observe("publish", time.time() - committed, records)
         if published and outcome.held is not None:
             self.shared.published(lease.shard, outcome.held)
         return lease

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from batcher.applier import Applier
@@ -47,6 +48,7 @@ class ShardLoop:
         self.stream, self.shares, self.applier = stream, shares, applier
         self.frames, self.stopping = settings.frames, stopping
         self.shared = shared
+        self.hops = applier.metrics.hop_seconds
 
     async def run(self, shard: str, parents: tuple[str, ...] = ()) -> None:
         """Hold the shard's lease whenever this batcher's share allows, and read it while held."""
@@ -93,6 +95,8 @@ class ShardLoop:
                 frame = Frame(entries)
                 if len(frame) < limit and not stopping:
                     await self._collect(shard, frame, limit, began, ended)
+                if self.stream.durable:  # the hop from the read to the frame's commit
+                    self.hops.observe("frame", time.time() - read[1] / 1e9, len(frame))
                 began = time.monotonic()
                 with traces.frame(frame.entries, shard, read):
                     lease = await self.applier.apply(frame, lease, token)
@@ -117,7 +121,16 @@ class ShardLoop:
             return Read([])
         self.shared.readable(shard, True)
         failed.reset()
+        self._arrived(entries)
         return Read(list(entries))
+
+    def _arrived(self, entries: Sequence[Entry]) -> None:
+        """The hop from each entry's arrival on the stream (its stamp) to its read's return:
+        the wait for the shard's beat and the read."""
+        now = time.time()
+        for entry in entries:
+            if entry.arrived:
+                self.hops.observe("stream", now - entry.arrived)
 
     async def _collect(
         self, shard: str, frame: Frame, limit: int, began: float, ended: float
@@ -141,4 +154,5 @@ class ShardLoop:
             await asyncio.sleep(delay)
             with contextlib.suppress(ShardEnded, Unavailable):  # the next read says so
                 more = await self.stream.read(shard, frame.last_sequence, limit - len(frame), 0)
+                self._arrived(more)
                 frame.add(more)

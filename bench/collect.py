@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import psutil
 
+from bench import hops
 from bench.scrape import parse
 
 # Counters the report shows per second, under plain names.
@@ -57,6 +58,7 @@ def totals(metrics: dict[str, float]) -> dict[str, float]:
     out["frame_sum"] = metrics.get(FRAME_SUM, 0.0)
     out["frame_count"] = metrics.get(FRAME_COUNT, 0.0)
     out["throttles"] = 0.0
+    out.update(hops.scraped(metrics))
     for name, value in metrics.items():
         if name.startswith(AWS + "{"):  # numerator_aws_calls_total{call="put_records"}
             out["aws:" + name[len(AWS) + 1 : -1].removeprefix('call="').removesuffix('"')] = value
@@ -224,7 +226,7 @@ class Collector:
                 sample["lag_s"] = after["lag"]
             elif name == "leases":
                 sample["leases"] = after["leases"]
-            elif name not in ("frame_sum", "frame_count"):
+            elif name not in ("frame_sum", "frame_count") and not name.startswith("hop:"):
                 sample[name] = (after[name] - before.get(name, 0.0)) / max(span, 1e-9)
         frames = after["frame_count"] - before["frame_count"]
         sample["frame_size_mean"] = (
@@ -249,6 +251,8 @@ class Collector:
                 if frames
                 else 0.0
             )
+            out["hops"] = hops.summary({k: v for k, v in out.items() if k.startswith("hop:")})
+            out = {k: v for k, v in out.items() if not k.startswith("hop:")}
         busy = [s for s in self.samples if s.get("requests", 0) > 0] or self.samples
         cpu = [s["cpu_pct"] for s in busy if "cpu_pct" in s]
         rss = [s["rss_mb"] for s in self.samples if "rss_mb" in s]

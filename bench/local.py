@@ -17,7 +17,7 @@ from bench.errors import BenchError
 from infra.run.embedded import Postgres, ephemeral
 from infra.run.process import stand_in_aws, started
 from infra.run.server import free_port
-from infra.settings import Settings, beats_for
+from infra.settings import Settings
 
 MODES = ("embedded", "server", "lambda")
 """embedded: `numerator serve` on the in-process stream; server and lambda: the AWS path (`--aws`),
@@ -115,7 +115,7 @@ def serve_aws(
             "workers": workers,
             "back_frame_ms": service.frames.back_frame_ms,
             "shards": service.aws.shards,
-            "read_beats": str(beats_for(edge, environment)),
+            "read_beats": str(service.aws.read_beats),
             "batchers": batchers,
             "edge": edge,
             "lambda_containers": service.local.lambda_containers if edge == "lambda" else None,

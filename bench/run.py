@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from bench import local, record, report, waterfall
+from bench import hops, local, record, report, waterfall
 from bench.collect import Collector, Processes, aws_calls
 from bench.errors import BenchError
 from bench.headroom import headroom
@@ -316,6 +316,8 @@ def calls(runs: list[dict[str, Any]]) -> str:
             lines.append(
                 "  CPU % by tier: " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(tiers.items()))
             )
+        if totals.get("hops"):
+            lines.append(hops.line(totals["hops"]))
     return "\n\n" + "\n".join(lines) if lines else ""
 
 

@@ -156,8 +156,11 @@ async def put_and_wait(
             edge.give_up_later(record, putting)
         raise
     edge.metrics.records_put.inc()
+    put = time.monotonic()
+    if putting is not None:  # on the AWS path: the hops a request takes (numerator_hop_seconds)
+        edge.metrics.hop_seconds.observe("put", put - began)
     try:
-        reply = await edge.replies.wait(record.key, max(0.0, timeout - time.monotonic() + began))
+        reply = await edge.replies.wait(record.key, max(0.0, timeout - put + began))
     except (ReplyTimeout, AwsRefused):  # no one will read what comes
         if isinstance(record, Record):
             await edge.give_up(record)
@@ -166,6 +169,8 @@ async def put_and_wait(
         if isinstance(record, Record):
             edge.give_up_later(record)
         raise
+    if putting is not None:
+        edge.metrics.hop_seconds.observe("reply", time.monotonic() - put)
     if isinstance(record, Record) and left():
         edge.give_up_later(record)
         raise ClientLeft

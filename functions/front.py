@@ -43,6 +43,7 @@ class Waiter:
     until: float
     deadline: float
     answer: asyncio.Future[Reply] = field(repr=False)
+    since: float = 0.0  # when it came (Unix time)
     who: str = ""
     trace: Any = None  # its request's trace context, when this process traces
 
@@ -110,7 +111,7 @@ class Front:
         loop = asyncio.get_running_loop()
         now = time.time()
         deadline = now + self.budget(timeout)
-        waiter = Waiter(count, now + timeout, deadline, loop.create_future(), who)
+        waiter = Waiter(count, now + timeout, deadline, loop.create_future(), now, who)
         if traces.ON:
             waiter.trace = traces.current()
         self._open.setdefault(counter, []).append(waiter)
@@ -241,9 +242,12 @@ class Front:
 
     async def _put(self, groups: dict[str, list[Waiter]], due: float) -> None:
         sent = time.time()
+        hops = self.metrics.hop_seconds
         batches: list[tuple[Record, list[Waiter]]] = []
         for counter, waiters in groups.items():
             self.metrics.front_frame_requests.observe(len(waiters))
+            for waiter in waiters:
+                hops.observe("front", sent - waiter.since)
             for chunk in _chunks(waiters):
                 record = Record(
                     reply_key(),
@@ -272,9 +276,12 @@ class Front:
         if self.before_beat is not None and due and took >= 0:  # not closed early (stopping)
             self.closing.add(took)
         self.metrics.records_put.inc(len(batches))
-        await asyncio.gather(*(self._deliver(record, chunk) for record, chunk in batches))
+        put = time.time()
+        hops.observe("put", put - sent, sum(len(chunk) for _, chunk in batches))
+        await asyncio.gather(*(self._deliver(record, chunk, put) for record, chunk in batches))
 
-    async def _deliver(self, record: Record, waiters: list[Waiter]) -> None:
+    async def _deliver(self, record: Record, waiters: list[Waiter], put: float) -> None:
+        """Hand each waiter its part of the record's reply (the record put at Unix time `put`)."""
         try:
             reply = await self.replies.wait(record.key, max(w.until for w in waiters) - time.time())
         except (ReplyTimeout, AwsRefused) as exc:
@@ -284,6 +291,7 @@ class Front:
         except BadReply as exc:
             _fail(waiters, exc)
             return
+        self.metrics.hop_seconds.observe("reply", time.time() - put, len(waiters))
         gone: list[tuple[int, int, str]] = []
         cursor = reply.first
         for waiter in waiters:

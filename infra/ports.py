@@ -27,6 +27,7 @@ class Entry:
     raw: bytes = b""
     problem: str = ""
     key: str | None = None
+    arrived: float = 0.0  # when the stream took it (Unix time: Kinesis's arrival stamp), or 0
 
     @classmethod
     def decode(cls, shard: str, sequence: str, raw: bytes) -> Entry:

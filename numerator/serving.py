@@ -20,7 +20,7 @@ from infra.adapters.postgres import migrate, migrations
 from infra.errors import Refused, StoreUnavailable
 from infra.faults import Faults
 from infra.run.embedded import Postgres, default_data_dir, embedded, ephemeral
-from infra.settings import LOOPBACK_ONLY, Auth, Mode, Settings, beats_for, loopback, with_host
+from infra.settings import LOOPBACK_ONLY, Auth, Mode, Settings, loopback, with_host
 
 EMBEDDED_APP = "numerator.stack:app_from_env"
 LAMBDA_APP = "numerator.lambdaedge:app_from_env"
@@ -140,7 +140,6 @@ def serve_aws(args: argparse.Namespace, settings: Settings, where: str) -> None:
             url = endpoint(args.aws, "moto or an endpoint URL")
         aws = local.aws_environment(url)
         settings = settings.but(mode=Mode.AWS)
-        settings = settings.but(read_beats=beats_for(args.edge, os.environ))
         if "REPLY_PUSH" not in os.environ:  # its batchers run here: no inbox open to the network
             settings = settings.but(reply_push="127.0.0.1")
         if not (settings.aws.push_keys or settings.aws.push_key_secret_arn):

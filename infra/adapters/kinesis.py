@@ -369,7 +369,7 @@ class KinesisStream:
             return []
         cursor.iterator = out.get("NextShardIterator")
         self._behind[shard] = out.get("MillisBehindLatest", 0) / 1000
-        entries = [Entry.decode(shard, r["SequenceNumber"], r["Data"]) for r in out["Records"]]
+        entries = [_read(shard, r) for r in out["Records"]]
         if entries:
             cursor.position = entries[-1].sequence
         elif cursor.iterator is None:
@@ -389,6 +389,15 @@ class KinesisStream:
 
     def lag(self, shard: str) -> float | None:
         return self._behind.get(shard)
+
+
+def _read(shard: str, got: dict[str, Any]) -> Entry:
+    """A record of a GetRecords's answer as an entry, with its arrival stamp."""
+    entry = Entry.decode(shard, got["SequenceNumber"], got["Data"])
+    arrived = got.get("ApproximateArrivalTimestamp")
+    if arrived is not None:
+        entry.arrived = arrived.timestamp()
+    return entry
 
 
 def _entry(row: Row) -> dict[str, Any]:

@@ -187,6 +187,57 @@ class Histogram:
         return lines
 
 
+class LabeledHistogram:
+    """A histogram family with one label, e.g. the time each hop of a request took. `observe`
+    may count a value several times (`times`): a frame's hop, once for each request in it."""
+
+    kind = "histogram"
+
+    def __init__(self, name: str, help: str, label: str, buckets: Sequence[float]) -> None:
+        self.name, self.help, self.label = name, help, label
+        self.bounds = list(buckets)
+        self.values: dict[str, Histogram] = {}
+
+    def observe(self, value: str, seconds: float, times: int = 1) -> None:
+        one = self.values.get(value)
+        if one is None:
+            one = self.values[value] = Histogram(self.name, self.help, self.bounds)
+        one.counts[bisect.bisect_left(self.bounds, seconds)] += times
+        one.sum += seconds * times
+        one.count += times
+
+    def add(self, other: LabeledHistogram) -> None:
+        for value, state in other.state().items():
+            one = Histogram(self.name, self.help, self.bounds)
+            one.load(state)
+            mine = self.values.get(value)
+            if mine is not None:
+                one.add(mine)
+            self.values[value] = one
+
+    def state(self) -> Any:
+        return {value: one.state() for value, one in list(self.values.items())}
+
+    def load(self, state: Any) -> None:
+        self.values = {}
+        for value, each in state.items():
+            one = self.values[str(value)] = Histogram(self.name, self.help, self.bounds)
+            one.load(each)
+
+    def render(self) -> list[str]:
+        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+        for value, one in sorted(self.values.items()):
+            pair = f'{self.label}="{escape(value)}"'
+            running = 0
+            for bound, count in zip(one.bounds, one.counts, strict=False):
+                running += count
+                lines.append(f'{self.name}_bucket{{{pair},le="{_number(bound)}"}} {running}')
+            lines.append(f'{self.name}_bucket{{{pair},le="+Inf"}} {one.count}')
+            lines.append(f"{self.name}_sum{{{pair}}} {_number(one.sum)}")
+            lines.append(f"{self.name}_count{{{pair}}} {one.count}")
+        return lines
+
+
 def resident_bytes() -> int:
     """This process's resident memory (Linux: /proc; elsewhere its peak, from getrusage)."""
     try:
@@ -209,9 +260,10 @@ def _number(value: float) -> str:
 SIZES = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
-Kind = Total | LabeledTotal | Info | Histogram
+Kind = Total | LabeledTotal | Info | Histogram | LabeledHistogram
 KINDS: dict[str, type[Kind]] = {
-    kind.__name__: kind for kind in (Total, LabeledTotal, Gauge, LabeledGauge, Info, Histogram)
+    kind.__name__: kind
+    for kind in (Total, LabeledTotal, Gauge, LabeledGauge, Info, Histogram, LabeledHistogram)
 }
 
 
@@ -355,6 +407,16 @@ class Metrics:
     reply_found_seconds: Histogram = metric(
         "Time from when a reply could be read (the written time on its item) to when its edge "
         "read it: what reading on the beats adds to a request.",
+        buckets=SECONDS,
+    )
+    hop_seconds: LabeledHistogram = metric(
+        "On the AWS path, what each hop of a /next adds to it, by hop, once a request (an "
+        "edge's) or a record (a batcher's): an edge's `front` (waiting in its front frame), "
+        "`put` (the stream's put) and `reply` (from the put's return to the reply in hand); a "
+        "batcher's `stream` (from the stream's arrival stamp to the read's return: the wait "
+        "for the shard's beat and the GetRecords), `frame` (from the read to its frame's "
+        "commit), `commit` and `publish` (from the commit to the reply pushed, or written).",
+        label="hop",
         buckets=SECONDS,
     )
     batcher_lag_seconds: Gauge = metric("Age of the oldest record in the last frame.", most=True)

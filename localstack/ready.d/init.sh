@@ -5,7 +5,7 @@
 set -euo pipefail
 STREAM=${STREAM_NAME:-numerator}
 TABLE=${REPLY_TABLE:-numerator-replies}
-SHARDS=${SHARDS:-1}
+SHARDS=${SHARDS:-4}
 
 awslocal kinesis describe-stream-summary --stream-name "$STREAM" >/dev/null 2>&1 ||
   awslocal kinesis create-stream --stream-name "$STREAM" --shard-count "$SHARDS"

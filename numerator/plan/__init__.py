@@ -14,7 +14,7 @@ from infra.adapters.kinesis import SHARDS_EVERY_S
 from infra.settings import ReadBeats, Settings
 from numerator.plan.connections import Budget, connection_budget, proxy_line
 from numerator.plan.cost import INSTANCES, Bill, Prices, bill, fan_out, per_record
-from numerator.plan.latency import Hop, budget, p50
+from numerator.plan.latency import Hop, budget, p50, p95, server_shards
 from numerator.plan.model import (
     LAMBDA_MEMORY_MB,
     MEASURED,
@@ -86,10 +86,12 @@ class Plan:
             "latency_budget": {
                 "hops": [hop.to_json() for hop in self.hops],
                 "p50_ms": round(p50(self.hops), 1),
+                "p95_ms": round(p95(self.hops), 1),
                 "measured_reply_wait_ms": round(sizing.measured_wait_s * 1000),
                 "with_enhanced_fan_out": {
                     "hops": [hop.to_json() for hop in self.fan_out_hops],
                     "p50_ms": round(p50(self.fan_out_hops), 1),
+                    "p95_ms": round(p95(self.fan_out_hops), 1),
                     **{k: round(v, 2) for k, v in self.fan_out.items()},
                 },
             }
@@ -183,20 +185,25 @@ def plan(
     memory: int = LAMBDA_MEMORY_MB,
     others: bool = True,
     url: bool = False,
+    settings: Settings | None = None,
 ) -> Plan:
     """`memory`: a Lambda's (template.yaml's EdgeMemory), in MB; `others`: with what the
     Lambdas would cost at the other sizes (MEMORIES_MB) and through a function URL, in the
     bill's notes; `url`: the Lambdas reached by their function URL, not API Gateway."""
     data = measured if measured is not None else read_measured()
     runs = Measured.of(edge, data["edges"][str(edge)])
-    defaults = Settings.of()  # the settings the template keeps
+    defaults = settings or Settings.of()  # the settings the template keeps
     interval = defaults.aws.read_interval_ms / 1000
     cpu = float((data.get("invocation_cpu_ms") or {}).get(str(edge)) or 0.0)
     front = (str(defaults.edge.front_frame_policy), defaults.aws.read_beats is ReadBeats.PHASED)
     record = float(data["record_bytes"])
-    sizing = size(load, runs, record, defaults.edge.front_frame_ms, interval, cpu, memory, *front)
-    sizing.url = url and edge is not EdgeKind.SERVER
     commits = float(data["commits_per_s"])
+    ff = defaults.edge.front_frame_ms
+    sizing = size(load, runs, record, ff, interval, cpu, memory, *front)
+    if edge is EdgeKind.SERVER:  # the shards for its p95, if more than its rate's
+        least = server_shards(defaults, 1000 / commits, sizing.shards)
+        sizing = size(load, runs, record, ff, interval, cpu, memory, *front, least)
+    sizing.url = url and edge is not EdgeKind.SERVER
     connections = postgres(sizing, commits, prices)
     calls = runs.calls(load.rps, sizing.units(), interval)
     if edge is EdgeKind.LAMBDA:
@@ -223,13 +230,18 @@ def plan(
     if edge is not EdgeKind.SERVER and others and not url:
         out.bill.notes.append(through_url(load, edge, prices, data, memory))
     if edge is not EdgeKind.ATOMIC:
-        settings = Settings.of()
-        out.hops = budget(edge, settings, 1000 / commits, shards=sizing.shards)
-        out.fan_out_hops = budget(edge, settings, 1000 / commits, fan_out=True)
-        if sizing.invocation_cpu_s and edge is EdgeKind.LAMBDA:
-            hop = cpu_hop(sizing)
-            out.hops.append(hop)
-            out.fan_out_hops.append(hop)
-        faster = (p50(out.hops) - p50(out.fan_out_hops)) / 1000
-        out.fan_out = fan_out(load, sizing, prices, faster)
+        timed(out, defaults, 1000 / commits, prices)
     return out
+
+
+def timed(out: Plan, settings: Settings, commit_ms: float, prices: Prices) -> None:
+    """A plan's latency budget, with and without enhanced fan-out, and what fan-out costs."""
+    sizing, edge = out.sizing, out.edge
+    out.hops = budget(edge, settings, commit_ms, shards=sizing.shards)
+    out.fan_out_hops = budget(edge, settings, commit_ms, fan_out=True)
+    if sizing.invocation_cpu_s and edge is EdgeKind.LAMBDA:
+        hop = cpu_hop(sizing)
+        out.hops.append(hop)
+        out.fan_out_hops.append(hop)
+    faster = (p50(out.hops) - p50(out.fan_out_hops)) / 1000
+    out.fan_out = fan_out(out.load, sizing, prices, faster)

@@ -245,9 +245,15 @@ def lambda_lines(out: Bill, requests: float, sizing: Sizing, prices: Prices) -> 
     # WARN) leaves out a Lambda's START, END and REPORT lines.
 
 
+ON_DEMAND_SHARDS = 4
+"""The shards an on-demand stream starts with (4 MB/s of writes); it adds more for its
+throughput, never for a latency."""
+
+
 def kinesis(out: Bill, sizing: Sizing, records: float, prices: Prices) -> None:
     """The cheaper of a provisioned stream of `sizing.shards` and an on-demand one; the other
-    in a note."""
+    in a note. Provisioned where the shards are more than the records need and an on-demand
+    stream would have (a server edge's for its p95: numerator/plan/latency.py)."""
     usd, hours = prices.usd, prices.hours
     units = math.ceil(max(sizing.record_bytes, 1) / 25_600)
     provisioned = (
@@ -258,7 +264,15 @@ def kinesis(out: Bill, sizing: Sizing, records: float, prices: Prices) -> None:
     on_demand = hours * usd["kinesis_on_demand_stream_hour"] + gigabytes * (
         usd["kinesis_on_demand_gb_written"] + usd["kinesis_on_demand_gb_read"]
     )
-    if provisioned <= on_demand:
+    held = sizing.shards > max(ON_DEMAND_SHARDS, sizing.rate_shards)
+    if held:
+        out.lines["Kinesis, provisioned shards"] = provisioned
+        kept = max(ON_DEMAND_SHARDS, sizing.rate_shards)
+        out.notes.append(
+            f"Kinesis provisioned: {sizing.shards} shards for the p95, where on demand "
+            f"(${on_demand:,.0f} a month) would keep {kept}"
+        )
+    elif provisioned <= on_demand:
         out.lines["Kinesis, provisioned shards"] = provisioned
         out.notes.append(f"Kinesis on demand would cost ${on_demand:,.0f} a month")
     else:

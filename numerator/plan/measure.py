@@ -34,11 +34,11 @@ RATES = {
     EdgeKind.LAMBDA: (6.0, 16.0),
     EdgeKind.ATOMIC: (30.0, 90.0),
 }
-SHARDS = {EdgeKind.LAMBDA: 4}
-"""The Lambda edge's stream has shards read on phased beats (READ_BEATS): its records wait for a
-read half a gap between phases, so it is measured on more than one, and the plan works its wait
-out at the plan's own shards from there (model.read_wait). A server edge's front frames close on
-the shared beats, one a beat whatever the shards (model.front_frames_per_s)."""
+SHARDS = {EdgeKind.LAMBDA: 4, EdgeKind.SERVER: 4}
+"""Both edges' streams have shards read on phased beats (READ_BEATS, the default): a record
+waits for a read half a gap between phases (a server edge's front frame, half a gap between its
+frames), so each is measured on four, as an on-demand stream starts, and the plan works the wait
+out at its own shards from there (model.read_wait, model.front_frames_per_s)."""
 SECONDS, WARM_S = 8, 10
 """Each run serves its rate for WARM_S, then SECONDS more, and the plan keeps the latency of
 those last seconds (the bench's last step, its first second left out): a month is served by warm

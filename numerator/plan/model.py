@@ -92,6 +92,11 @@ UNITS = {
 }  # any other call (describe_*: health checks): Unit.PROCESS
 
 
+def bytes_shards(sizing: Sizing) -> int:
+    """The shards a sizing's records need for their bytes."""
+    return math.ceil(sizing.records_per_s * sizing.record_bytes / (SHARD_BYTES_PER_S * HEADROOM))
+
+
 def unit_of(call: str) -> Unit:
     return UNITS.get(call, Unit.PROCESS)
 
@@ -316,6 +321,7 @@ class Sizing:
     hot_records_per_s: float = 0.0
     record_bytes: float = 0.0
     shards: int = 1
+    rate_shards: int = 1  # the shards its records alone need (`shards` may hold more: a p95's)
     partition_spread: int = 1
     batchers: int = 2
     transactions_per_s: float = 0.0
@@ -358,10 +364,12 @@ def size(
     memory_mb: int = LAMBDA_MEMORY_MB,
     policy: str = "beats",
     phased: bool = False,
+    least_shards: int = 1,
 ) -> Sizing:
     """The deployment for the load's peak; `interval`: READ_INTERVAL_MS, in seconds; a Lambda's
     CPU a warm invocation on a whole core (measured), and its memory; the server edge's
-    FRONT_FRAME_POLICY, and whether shards are read on phased beats (READ_BEATS)."""
+    FRONT_FRAME_POLICY, and whether shards are read on phased beats (READ_BEATS); `least_shards`:
+    the shards its latency asks for at least (numerator/plan/latency.py, `server_shards`)."""
     peak = load.peak
     out = Sizing(measured.edge, peak, record_bytes=record_bytes, phased=phased)
     quickest = min(measured.runs, key=lambda run: float(run["latency_mean_ms"]))
@@ -386,12 +394,10 @@ def size(
         out.hot_records_per_s = peak * load.hot_share
     write = SHARD_RECORDS_PER_S * HEADROOM
     out.partition_spread = max(1, math.ceil(out.hot_records_per_s / write))
-    out.shards = max(
-        1,
-        out.partition_spread,
-        math.ceil(out.records_per_s / write),
-        math.ceil(out.records_per_s * record_bytes / (SHARD_BYTES_PER_S * HEADROOM)),
+    out.rate_shards = max(
+        1, out.partition_spread, math.ceil(out.records_per_s / write), bytes_shards(out)
     )
+    out.shards = max(least_shards, out.rate_shards)
     out.batchers = max(2, math.ceil(out.shards / SHARDS_PER_BATCHER))
     if measured.edge is EdgeKind.SERVER:
         front = front_frames_per_s(out.shards, interval, front_frame_ms / 1000, policy, phased)

@@ -11,7 +11,7 @@ import orjson
 from numerator.plan import EdgeKind, Plan, PlanError, Traffic, plan, read_measured
 from numerator.plan.advice import Advice, advise
 from numerator.plan.cost import Prices
-from numerator.plan.latency import p50
+from numerator.plan.latency import SERVER_P95_MS, p50, p95
 from numerator.plan.model import MEMORY_MB, VCPU_MB, Sizing
 from numerator.plan.whole import NOT_PRICED
 
@@ -213,17 +213,7 @@ def latency_lines(plans: list[Plan], heads: list[str]) -> list[str]:
     timed = [p for p in plans if p.hops]
     if not timed:
         return []
-    # in the order a request meets them: the longest list's order, another's own hops each
-    # after the hop it follows there (first if none does)
-    names: list[str] = []
-    for each in sorted(timed, key=lambda p: -len(p.hops)):
-        at = 0
-        for hop in each.hops:
-            if hop.name in names:
-                at = names.index(hop.name) + 1
-            else:
-                names.insert(at, hop.name)
-                at += 1
+    names = ordered(timed)
 
     def ms(each: Plan, name: str) -> str:
         found = [hop.ms for hop in each.hops if hop.name == name]
@@ -232,6 +222,10 @@ def latency_lines(plans: list[Plan], heads: list[str]) -> list[str]:
     rows = [(f"  {name}", [ms(p, name) if p.hops else "-" for p in plans]) for name in names]
     rows += [
         ("p50 it adds up to", [f"{p50(p.hops):,.0f}" if p.hops else "-" for p in plans]),
+        (
+            "p95 (the waits' spread; calls as typical)",
+            [f"{p95(p.hops):,.0f}" if p.hops else "-" for p in plans],
+        ),
         (
             "  measured on moto (mean wait)",
             [f"{p.sizing.measured_wait_s * 1000:,.0f}" for p in plans],
@@ -260,10 +254,37 @@ def latency_lines(plans: list[Plan], heads: list[str]) -> list[str]:
     ]
     return [
         "",
-        "Latency budget per hop, ms (sources: numerator/plan/latency.json; enhanced fan-out is "
-        "not a read mode yet: docs/aws.md)",
+        "Latency budget per hop, ms (figures: numerator/plan/latency.json; enhanced fan-out is "
+        "not a read mode yet: docs/aws.md; the server edge's shards sized for a p95 of "
+        f"{SERVER_P95_MS:g} ms on phased beats)",
         *columns(rows, heads),
+        "Where each hop's figure comes from:",
+        *sources(timed),
     ]
+
+
+def ordered(plans: list[Plan]) -> list[str]:
+    """The hops' names in the order a request meets them: the longest list's order, another's
+    own hops each after the hop it follows there (first if none does)."""
+    names: list[str] = []
+    for each in sorted(plans, key=lambda p: -len(p.hops)):
+        at = 0
+        for hop in each.hops:
+            if hop.name in names:
+                at = names.index(hop.name) + 1
+            else:
+                names.insert(at, hop.name)
+                at += 1
+    return names
+
+
+def sources(plans: list[Plan]) -> list[str]:
+    """Each hop's source, once for the edges it is the same for."""
+    said: dict[tuple[str, str], list[str]] = {}
+    for each in plans:
+        for hop in each.hops:
+            said.setdefault((hop.name, hop.source), []).append(str(each.edge))
+    return [f"  {name} ({', '.join(edges)}): {source}" for (name, source), edges in said.items()]
 
 
 def lambda_time(sizing: Sizing) -> str:

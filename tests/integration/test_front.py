@@ -341,3 +341,32 @@ async def test_pushed_replies_answer_without_a_table_read_and_a_lost_push_falls_
     # answered it instead (one that came before the push, on a starved machine, found nothing)
     assert pushed == put >= 1, (pushed, put)
     assert read >= 1 and edge.metrics.replies_pushed.value == pushed
+
+
+async def test_each_hop_of_a_request_is_counted_where_it_happens(
+    aws: tuple[Settings, Any], name: str
+) -> None:
+    """numerator_hop_seconds: the edge counts a request's front frame, put and reply once a
+    request (a keyed one, put alone, no front frame); the batcher its records' stream, frame,
+    commit and publish, from Kinesis's arrival stamp on. Each no longer than the whole."""
+    settings, _ = aws
+    async with running(settings, name, front_frame_ms=50.0) as (edge, client, back):
+        began = time.monotonic()
+        got = await burst(client, name, 10)
+        keyed = await client.post(f"/counters/{name}/next", headers={"Idempotency-Key": "hop"})
+        took = time.monotonic() - began
+        hops = back.metrics.hop_seconds.values
+        await until(lambda: "publish" in hops and hops["publish"].count >= 2, within=5)
+        text = edge.metrics.render()
+    assert [r.status_code for r in [*got, keyed]] == [200] * 11
+    at_edge = edge.metrics.hop_seconds.values
+    assert at_edge["front"].count == 10, "once for each request through a front frame"
+    assert at_edge["put"].count == at_edge["reply"].count == 11, "and the keyed one's own record"
+    in_batcher = back.metrics.hop_seconds.values
+    assert {"stream", "frame", "commit", "publish"} <= set(in_batcher)
+    records = in_batcher["commit"].count
+    assert 2 <= records <= 11 and in_batcher["stream"].count == records
+    for each in [*at_edge.values(), *in_batcher.values()]:
+        assert 0 <= each.sum <= each.count * took, each.name
+    assert 'numerator_hop_seconds_bucket{hop="front",le="+Inf"} 10' in text
+    assert 'numerator_hop_seconds_count{hop="put"} 11' in text

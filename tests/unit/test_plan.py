@@ -12,8 +12,10 @@ import orjson
 import pytest
 
 from infra.adapters.limits import SHARD_RECORDS_PER_S
+from infra.settings import Settings
 from numerator.plan import EdgeKind, PlanError, Traffic, plan
 from numerator.plan.cost import PRICES, Prices, tiered
+from numerator.plan.latency import SERVER_P95_MS, budget, p95
 from numerator.plan.model import (
     HEADROOM,
     MONTH_S,
@@ -79,12 +81,25 @@ def test_the_server_edge_puts_a_record_per_counter_per_front_frame() -> None:
     # CPU 0.2 + 0.0002 per rps: at 60 % a process serves 2,000 rps; two tasks at least
     assert out.sizing.rps_per_task == pytest.approx(2_000)
     assert out.sizing.edge_tasks == 2
-    # one counter, on the beats (the default): a frame at each of the one shard's five reads,
-    # and its second chance (functions/front.py): two records a read from each task
+    # one counter, on phased beats (the default): the least shards at which the p95 is within
+    # SERVER_P95_MS (numerator/plan/latency.py), a frame at each shard's read (no two closer
+    # than FRONT_FRAME_MS), and no second chance: the next read is near
+    shards = out.sizing.shards
+    commit_ms = 1000 / MEASURED["commits_per_s"]
+    fewer = budget(EdgeKind.SERVER, Settings.of(), commit_ms, shards=shards - 1)
+    assert p95(out.hops) <= SERVER_P95_MS < p95(fewer)
+    assert out.sizing.fronts_per_s == pytest.approx(shards / 0.2)
+    assert out.sizing.records_per_s == pytest.approx(2 * shards / 0.2)
+    assert out.sizing.batchers == max(2, math.ceil(shards / 4))
+    assert "Lambda requests" not in out.bill.lines and "Fargate edge tasks" in out.bill.lines
+    # on shared beats: a frame at each of the one shard's five reads, and its second chance
+    # (functions/front.py): two records a read from each task; more shards bring none nearer
+    shared = Settings.of(read_beats="shared")
+    out = plan(load, EdgeKind.SERVER, prices(), MEASURED, settings=shared)
     assert out.sizing.fronts_per_s == pytest.approx(5)
     assert out.sizing.records_per_s == pytest.approx(2 * (5 + 5))
     assert (out.sizing.shards, out.sizing.batchers) == (1, 2)
-    assert "Lambda requests" not in out.bill.lines and "Fargate edge tasks" in out.bill.lines
+    assert p95(out.hops) > 2 * SERVER_P95_MS  # a beat's wait, spread over 200 ms
 
 
 def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_front_frames() -> None:
@@ -103,8 +118,9 @@ def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_front_frames(
             "read": (20 + 0.002 * rps) * seconds,
         }
     load = Traffic(10_000, counters=10, hot_share=0.5, peak_to_mean=2)
-    out = plan(load, EdgeKind.SERVER, prices(), measured)
-    # the server edge's default, shared beats: a frame a beat, five a second an edge
+    shared = Settings.of(read_beats="shared")
+    out = plan(load, EdgeKind.SERVER, prices(), measured, settings=shared)
+    # on shared beats: a frame a beat, five a second an edge
     fronts = out.sizing.edge_tasks * front_frames_per_s(
         out.sizing.shards, 0.2, 0.02, "beats", False
     )
@@ -120,7 +136,7 @@ def test_the_reply_table_is_billed_by_the_units_measured_scaled_by_front_frames(
     # many shards on shared beats: a frame's records (one a counter) reach every batcher, and
     # each batcher's gathered publish writes an item for the edge
     heavy = Traffic(100_000, counters=10, hot_share=0.5, peak_to_mean=2)
-    big = plan(heavy, EdgeKind.SERVER, prices(), measured)
+    big = plan(heavy, EdgeKind.SERVER, prices(), measured, settings=shared)
     many = min(big.sizing.batchers, big.sizing.shards)
     assert many > 1, "the test means nothing where one batcher holds every shard"
     fronts = big.sizing.edge_tasks * 5
@@ -168,6 +184,19 @@ def test_the_reply_table_is_provisioned_at_its_peak_over_the_target_where_that_i
     assert spiky.to_json()["sizing"]["reply_table"] == {"mode": "PAY_PER_REQUEST"}
 
 
+def test_the_p95_is_that_of_the_even_waits_added_to_the_figures() -> None:
+    """One even wait of 100 ms: its 95th percentile, 95 ms, past the fixed hops; two of 100 ms:
+    their sum's, 200 - sqrt(0.1) * 100 (the triangle's tail); none: the figures' sum."""
+    from numerator.plan.latency import Hop
+
+    fixed = [Hop("a call", 10.0, "x"), Hop("another", 5.0, "y")]
+    assert p95(fixed) == pytest.approx(15.0)
+    one = [*fixed, Hop("a beat", 50.0, "z", spread=100.0)]
+    assert p95(one) == pytest.approx(15.0 + 95.0, abs=0.11)
+    two = [*one, Hop("another beat", 50.0, "z", spread=100.0)]
+    assert p95(two) == pytest.approx(15.0 + 200 - math.sqrt(0.1) * 100, abs=0.2)
+
+
 def test_the_latency_budget_adds_its_hops_and_fan_out_changes_the_batchers_read() -> None:
     from infra.settings import Settings
     from numerator.plan.latency import budget, figures, found_after, p50
@@ -181,12 +210,15 @@ def test_the_latency_budget_adds_its_hops_and_fan_out_changes_the_batchers_read(
         read = next(h for h in polled if h.name.startswith("the batcher's read"))
         if edge is EdgeKind.SERVER:  # beats front frames: a put's margin, a GetRecords
             assert read.ms == pytest.approx(call + 2 + call)
-            front = next(h for h in polled if h.name.startswith("the front frame"))
+            shared = budget(edge, settings.but(read_beats="shared"), commit_ms=2.0, shards=10)
+            front = next(h for h in shared if h.name.startswith("the front frame"))
             assert front.ms == pytest.approx(settings.aws.read_interval_ms / 2)  # a beat's frame
-            phased = budget(edge, settings.but(read_beats="phased"), commit_ms=2.0, shards=10)
-            front = next(h for h in phased if h.name.startswith("the front frame"))
-            # a frame at each of 10 shards' reads, 20 ms apart: half the gap between two frames
+            assert front.spread == pytest.approx(settings.aws.read_interval_ms)
+            front = next(h for h in polled if h.name.startswith("the front frame"))
+            # phased (the default): a frame at each of 10 shards' reads, 20 ms apart: half the
+            # gap between two frames
             assert front.ms == pytest.approx(settings.aws.read_interval_ms / 10 / 2)
+            assert front.spread == pytest.approx(settings.aws.read_interval_ms / 10)
         else:  # phased: a put's margin, half the gap between 10 shards' phases, a GetRecords
             assert read.ms == pytest.approx(call + 2 + settings.aws.read_interval_ms / 20 + call)
         assert p50(polled) == pytest.approx(sum(h.ms for h in polled))
@@ -291,13 +323,16 @@ def test_the_command_plans_both_edges_side_by_side_from_the_shipped_files() -> N
         budget = each["latency_budget"]
         assert budget["p50_ms"] == pytest.approx(sum(h["ms"] for h in budget["hops"]), abs=0.5)
         assert budget["with_enhanced_fan_out"]["usd_per_month"] > 0
-    # fan-out's push (70 ms) beats the shared beats' half interval (the server edge's front
-    # frame waits for it), not phased beats' on many shards: the Lambda edge's would wait longer,
-    # and bill more
+    # fan-out's push (70 ms) does not beat phased beats' on the shards the server edge is sized
+    # for (its p95 within SERVER_P95_MS, each hop's source said), nor the Lambda edge's, which
+    # would wait longer, and bill more
+    assert server["latency_budget"]["p95_ms"] <= SERVER_P95_MS
     assert (
         server["latency_budget"]["with_enhanced_fan_out"]["p50_ms"]
-        < server["latency_budget"]["p50_ms"]
+        > server["latency_budget"]["p50_ms"]
     )
+    assert lam["latency_budget"]["p95_ms"] > lam["latency_budget"]["p50_ms"]
+    assert "Where each hop's figure comes from:" in done.stdout
     fanned = lam["latency_budget"]["with_enhanced_fan_out"]
     assert fanned["p50_ms"] > lam["latency_budget"]["p50_ms"]
     assert fanned["saves_lambda_duration_usd_per_month"] < 0

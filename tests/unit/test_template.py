@@ -220,8 +220,9 @@ def test_localstack_makes_the_table_and_stream_the_template_defines() -> None:
         table["TimeToLiveSpecification"]["AttributeName"]
     )
     assert "kinesis create-stream" in calls
-    assert "${SHARDS:-1}" in (ROOT / "localstack/ready.d/init.sh").read_text()
-    assert Settings.of().aws.shards == 1, "the hook's default shard count is numerator's"
+    assert "${SHARDS:-4}" in (ROOT / "localstack/ready.d/init.sh").read_text()
+    assert Settings.of().aws.shards == 4, "the hook's default shard count is numerator's"
+    assert template()["Parameters"]["ShardCount"]["Default"] == 4, "and the template's"
 
 
 def test_localstack_env_sets_only_what_the_function_declares() -> None:
@@ -470,19 +471,19 @@ def test_the_anchor_bucket_locks_every_record_in_compliance_mode() -> None:
     assert env["ANCHOR_TO"] == {"Fn::Sub": "s3://${AnchorBucket}/heads/"}
 
 
-def test_the_lambda_edge_and_its_batchers_read_on_phased_beats_a_server_edge_on_shared() -> None:
-    """Edges and batchers must agree on READ_BEATS (docs/settings.md): the Lambda edge's records
-    go to the shard read next, and its batchers read each shard at its own phase; the Fargate
-    edge keeps the default, shared, as `numerator up` does for each edge (beats_for)."""
-    from infra.settings import ReadBeats, beats_for
+def test_both_edges_and_their_batchers_read_on_phased_beats() -> None:
+    """Edges and batchers must agree on READ_BEATS (docs/settings.md): either edge's lone
+    records go to the shard read next, and the batchers read each shard at its own phase; the
+    Fargate edge keeps the default, phased, as `numerator up` does for each edge."""
+    from infra.settings import ReadBeats
 
     given = variables()
-    assert given["edge"]["READ_BEATS"] == "phased" == beats_for("lambda", {})
-    assert given["batcher"]["READ_BEATS"] == {"Fn::If": ["LambdaEdge", "phased", "shared"]}
+    assert given["edge"]["READ_BEATS"] == "phased" == str(Settings.of().aws.read_beats)
+    assert given["batcher"]["READ_BEATS"] == "phased"
     fargate = template()["Resources"]["EdgeTask"]["Properties"]["ContainerDefinitions"][0]
     assert "READ_BEATS" not in {item["Name"] for item in fargate["Environment"]}
-    assert Settings.of().aws.read_beats is ReadBeats.SHARED == beats_for("server", {})
-    assert beats_for("lambda", {"READ_BEATS": "shared"}) is ReadBeats.SHARED  # set: as set
+    assert Settings.of().aws.read_beats is ReadBeats.PHASED
+    assert Settings.from_env({"READ_BEATS": "shared"}).aws.read_beats is ReadBeats.SHARED
 
 
 def test_the_plan_prices_the_lambda_at_the_templates_memory() -> None:

@@ -176,14 +176,19 @@ class Histogram:
             self.sum, self.count = float(state["sum"]), int(state["count"])
 
     def render(self) -> list[str]:
-        lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
-        running = 0
+        head = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
+        return head + self.samples()
+
+    def samples(self, pair: str = "") -> list[str]:
+        """The buckets, sum and count, each with the label `pair` (`hop="put"`) if any."""
+        both, alone = (f"{pair},", f"{{{pair}}}") if pair else ("", "")
+        lines, running = [], 0
         for bound, count in zip(self.bounds, self.counts, strict=False):
             running += count
-            lines.append(f'{self.name}_bucket{{le="{_number(bound)}"}} {running}')
-        lines.append(f'{self.name}_bucket{{le="+Inf"}} {self.count}')
-        lines.append(f"{self.name}_sum {_number(self.sum)}")
-        lines.append(f"{self.name}_count {self.count}")
+            lines.append(f'{self.name}_bucket{{{both}le="{_number(bound)}"}} {running}')
+        lines.append(f'{self.name}_bucket{{{both}le="+Inf"}} {self.count}')
+        lines.append(f"{self.name}_sum{alone} {_number(self.sum)}")
+        lines.append(f"{self.name}_count{alone} {self.count}")
         return lines
 
 
@@ -227,14 +232,7 @@ class LabeledHistogram:
     def render(self) -> list[str]:
         lines = [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
         for value, one in sorted(self.values.items()):
-            pair = f'{self.label}="{escape(value)}"'
-            running = 0
-            for bound, count in zip(one.bounds, one.counts, strict=False):
-                running += count
-                lines.append(f'{self.name}_bucket{{{pair},le="{_number(bound)}"}} {running}')
-            lines.append(f'{self.name}_bucket{{{pair},le="+Inf"}} {one.count}')
-            lines.append(f"{self.name}_sum{{{pair}}} {_number(one.sum)}")
-            lines.append(f"{self.name}_count{{{pair}}} {one.count}")
+            lines += one.samples(f'{self.label}="{escape(value)}"')
         return lines
 
 

@@ -70,6 +70,7 @@ class ShardLoop:
         limit = self.frames.frame_max_records
         failed = Backoff(base=0.05, cap=1.0)  # the pause after a failed read grows while they do
         began = ended = 0.0  # monotonic times the last frame's transaction began and ended
+        taken = 0.0  # monotonic time the last frame took its last records
         while lease is not None:
             if self.shares.surplus(shard):
                 break
@@ -94,7 +95,8 @@ class ShardLoop:
             with self.applier.gather.applying() as token:
                 frame = Frame(entries)
                 if len(frame) < limit and not stopping:
-                    await self._collect(shard, frame, limit, began, ended)
+                    await self._collect(shard, frame, limit, (began, ended, taken))
+                taken = time.monotonic()
                 if self.stream.durable:  # the hop from the read to the frame's commit
                     self.hops.observe("frame", time.time() - read[1] / 1e9, len(frame))
                 began = time.monotonic()
@@ -133,25 +135,34 @@ class ShardLoop:
                 self.hops.observe("stream", now - entry.arrived)
 
     async def _collect(
-        self, shard: str, frame: Frame, limit: int, began: float, ended: float
+        self, shard: str, frame: Frame, limit: int, last: tuple[float, float, float]
     ) -> None:
-        """Hold the frame open as long as the frame policy says (`collect_for`), then read in
-        what came meanwhile. The frame opened when its oldest record was put, not when it was
-        read: records that waited out the previous commit do not wait a whole frame more."""
+        """Hold the frame open as long as the frame policy says (`collect_for`), and on the
+        machine's batcher until each busy worker has put since the last frame took its records
+        (`Hub.round`), then read in what came meanwhile. The frame opened when its oldest
+        record was put, not when it was read: records that waited out the previous commit do
+        not wait a whole frame more. `last`: when the last frame's transaction began and
+        ended, and when it took its last records (monotonic times)."""
         frames = self.frames
+        began, ended, taken = last
         spacing = 1 / frames.max_frames_per_s if frames.max_frames_per_s else 0.0
         now = time.monotonic()
+        waited = time.time() - frame.opened(default=time.time())
         delay = collect_for(
             frames.frame_policy,
             frames.back_frame_ms / 1000,
-            time.time() - frame.opened(default=time.time()),
+            waited,
             now - ended,
             frames.frame_min_ms / 1000,
             spacing,
             now - began,
         )
-        if delay > 0:
-            await asyncio.sleep(delay)
+        held = getattr(self.stream, "round", None)  # the machine's batcher's, else none
+        if delay > 0 or held is not None:
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if held is not None:
+                await held(taken, now + max(0.0, frames.back_frame_ms / 1000 - waited))
             with contextlib.suppress(ShardEnded, Unavailable):  # the next read says so
                 more = await self.stream.read(shard, frame.last_sequence, limit - len(frame), 0)
                 self._arrived(more)

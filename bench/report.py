@@ -242,6 +242,19 @@ def counts(found: dict[str, Any]) -> str:
     return ", ".join(f"{name}: {count:,}" for name, count in sorted(found.items()))
 
 
+def hops_of(totals: dict[str, Any]) -> str:
+    """The hops a run's requests took (bench/hops.py), as a table; "" for a run without."""
+    hops = [{"hop": hop, **one} for hop, one in (totals.get("hops") or {}).items()]
+    if not hops:
+        return ""
+    return (
+        "<h3>Each hop of a request (numerator_hop_seconds)</h3><p class='meta'>an edge's "
+        "once a request, a batcher's once a record; numerator's own waits are front, stream "
+        "less its GetRecords, and frame (docs/performance.md)</p>"
+        + table(hops, [(k, k) for k in ("hop", "count", "mean_ms", "p95_ms")])
+    )
+
+
 def aws(run: dict[str, Any]) -> str:
     """The AWS path's bill and its bottlenecks: AWS calls per request by call, and per second
     the stream's lag, takeovers, throttles, republished replies and dead letters."""
@@ -285,6 +298,7 @@ def aws(run: dict[str, Any]) -> str:
         f"<p class='meta'>{totals.get('records_put', 0) / requests:.3f} records put per request "
         "(front frames put one per counter per frame)</p>"
         + table(rows, columns)
+        + hops_of(totals)
         + line_chart(
             "AWS calls per second, by call", calls, "second", "calls / s", x_range=run_axis(run)
         )

@@ -31,6 +31,7 @@ import itertools
 import logging
 import os
 import struct
+import time
 from collections.abc import Callable, Sequence
 from typing import cast
 
@@ -65,6 +66,8 @@ TAKEN_S = 1.0
 """How long a put waits to hear that the batcher took its records (it takes them at once, unless
 it is frozen): then it counts them as put, and their replies' timeout runs on. Their records are
 in the socket, ahead of any cancel of theirs, so a cancel still finds them."""
+ROUND_S = 0.05
+"""A worker that put within this long is one the batcher's frame waits for (`Hub.round`)."""
 PING_S = 0.5  # how often a worker asks the batcher whether it is well
 SILENT_S = 2.0  # a batcher silent this long (frozen, its loop stuck) is not well: /healthz red
 LOST = "the machine's batcher went away before it replied"
@@ -291,6 +294,9 @@ class Hub:
         self.path, self.stream, self.metrics, self.trouble = path, stream, metrics, trouble
         self.edges: dict[str, Messages] = {}
         self._server: asyncio.AbstractServer | None = None
+        self._puts: dict[str, float] = {}  # each worker's last put taken (monotonic time)
+        self._put = asyncio.Event()
+        stream.round = self.round
 
     async def open(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -314,6 +320,9 @@ class Hub:
             if kind == PUT:
                 (number,) = _NUMBER.unpack_from(body)
                 refused = self._take(body[_NUMBER.size :])
+                if not refused:
+                    self._puts[edge[0]] = time.monotonic()
+                    self._put.set()
                 if not link.send(TAKEN, _NUMBER.pack(number) + refused.encode()):
                     link.close()  # a worker that stopped reading: it loses this batcher
             elif kind == PING:
@@ -325,9 +334,24 @@ class Hub:
         def ended() -> None:
             if self.edges.get(edge[0]) is link:
                 del self.edges[edge[0]]
+            self._puts.pop(edge[0], None)
 
         link = Messages(handle, ended)
         return link
+
+    async def round(self, since: float, until: float) -> None:
+        """Return once every worker that put within ROUND_S has put since `since`, or at
+        `until` (monotonic times): a frame then holds a front frame of each busy worker, and
+        the transactions do not multiply with the workers, each front frame that finds the
+        batcher idle a transaction of its own."""
+        while True:
+            now = time.monotonic()
+            waiting = any(now - ROUND_S < put <= since for put in self._puts.values())
+            if not waiting or now >= until:
+                return
+            self._put.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._put.wait(), until - now)
 
     def _take(self, body: bytes) -> str:
         """Put a worker's records on the stream: '' when taken, else why not (nothing is put)."""

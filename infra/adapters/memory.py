@@ -7,7 +7,7 @@ import itertools
 import os
 import uuid
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from infra.deadlines import Deadlines
 from infra.errors import StreamFull
@@ -32,6 +32,9 @@ class MemoryStream:
         self._entries: deque[Entry] = deque()
         self._sequence = 0
         self._ready = asyncio.Event()
+        self.round: Callable[[float, float], Awaitable[None]] | None = None
+        """The machine's batcher's (`Hub.round`): wait, from one monotonic time until another,
+        for a put of each busy worker; None elsewhere."""
 
     def __len__(self) -> int:
         return len(self._entries)

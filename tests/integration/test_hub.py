@@ -251,6 +251,52 @@ async def test_records_of_several_workers_arriving_together_share_one_frame(
     assert row == (1,), "both workers' records went to Postgres in one frame"
 
 
+async def test_a_frame_waits_for_a_put_of_each_busy_worker_and_no_longer_than_back_frame_ms(
+    tmp_path: Path,
+    settings: Settings,
+    name: str,
+    store: PostgresStore,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On the default (auto) frame policy the machine's batcher holds a frame until each worker
+    that put lately has put since the last frame (`Hub.round`): two workers' front frames 0.2 s
+    apart share one transaction, where without the round the first would have gone alone at
+    once. A worker that stops putting is waited for no longer than BACK_FRAME_MS."""
+    monkeypatch.setattr(hub_module, "ROUND_S", 5.0)  # "lately": however slow this machine is
+    path = str(tmp_path / "hub.sock")
+    own = settings.but(hub=path, back_frame_ms=2000.0)
+    held = name + "-held"
+    for counter in (name, held):
+        await store.create(Counter(counter))
+
+    async def take(worker: Worker, counter: str) -> Reply:
+        key = worker.key()
+        worker.replies.expect(key)
+        await worker.stream.put([Record(key, counter)])
+        return await worker.replies.wait(key, PATIENCE)
+
+    async with HubStack(own) as batcher, worker_at(path) as one, worker_at(path) as two:
+        await one.met(batcher.hub)
+        await two.met(batcher.hub)
+        await asyncio.gather(take(one, name), take(two, name))  # both busy now
+        first = asyncio.create_task(take(one, held))
+        await asyncio.sleep(0.2)
+        assert not first.done(), "the frame waits for the other busy worker's put"
+        second = await take(two, held)
+        assert (await first).first + second.first == 1 + 2
+        began = asyncio.get_running_loop().time()
+        alone = await take(one, held)  # worker two puts nothing more: waited for at most 2 s
+        waited = asyncio.get_running_loop().time() - began
+    assert alone.first == 3 and 1.5 < waited < 2 + PATIENCE, waited
+    async with await psycopg.AsyncConnection.connect(database_url) as sql:
+        cursor = await sql.execute(
+            "SELECT count(DISTINCT frame) FROM allocations WHERE counter = %s", (held,)
+        )
+        row = await cursor.fetchone()
+    assert row == (2,), "the two workers' records in one frame, the lone one in another"
+
+
 async def test_a_frozen_batcher_counts_a_put_as_taken_and_turns_its_workers_unwell(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -66,3 +66,19 @@ def test_tracing_runs_show_their_cost_and_one_requests_hops() -> None:
     assert html.count("<h3>One request's hops</h3>") == 1
     assert "19 trace spans, 2 requests traced" in html and "commit" in html
     assert "Tracing's cost" not in report.build([off], [])
+
+
+def test_an_aws_run_shows_each_hop_of_its_requests() -> None:
+    """The hops a run's record keeps (bench/hops.py, from numerator_hop_seconds) as a table in
+    its AWS section; a record from before them shows none."""
+    run = json.loads((RUNS / "aws.json").read_text())
+    assert "hops" not in run["service"]["totals"]
+    assert "Each hop of a request" not in report.build([run], [])
+    run["service"]["totals"]["hops"] = {
+        "front": {"count": 800.0, "mean_ms": 23.3, "p95_ms": 48.0},
+        "stream": {"count": 30.0, "mean_ms": 31.3, "p95_ms": 94.0},
+    }
+    html = report.build([run], [])
+    assert "Each hop of a request" in html
+    section = html[html.index("Each hop of a request") :]
+    assert "<td>front</td>" in section and "23.3" in section and "94" in section

@@ -277,7 +277,7 @@ class Applier:
             await self.shares.republish(lease, leaving={r.key for r in gone})
             if gone:
                 await self.stream.put(
-                    [Cancel(r.key, r.counter, r.idempotency_key, "") for r in gone]
+                    [Cancel(r.key, r.counter, r.idempotency_key, "") for r in gone], lease.shard
                 )
             return past
         voids: list[Demand] = [
@@ -319,13 +319,15 @@ class Applier:
         if doomed and self.stream.durable:
             if not await self._still_ours(lease):
                 raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
-            if not await self._cancel(doomed):
+            if not await self._cancel(doomed, lease.shard):
                 return doomed
         await self._unavailable(doomed, problem)
         return doomed
 
-    async def _cancel(self, doomed: Sequence[Demand]) -> bool:
-        """Put a cancel of each record given up on its shard, before it is answered: a batcher
+    async def _cancel(self, doomed: Sequence[Demand], shard: str) -> bool:
+        """Put a cancel of each record given up on its `shard`, before it is answered (on that
+        shard whatever its partition key: on phased beats an edge puts a lone record on the
+        shard read next, not its counter's): a batcher
         that takes the shard over as Postgres comes back (the lease could not be checked while it
         was away) may replay a record before its deadline and allocate it; the cancel behind it
         makes those values void, abandoned, as its client was answered 503. False when the
@@ -336,7 +338,7 @@ class Applier:
             return True
         try:
             await self.stream.put(
-                [Cancel(r.key, r.counter, r.idempotency_key, _who(r)) for r in records]
+                [Cancel(r.key, r.counter, r.idempotency_key, _who(r)) for r in records], shard
             )
         except NumeratorError as exc:
             log.warning("could not cancel %d records given up: %s", len(records), exc)

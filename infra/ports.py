@@ -65,10 +65,12 @@ class Stream(Protocol):
     def reads(self) -> Reads | None:
         """Its reads in flight, when it counts them (Kinesis); None when it does not."""
 
-    async def put(self, records: Sequence[Demand]) -> None:
-        """Append records, each to the shard its counter maps to; raise StreamFull when the
-        stream will not take them now (back-pressure, throttling), Unavailable when it cannot
-        be reached. A record is put at most once."""
+    async def put(self, records: Sequence[Demand], shard: str | None = None) -> None:
+        """Append records, each to the shard its counter maps to, or all to `shard` (a
+        batcher's cancels of records it read there: behind them, whatever shard their
+        partition keys map to); raise StreamFull when the stream will not take them now
+        (back-pressure, throttling), Unavailable when it cannot be reached. A record is put at
+        most once."""
 
     async def shards(self) -> dict[str, tuple[str, ...]]:
         """The shards to read, each with its parents (after a reshard), parents first. A child

@@ -26,7 +26,7 @@ class ListStream:
     def append(self, raw: bytes) -> None:
         self.entries.append(Entry.decode("shard-0", str(len(self.entries) + 1), raw))
 
-    async def put(self, records: Sequence[Record]) -> None:
+    async def put(self, records: Sequence[Record], shard: str | None = None) -> None:
         for record in records:
             self.append(encode(record))
 

@@ -240,7 +240,7 @@ class HubStream:
             self.heard = asyncio.get_running_loop().time()
             self.trouble = body.decode()
 
-    async def put(self, records: Sequence[Demand]) -> None:
+    async def put(self, records: Sequence[Demand], shard: str | None = None) -> None:
         link = self._link
         if link is None:
             raise Unavailable("the machine's batcher is not reachable (it is starting again)")

@@ -141,6 +141,7 @@ class KinesisStream:
         self.phased = phased
         self.placement = Placement(read_interval)  # phased: where puts aim, where they landed
         self._read_phases: dict[str, float] = {}  # phased: every shard's phase, for reads
+        self._starts: dict[str, str] = {}  # every shard's starting hash key: puts aimed at it
         self.put_times = beats.Times(0.01, 0.005)  # first guess: AWS's (latency.json)
 
     def partition(self, record: Demand) -> str:
@@ -151,15 +152,18 @@ class KinesisStream:
         basis = record.idempotency_key or record.key
         return f"{record.counter}#{zlib.crc32(basis.encode()) % self.spread}"
 
-    async def put(self, records: Sequence[Demand]) -> None:
+    async def put(self, records: Sequence[Demand], shard: str | None = None) -> None:
+        """`shard`: under its starting hash key (ExplicitHashKey), which the shard read holds
+        (it is listed before it is read), or after a reshard its child's."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
         chosen = None
-        if self.phased:
+        if self.phased and shard is None:
             await self._list_open()
             chosen = self.placement.chosen(time.time() + self.put_times.likely() + PUT_GUARD_S)
         aim = self.placement.aim if self.phased else lambda record, chosen: None
-        rows = [(encode(r), self.partition(r), aim(r, chosen), r.key) for r in records]
+        on = self._starts.get(shard) if shard is not None else None
+        rows = [(encode(r), self.partition(r), on or aim(r, chosen), r.key) for r in records]
         self._pending.append((rows, done))
         if self._flushing is None or self._flushing.done():
             self._flushing = loop.create_task(self._flush())
@@ -306,6 +310,7 @@ class KinesisStream:
             found[shard["ShardId"]] = tuple(p for p in parents if p)
             start = int(shard.get("HashKeyRange", {}).get("StartingHashKey", 0))
             self._read_phases[shard["ShardId"]] = beats.phase_of(start, self.read_interval)
+            self._starts[shard["ShardId"]] = str(start)
         return found
 
     async def _list(self) -> list[dict[str, Any]]:

@@ -39,8 +39,8 @@ class MemoryStream:
     def __len__(self) -> int:
         return len(self._entries)
 
-    async def put(self, records: Sequence[Demand]) -> None:
-        self.put_now(records)
+    async def put(self, records: Sequence[Demand], shard: str | None = None) -> None:
+        self.put_now(records)  # one shard
 
     def put_now(self, records: Sequence[Demand]) -> None:
         """`put`, from a callback (the machine's batcher taking a worker's records)."""

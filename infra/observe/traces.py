@@ -178,7 +178,7 @@ class TracedStream:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
 
-    async def put(self, records: Sequence[Any]) -> None:
+    async def put(self, records: Sequence[Any], shard: str | None = None) -> None:
         from opentelemetry.trace import SpanKind
 
         attributes = {"numerator.records": len(records)}
@@ -187,7 +187,7 @@ class TracedStream:
             for record in records:
                 if isinstance(record, Record):
                     record.trace = stamp
-            await self.stream.put(records)
+            await self.stream.put(records, shard)
 
 
 class TracedReplies:

@@ -252,7 +252,7 @@ class Resharded:
         self.name = parent.name
         self.lists = {"parent": parent, "child": child}
 
-    async def put(self, records: Sequence[Record]) -> None:
+    async def put(self, records: Sequence[Record], shard: str | None = None) -> None:
         raise NotImplementedError
 
     async def shards(self) -> dict[str, tuple[str, ...]]:

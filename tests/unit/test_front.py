@@ -146,7 +146,7 @@ async def test_beats_front_frames_give_a_request_that_just_missed_its_beat_a_sec
     times = itertools.cycle((0.005, 0.02))
 
     class Slow(MemoryStream):
-        async def put(self, records: Any) -> None:
+        async def put(self, records: Any, shard: str | None = None) -> None:
             closed.append(time.time())
             await asyncio.sleep(next(times))
             await super().put(records)

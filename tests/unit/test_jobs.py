@@ -54,7 +54,7 @@ class Stream:
     def __init__(self) -> None:
         self.put_: list[Demand] = []
 
-    async def put(self, records: Sequence[Demand]) -> None:
+    async def put(self, records: Sequence[Demand], shard: str | None = None) -> None:
         self.put_ += records
 
 

@@ -408,8 +408,9 @@ class Metrics:
         buckets=SECONDS,
     )
     hop_seconds: LabeledHistogram = metric(
-        "On the AWS path, what each hop of a /next adds to it, by hop, once a request (an "
-        "edge's) or a record (a batcher's): an edge's `front` (waiting in its front frame), "
+        "On the AWS path (and an edge's hops on two tiers' workers), what each hop of a /next "
+        "adds to it, by hop, once a request (an edge's) or a record (a batcher's): an edge's "
+        "`front` (waiting in its front frame), "
         "`put` (the stream's put) and `reply` (from the put's return to the reply in hand); a "
         "batcher's `stream` (from the stream's arrival stamp to the read's return: the wait "
         "for the shard's beat and the GetRecords), `frame` (from the read to its frame's "

@@ -157,10 +157,11 @@ class Histogram:
         self.sum = 0.0
         self.count = 0
 
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
-        self.count += 1
+    def observe(self, value: float, times: int = 1) -> None:
+        """Count `value` (`times` over: a frame's hop, once for each request in it)."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += times
+        self.sum += value * times
+        self.count += times
 
     def add(self, other: Histogram) -> None:
         self.counts = [a + b for a, b in zip(self.counts, other.counts, strict=True)]
@@ -207,9 +208,7 @@ class LabeledHistogram:
         one = self.values.get(value)
         if one is None:
             one = self.values[value] = Histogram(self.name, self.help, self.bounds)
-        one.counts[bisect.bisect_left(self.bounds, seconds)] += times
-        one.sum += seconds * times
-        one.count += times
+        one.observe(seconds, times)
 
     def add(self, other: LabeledHistogram) -> None:
         for value, state in other.state().items():

@@ -24,6 +24,7 @@ sizes the server edge's shards for: on phased beats each shard more brings the n
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,10 @@ class Hop:
         return {**out, "spread_ms": round(self.spread, 1)} if self.spread else out
 
 
+@cache
 def figures(path: Path = LATENCY) -> dict[str, dict[str, Any]]:
+    """The figures latency.json holds, read once a process (`budget` runs for every shard count
+    `server_shards` tries, at every rate the plan's advice tries)."""
     try:
         data = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as exc:

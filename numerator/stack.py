@@ -309,17 +309,20 @@ class HubEdgeStack(FrontStack):
     async def hub_check(self) -> str | None:
         return self.hub.unwell()
 
-    def lost(self, waited: int) -> None:
-        """The machine's batcher went away with `waited` replies owed: they were answered 504,
-        and whether their values were issued no one here can tell. This worker leaves its edge
-        to be taken for dead (the ledger lists what was issued to it since its last mark
-        `unsure`) and goes on as a new one."""
+    def lost(self, waited: int, untaken: int) -> None:
+        """The machine's batcher went away with `waited` records' replies owed (their requests
+        answered 504) and `untaken` puts it had not said it took (their requests answered 503):
+        whether their values were issued no one here can tell. This worker leaves its edge to
+        be taken for dead (the ledger lists what was issued to it since its last mark `unsure`)
+        and goes on as a new one."""
         old = edge_id()
         new = new_edge()
         log.warning(
-            "lost the machine's batcher with %d replies owed (answered 504): edge %s is left "
-            "for dead, its values since its last mark unsure; serving on as edge %s",
+            "lost the machine's batcher with %d records' replies owed (their requests answered "
+            "504) and %d puts not yet taken (answered 503): edge %s is left for dead, its values "
+            "since its last mark unsure; serving on as edge %s",
             waited,
+            untaken,
             old,
             new,
         )

@@ -118,6 +118,12 @@ class Messages(asyncio.Protocol):
         transport.write(_HEAD.pack(len(body) + 1) + kind + body)
         return True
 
+    @property
+    def gone(self) -> bool:
+        """Whether the connection is closed or closing (its end not yet told)."""
+        transport = self.transport
+        return transport is None or transport.is_closing()
+
     def close(self) -> None:
         if self.transport is not None:
             self.transport.close()
@@ -125,18 +131,21 @@ class Messages(asyncio.Protocol):
 
 class HubStream:
     """A worker's stream: its records go to the machine's batcher. `replies` receives theirs;
-    `lost()` is called when the batcher goes away (the edge takes a new id)."""
+    `lost(waited, untaken)` is called when the batcher goes away with records in doubt (the
+    edge takes a new id)."""
 
     name = "hub"
     durable = False
     reads = None
 
-    def __init__(self, path: str, replies: MemoryReplies, lost: Callable[[int], None]) -> None:
+    def __init__(self, path: str, replies: MemoryReplies, lost: Callable[[int, int], None]) -> None:
         self.path, self.replies, self.lost = path, replies, lost
         self._link: Messages | None = None
         self._numbers = itertools.count(1)
         self._taking: dict[int, asyncio.Future[str]] = {}
+        self._keys: dict[int, list[str]] = {}  # the reply keys of each put in `_taking`
         self._expiring = Deadlines(self._taking.get)  # TAKEN_S, swept (infra/deadlines.py)
+        self._answered: asyncio.Future[None] | None = None  # a new link's first PONG
         self._keeping: asyncio.Task[None] | None = None
         self._closing = False
         self.connected = asyncio.Event()
@@ -181,6 +190,8 @@ class HubStream:
                 continue
             since, said = None, False
             link.send(HELLO, edge_id().encode())
+            if not await self._answers(link, gone):
+                continue
             self._link = link
             self.heard = loop.time()
             self.connected.set()
@@ -192,6 +203,26 @@ class HubStream:
                 self._link = None
                 self.connected.clear()
                 self._lose()
+
+    async def _answers(self, link: Messages, gone: asyncio.Event) -> bool:
+        """Whether the batcher at the end of a new connection answers a PING within SILENT_S:
+        only then is anything put on it. A dying batcher's listener takes connections into its
+        backlog for a moment after its workers' links have ended; a worker that put on one at
+        once lost those records too, and took its new edge for dead as well (unsure values
+        listed twice). One that does not answer is closed, and tried again later."""
+        answered = self._answered = asyncio.get_running_loop().create_future()
+        ended = asyncio.ensure_future(gone.wait())
+        try:
+            link.send(PING, b"", always=True)
+            await asyncio.wait((answered, ended), timeout=SILENT_S, return_when="FIRST_COMPLETED")
+        finally:
+            ended.cancel()
+            self._answered = None
+        if answered.done():
+            return True
+        link.close()
+        await asyncio.sleep(RECONNECT_S)
+        return False
 
     async def _ping(self, link: Messages) -> None:
         while True:
@@ -213,14 +244,16 @@ class HubStream:
         (`lost`: the edge takes a new id). A connection that ends with nothing in doubt (the
         dying batcher's listener took one last connection) costs nothing."""
         taking = list(self._taking.values())
+        untaken = {key for keys in self._keys.values() for key in keys}
         self._taking.clear()  # the same dict: `_expiring` finds the puts in it
+        self._keys.clear()
         for future in taking:
             if not future.done():
                 future.set_exception(Unavailable("the machine's batcher went away"))
                 future.exception()  # retrieved here: its put may have stopped waiting
-        waited = self.replies.drop(ReplyTimeout(LOST))
+        waited = self.replies.drop(ReplyTimeout(LOST), but=untaken)
         if not self._closing and (waited or taking):
-            self.lost(waited + len(taking))
+            self.lost(waited, len(taking))
 
     def _handle(self, kind: bytes, body: bytes) -> None:
         if kind == REPLIES:
@@ -239,11 +272,15 @@ class HubStream:
         elif kind == PONG:
             self.heard = asyncio.get_running_loop().time()
             self.trouble = body.decode()
+            if self._answered is not None and not self._answered.done():
+                self._answered.set_result(None)
 
     async def put(self, records: Sequence[Demand], shard: str | None = None) -> None:
         link = self._link
         if link is None:
             raise Unavailable("the machine's batcher is not reachable (it is starting again)")
+        if link.gone:  # it went this moment: its end is told a turn of the loop later
+            raise Unavailable("the machine's batcher went away")
         number = next(self._numbers)
         body = _NUMBER.pack(number) + b"\n".join(encode(record) for record in records)
         if not any(isinstance(record, Record) for record in records):
@@ -257,6 +294,7 @@ class HubStream:
         if not link.send(PUT, body):
             self._taking.pop(number, None)
             raise StreamFull("the machine's batcher is not taking records as fast as they come")
+        self._keys[number] = [record.key for record in records]
         timer = self._expiring.add(loop, number, TAKEN_S)
         try:
             refused = await future  # a put cancelled stays in `_taking`: in doubt if it is lost
@@ -264,6 +302,7 @@ class HubStream:
             self._taking.pop(number, None)
             return
         finally:
+            self._keys.pop(number, None)
             if timer is not None:
                 timer.cancel()
         if refused:

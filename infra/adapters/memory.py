@@ -7,7 +7,7 @@ import itertools
 import os
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 
 from infra.deadlines import Deadlines
 from infra.errors import StreamFull
@@ -114,15 +114,17 @@ class MemoryReplies:
             elif not future.done():
                 future.set_result(reply)
 
-    def drop(self, exc: Exception) -> int:
-        """Fail every reply awaited with `exc` (their batcher went away); how many there were."""
-        waiting = list(self._waiting.values())
+    def drop(self, exc: Exception, but: Collection[str] = ()) -> int:
+        """Fail every reply awaited with `exc` (their batcher went away); how many there were,
+        less those whose keys are in `but` (records whose put fails too: their requests are
+        answered as the put's failure says)."""
+        waiting = list(self._waiting.items())
         self._waiting.clear()  # the same dict: the sweep looks keys up in it
-        for future in waiting:
+        for _, future in waiting:
             if not future.done():
                 future.set_exception(exc)
                 future.exception()  # retrieved here: a reply expected may not be awaited yet
-        return len(waiting)
+        return sum(key not in but for key, _ in waiting)
 
     async def wait(self, key: str, timeout: float) -> Reply:
         loop = self._loop or self._started()

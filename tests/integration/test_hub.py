@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from infra.adapters import hub as hub_module
-from infra.adapters.hub import HELLO, MAX_MESSAGE, Hub, HubStream
+from infra.adapters.hub import HELLO, MAX_MESSAGE, PONG, Hub, HubStream
 from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.adapters.postgres import PostgresStore
 from infra.counters import Counter
@@ -31,6 +31,7 @@ from tests.checks import until
 from tests.front import burst, values
 
 PATIENCE = 5.0
+PONG_MESSAGE = struct.pack(">I", 1) + PONG  # the batcher's answer to a PING, saying no trouble
 
 
 @asynccontextmanager
@@ -49,9 +50,9 @@ class Worker:
 
     def __init__(self, path: str) -> None:
         self.edge = new_edge()  # one process plays several workers: each its own edge
-        self.lost: list[int] = []
+        self.lost: list[tuple[int, int]] = []  # (replies owed, puts not taken) each time
         self.replies = MemoryReplies(Metrics())
-        self.stream = HubStream(path, self.replies, self.lost.append)
+        self.stream = HubStream(path, self.replies, lambda *owed: self.lost.append(owed))
         self.count = 0
 
     def key(self) -> str:
@@ -151,7 +152,7 @@ async def test_a_batcher_that_dies_fails_the_replies_awaited_and_is_met_again_wh
         # The batcher's side closed: each wait fails now, not after its 60 s.
         failed = await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), PATIENCE)
         assert [type(e) for e in failed] == [ReplyTimeout] * 3, failed
-        await until(lambda: worker.lost == [3], PATIENCE)
+        await until(lambda: worker.lost == [(3, 0)], PATIENCE)
         assert not worker.stream.connected.is_set()
         with pytest.raises(Unavailable):
             await worker.stream.put([Record(worker.key(), "c")])
@@ -160,7 +161,7 @@ async def test_a_batcher_that_dies_fails_the_replies_awaited_and_is_met_again_wh
             await worker.met(second)  # reconnected by itself, on the same path
             await worker.stream.put([Record(worker.key(), "c")])
             assert len(memory) == 1
-    assert worker.lost == [3], "only the batcher's going is a loss"
+    assert worker.lost == [(3, 0)], "only the batcher's going is a loss"
 
 
 async def test_a_worker_that_closes_its_stream_is_not_lost_and_leaves_the_hub(
@@ -310,7 +311,8 @@ async def test_a_frozen_batcher_counts_a_put_as_taken_and_turns_its_workers_unwe
     held: list[asyncio.StreamWriter] = []
 
     async def frozen(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)  # accepts, and never reads or answers
+        held.append(writer)  # answers the first PING, then never reads or answers again
+        writer.write(PONG_MESSAGE)
 
     server = await asyncio.start_unix_server(frozen, path)
     try:
@@ -359,3 +361,86 @@ async def test_a_connection_that_ends_with_nothing_in_doubt_is_no_loss(tmp_path:
         # met again, under the same edge: its HELLO names the edge it still is
         await until(lambda: hub.edges.get(worker.edge) not in (None, first), PATIENCE)
         assert worker.lost == []
+
+
+@asynccontextmanager
+async def mute_at(
+    path: str, held: list[asyncio.StreamWriter], answer: bool = False
+) -> AsyncIterator[None]:
+    """A listener on `path` that takes connections and never reads them (a dying batcher's
+    backlog; with `answer`, a batcher that answered the first PING and then froze)."""
+
+    async def taken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        if answer:
+            writer.write(PONG_MESSAGE)
+
+    server = await asyncio.start_unix_server(taken, path)
+    try:
+        yield
+    finally:
+        server.close()
+        for writer in held:
+            writer.close()
+        await server.wait_closed()
+
+
+async def test_a_listener_that_never_answers_is_put_nothing_and_its_end_is_no_loss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dying batcher's listener may take connections for a moment after its workers' links
+    ended: a worker puts nothing on one until the batcher answers its PING, so its end costs
+    the worker no second edge (the values issued to it listed unsure twice)."""
+    monkeypatch.setattr(hub_module, "SILENT_S", 0.3)
+    path = str(tmp_path / "hub.sock")
+    held: list[asyncio.StreamWriter] = []
+    async with mute_at(path, held), worker_at(path, listening=False) as worker:
+        await until(lambda: bool(held), PATIENCE)
+        key = worker.key()
+        worker.replies.expect(key)
+        with pytest.raises(Unavailable, match="not reachable"):
+            await worker.stream.put([Record(key, "c")])
+        worker.replies.forget(key)
+        for writer in held:  # the listener goes, and its connection with it
+            writer.close()
+        await asyncio.sleep(0.5)
+        assert not worker.stream.connected.is_set()
+        assert worker.lost == [], "a connection nothing was put on is no loss"
+
+
+async def test_a_batcher_lost_tells_the_replies_owed_and_the_puts_not_taken_apart(
+    tmp_path: Path,
+) -> None:
+    """What the worker says it lost: a reply awaited (its request answered 504) and a put the
+    batcher had not said it took (answered 503, its record not counted among the replies)."""
+    path = str(tmp_path / "hub.sock")
+    held: list[asyncio.StreamWriter] = []
+    async with mute_at(path, held, answer=True), worker_at(path) as worker:
+        awaited, untaken = worker.key(), worker.key()
+        for key in (awaited, untaken):
+            worker.replies.expect(key)
+        wait = asyncio.create_task(worker.replies.wait(awaited, 60))
+        put = asyncio.create_task(worker.stream.put([Record(untaken, "c")]))
+        await asyncio.sleep(0.1)  # the put is in the socket, its TAKEN never comes
+        for writer in held:
+            writer.close()
+        with pytest.raises(ReplyTimeout):
+            await asyncio.wait_for(wait, PATIENCE)
+        with pytest.raises(Unavailable):
+            await asyncio.wait_for(put, PATIENCE)
+        await until(lambda: worker.lost == [(1, 1)], PATIENCE)
+
+
+async def test_a_put_as_the_batchers_link_closes_is_unavailable_not_stream_full(
+    tmp_path: Path,
+) -> None:
+    """The moment the batcher goes (its link closing, its end told a turn of the loop later),
+    a put is refused as unavailable, not as a saturated batcher's."""
+    path = str(tmp_path / "hub.sock")
+    async with hub_at(path) as hub, worker_at(path) as worker:
+        await worker.met(hub)
+        link = worker.stream._link
+        assert link is not None
+        link.close()
+        with pytest.raises(Unavailable, match="went away"):
+            await worker.stream.put([Record(worker.key(), "c")])

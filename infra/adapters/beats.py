@@ -38,7 +38,7 @@ from __future__ import annotations
 import bisect
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from infra.settings import Settings
 
@@ -149,12 +149,18 @@ class Phases:
     def __len__(self) -> int:
         return len(self._phases)
 
-    def choose(self, returns: float) -> tuple[str, float]:
+    def choose(self, returns: float, avoid: Collection[str] = ()) -> tuple[str, float]:
         """For a put that returns at `returns` (Unix time): the hash key to put it under (the
-        start of the shard read first from then) and that shard's phase."""
+        start of the shard read first from then, not one of `avoid`'s unless all are) and that
+        shard's phase."""
         if not self._phases:
             raise ValueError("no open shards")
         into = returns % self.interval
         at = bisect.bisect_left(self._phases, into - self.interval * _ROUNDING)
         at = at if at < len(self._phases) else 0  # none later in this interval: the next's first
+        if avoid:
+            count = len(self._keys)
+            at = next(
+                (i % count for i in range(at, at + count) if self._keys[i % count] not in avoid), at
+            )
         return self._keys[at], self._phases[at]

@@ -56,6 +56,9 @@ log = logging.getLogger("numerator.replies")
 WRITE_BATCH, READ_BATCH = 25, 100
 WRITE_ATTEMPTS = 8
 WARN_EVERY_S = 5.0
+OVERDUE_S, OVERDUE_BEATS = 1.0, 5
+"""A reply not found this long after its record's put (and at least this many read intervals)
+is overdue: the stream is told (`overdue`), and on phased beats puts avoid its shard a while."""
 TICK_S = 0.02  # the longest the poller sleeps: a key looked up by key alone waits no longer
 TOGETHER_S = 0.002  # keys due this close are one beat's (their clocks were read apart): one read
 OWN = "-"  # the sort key of a record's own reply item
@@ -80,6 +83,7 @@ class _Wait:
     since: float  # Unix time its record was (about to be) put: its frame's item is not older
     beat: float = 0.0  # Unix time of the beat expected to read its record (0: not known)
     via: str = "table"  # how its reply came: "push" when a batcher pushed it (its trace says)
+    told: bool = False  # its reply was overdue, and the stream was told
 
 
 @dataclass
@@ -104,13 +108,17 @@ class DynamoReplies:
         interval: float = 0.2,
         lag: float = 0.05,
         phase: Callable[[str], float] = lambda key: 0.0,
+        overdue: Callable[[str, float], None] = lambda key, waited: None,
     ) -> None:
         """`interval`: the batchers' READ_INTERVAL_MS, in seconds: they read on its beats;
         `lag`: seconds from a beat to when the replies of the records read on it are written;
         `phase`: the phase of the beats of the shard a key's record was put on (phased beats:
-        the stream's `phase`)."""
+        the stream's `phase`); `overdue`: told once of a key this process put whose reply has
+        not come within OVERDUE_BEATS intervals (OVERDUE_S at least) of its put (the stream's
+        `overdue`: its shard avoided for a while)."""
         self.client, self.calls, self.table, self.metrics = client, calls, table, metrics
-        self.ttl, self.interval, self.phase = ttl, interval, phase
+        self.ttl, self.interval, self.phase, self.overdue = ttl, interval, phase, overdue
+        self.overdue_s = max(OVERDUE_S, OVERDUE_BEATS * interval)
         self.lags = beats.Times(lag, 0.0)
         """From a beat to when the replies of the records read on it can be read, as this process
         has seen them written (each item says when: `w`); `lag` is the first guess."""
@@ -238,6 +246,9 @@ class DynamoReplies:
             wall = time.time()
             for key in due:
                 wait = waits[key]
+                if wait.since and not wait.told and wall - wait.since > self.overdue_s:
+                    wait.told = True
+                    self.overdue(key, wall - wait.since)
                 # a key looked up by key alone was read at once: from now on, on the beats
                 wait.due = (
                     beats.read_again(when[key], now, self.interval)

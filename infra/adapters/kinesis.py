@@ -47,6 +47,9 @@ log = logging.getLogger("numerator.kinesis")
 PUT_ATTEMPTS = 6
 SHARDS_EVERY_S = 300.0  # phased beats: an edge lists the open shards again this often
 PLACED = 50_000  # phased beats: where this many of the latest records landed is kept
+AVOID_S = 10.0
+"""Phased beats: how long puts go to the other shards once a record's reply is overdue
+(`Placement.slow`: its shard's batcher frozen, or dead and its lease not yet expired)."""
 PUT_GUARD_S = 0.002
 """Phased beats: a record is put on a shard read at least this long after its put is expected to
 return (the put's mean time and twice its mean deviation: `put_times`)."""
@@ -67,17 +70,49 @@ class Placement:
     landed, by reply key: the hash key it went under (None: its partition key's) and its
     shard's phase."""
 
-    def __init__(self, interval: float) -> None:
+    def __init__(self, interval: float, metrics: Metrics | None = None) -> None:
         self.phases = beats.Phases(interval)
         self.listed = -SHARDS_EVERY_S  # monotonic time the open shards were listed
         self.placed: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
+        self.avoided: dict[str, float] = {}  # hash key: monotonic time puts may go there again
+        self.metrics = metrics or Metrics()
+
+    def choose(self, returns: float) -> tuple[str, float]:
+        """The hash key and phase of the shard read first after `returns` (Unix time), one not
+        avoided (`slow`) unless every one is."""
+        avoided = self.avoided
+        if avoided:
+            now = time.monotonic()
+            for key in [key for key, until in avoided.items() if until <= now]:
+                del avoided[key]
+        return self.phases.choose(returns, avoided)
 
     def chosen(self, returns: float) -> str | None:
         """The hash key of the shard read first after `returns`, when a put begun now is
         expected to return (None before the shards are listed)."""
         if not self.phases:
             return None
-        return self.phases.choose(returns)[0]
+        return self.choose(returns)[0]
+
+    def slow(self, key: str, waited: float) -> None:
+        """The reply of the record put under reply key `key` has not come in `waited` seconds
+        (DynamoReplies' `overdue`): the shard it was aimed at is read by no one now (its
+        batcher frozen, or dead with its lease not yet expired), so puts go to the others for
+        AVOID_S. A record by its partition key (keyed) stays where its retries meet."""
+        placed = self.placed.get(key)
+        if placed is None or placed[0] is None:
+            return
+        aim, now = placed[0], time.monotonic()
+        if self.avoided.get(aim, 0.0) <= now:
+            self.metrics.shards_avoided.inc()
+            log.warning(
+                "no reply in %.1f s for a record on the shard at hash key %s: putting on the "
+                "other shards for %g s (is its batcher frozen, or gone with its lease held?)",
+                waited,
+                aim,
+                AVOID_S,
+            )
+        self.avoided[aim] = now + AVOID_S
 
     def aim(self, record: Demand, chosen: str | None) -> str | None:
         """The hash key to put a record under: `chosen` for a Record without an Idempotency-Key
@@ -139,7 +174,8 @@ class KinesisStream:
         self._wall = beats.Wall()
         self.reads = Reads()  # GetRecords calls in flight (the batcher's gather waits for them)
         self.phased = phased
-        self.placement = Placement(read_interval)  # phased: where puts aim, where they landed
+        # phased: where puts aim, where they landed, which shards they avoid
+        self.placement = Placement(read_interval, metrics)
         self._read_phases: dict[str, float] = {}  # phased: every shard's phase, for reads
         self._starts: dict[str, str] = {}  # every shard's starting hash key: puts aimed at it
         self.put_times = beats.Times(0.01, 0.005)  # first guess: AWS's (latency.json)
@@ -181,13 +217,19 @@ class KinesisStream:
         margin = takes + PUT_GUARD_S
         now = time.time()
         returns = now + max(0.0, after) + margin
-        phase = phases.choose(returns)[1] if self.phased else 0.0
+        phase = self.placement.choose(returns)[1] if self.phased else 0.0
         return beats.beat(returns, self.read_interval, phase) - margin - now
 
     def phase(self, key: str) -> float:
         """The phase of the shard the record of reply key `key` landed on (0 when not phased, or
         not known)."""
         return self.placement.phase(key)
+
+    def overdue(self, key: str, waited: float) -> None:
+        """The reply of the record of reply key `key` has not come in `waited` seconds: on phased
+        beats its shard is avoided for a while (`Placement.slow`)."""
+        if self.phased:
+            self.placement.slow(key, waited)
 
     async def _list_open(self) -> None:
         """Phased: list the open shards, if not listed for SHARDS_EVERY_S. A listing that fails

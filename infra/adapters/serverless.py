@@ -71,5 +71,6 @@ def aws_ports(settings: Settings, metrics: Metrics, found: Clients | None = None
         interval=read_interval,
         lag=reply_lag(settings),
         phase=stream.phase,
+        overdue=stream.overdue,
     )
     return AwsPorts(found, calls, stream, replies)

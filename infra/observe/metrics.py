@@ -346,6 +346,10 @@ class Metrics:
         "Shard leases taken from another batcher: expired (a dead batcher's) or given up "
         "to balance the shards.",
     )
+    shards_avoided: Total = metric(
+        "Times an edge stopped putting on a shard for AVOID_S (phased beats): a record's reply "
+        "there was overdue, its batcher frozen or gone with its lease held.",
+    )
     aws_throttles: LabeledTotal = metric(
         "AWS calls answered with throttling (retried), by API call.", label="call"
     )

@@ -18,7 +18,7 @@ from infra.settings import Settings
 from numerator.stack import EdgeStack
 from tests.asgi import asgi_client
 from tests.aws import resources
-from tests.checks import Answer, assert_guarantees
+from tests.checks import Answer, assert_guarantees, order_pairs
 from tests.e2e.service import BatcherProcess
 
 pytestmark = pytest.mark.slow
@@ -74,4 +74,66 @@ async def test_a_batcher_frozen_in_its_transaction_is_taken_over_and_fenced_out(
     # The lease's time, then the idle transaction's end, then a read and a frame: without the
     # idle timeout the new owner waits on the frozen one's row locks for as long as it sleeps.
     assert taken_over < TTL + IDLE_IN_TRANSACTION_S + 8, taken_over
+    assert codes == [0, 0], "both stop cleanly on SIGTERM"
+
+
+async def test_the_edge_puts_past_the_shards_of_a_frozen_batcher_once_a_reply_is_overdue(
+    aws_endpoint: str, settings: Settings, tmp_path: Path
+) -> None:
+    """Phased beats, four shards, two batchers holding two each; one is frozen (SIGSTOP) and
+    its leases do not expire within the test (LEASE_TTL_S 60). A server edge's front frame goes
+    to the shard read next, whoever holds it: once a reply on a frozen shard is overdue
+    (OVERDUE_S) the edge puts on the other shards for AVOID_S, so within a few seconds every
+    request is answered again, not only once the leases expire. What was put on the frozen
+    shards meanwhile is answered 504 (REPLY_TIMEOUT_S 3), its values never handed out twice."""
+    quick = settings.but(lease_ttl_s=60.0, reply_timeout_s=3.0)
+    with resources(quick, shards=4) as (own, _):
+        env = {k: v for k, v in own.to_env().items() if v}
+        frozen, other = BatcherProcess(env, tmp_path / "a"), BatcherProcess(env, tmp_path / "b")
+        try:
+            await frozen.ready()
+            await other.ready()
+            deadline = time.monotonic() + 30
+            while (
+                frozen.metric("numerator_leases_held"),
+                other.metric("numerator_leases_held"),
+            ) != (2, 2):
+                assert time.monotonic() < deadline, "the two batchers never held two shards each"
+                await asyncio.sleep(0.2)
+            async with EdgeStack(own) as edge, asgi_client(edge.app(), timeout=30) as client:
+                assert (await client.post("/counters", json={"name": "f"})).is_success
+                warm = [await take(client, "f") for _ in range(5)]
+                assert [status for status, _ in warm] == [200] * 5
+                frozen.process.send_signal(signal.SIGSTOP)
+                stopped = time.monotonic()
+                sent: list[tuple[float, asyncio.Task[tuple[int, Answer | None]]]] = []
+                while time.monotonic() - stopped < 7.0:
+                    sent.append(
+                        (time.monotonic() - stopped, asyncio.create_task(take(client, "f")))
+                    )
+                    await asyncio.sleep(0.05)
+                done = [(at, await task) for at, task in sent]
+                avoided = edge.metrics.shards_avoided.value
+        finally:
+            frozen.process.send_signal(signal.SIGCONT)
+            codes = [frozen.stop(), other.stop()]
+    late = [(at, status, answer) for at, (status, answer) in done if at >= 3.0]
+    slow = [(round(at, 2), status) for at, status, answer in late if status != 200]
+    slow += [
+        (round(at, 2), round(answer.received - answer.sent, 2))
+        for at, status, answer in late
+        if answer is not None and answer.received - answer.sent > 1.5
+    ]
+    early = [status for at, (status, _) in done if at < 3.0]
+    print(
+        f"sent in the first 3 s: {len(early)}, {early.count(200)} answered 200; after: {len(late)}"
+    )
+    assert late and not slow, slow
+    assert avoided == 2, "each of the frozen batcher's two shards avoided once"
+    got = [answer for _, answer in warm] + [answer for _, (_, answer) in done]
+    # Unique and in order; not without holes: the values of the records on the frozen shards,
+    # which their requests gave up at 504, are taken once it thaws, and void, abandoned.
+    values = [v for a in got if a is not None for v in range(a.first, a.last + 1)]
+    assert len(values) == len(set(values)), "a value handed out twice"
+    order_pairs([a for a in got if a is not None])
     assert codes == [0, 0], "both stop cleanly on SIGTERM"

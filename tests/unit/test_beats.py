@@ -149,3 +149,16 @@ def test_a_lone_record_is_put_on_the_shard_read_first_after_its_put_returns() ->
     assert phases.choose(T + 0.17) == ("0", 0.0)  # none later in this interval: the next's first
     with pytest.raises(ValueError):
         Phases(R).choose(T)
+
+
+def test_a_shard_avoided_is_passed_over_for_the_one_read_after_it_unless_all_are() -> None:
+    """A shard whose replies are overdue (its batcher frozen) is avoided: a put goes to the
+    shard read next after it, round to the next interval's first; with every shard avoided,
+    avoiding means nothing and the first is taken as before."""
+    quarter = KEYS // 4
+    phases = Phases(R, [(f"shard-{n}", n * quarter) for n in range(4)])
+    keys = [str(n * quarter) for n in range(4)]
+    assert phases.choose(T + 0.06, {keys[2]}) == (keys[3], pytest.approx(0.15))
+    assert phases.choose(T + 0.12, {keys[3]}) == ("0", 0.0)  # round to the next interval
+    assert phases.choose(T + 0.12, {keys[3], "0"}) == (keys[1], pytest.approx(0.05))
+    assert phases.choose(T + 0.06, set(keys)) == (keys[2], pytest.approx(0.1))

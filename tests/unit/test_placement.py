@@ -1,0 +1,49 @@
+"""Where an edge's puts go on phased beats (infra/adapters/kinesis.py `Placement`): a shard
+whose replies are overdue is passed over for AVOID_S, then aimed at again."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.adapters import kinesis
+from infra.adapters.beats import KEYS, Phases
+from infra.adapters.kinesis import Placement
+from infra.observe.metrics import Metrics
+
+R = 0.2
+T = 1_764_000_000.0  # a beat
+QUARTER = KEYS // 4
+
+
+def placement(metrics: Metrics) -> Placement:
+    found = Placement(R, metrics)
+    found.phases = Phases(R, [(f"shard-{n}", n * QUARTER) for n in range(4)])
+    return found
+
+
+def test_a_shard_with_an_overdue_reply_is_avoided_for_avoid_s_then_aimed_at_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(kinesis.time, "monotonic", lambda: clock[0])
+    metrics = Metrics()
+    places = placement(metrics)
+    aim = places.chosen(T + 0.06)
+    assert aim == str(2 * QUARTER)
+    places.landed("edge-1", aim, "shard-2", 0.1)
+    places.landed("edge-2", None, "shard-2", 0.1)  # keyed: by its partition key
+    places.slow("edge-2", 1.5)
+    assert places.chosen(T + 0.06) == aim, "a keyed record's shard is where its retries meet"
+    places.slow("edge-1", 1.5)
+    places.slow("edge-1", 1.7)  # told again while avoided: counted once
+    assert places.chosen(T + 0.06) == str(3 * QUARTER)
+    assert metrics.shards_avoided.value == 1
+    clock[0] += kinesis.AVOID_S
+    assert places.chosen(T + 0.06) == aim, "aimed at again once AVOID_S has passed"
+    assert places.avoided == {}
+
+
+def test_a_reply_overdue_for_a_record_not_placed_here_avoids_nothing() -> None:
+    places = placement(Metrics())
+    places.slow("edge-unknown", 3.0)
+    assert places.avoided == {}

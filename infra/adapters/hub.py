@@ -215,6 +215,9 @@ class HubStream:
         try:
             link.send(PING, b"", always=True)
             await asyncio.wait((answered, ended), timeout=SILENT_S, return_when="FIRST_COMPLETED")
+        except asyncio.CancelledError:  # the worker stops: its link is not kept yet, so it goes
+            link.close()
+            raise
         finally:
             ended.cancel()
             self._answered = None

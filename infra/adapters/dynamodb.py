@@ -109,15 +109,18 @@ class DynamoReplies:
         lag: float = 0.05,
         phase: Callable[[str], float] = lambda key: 0.0,
         overdue: Callable[[str, float], None] = lambda key, waited: None,
+        replied: Callable[[str], None] = lambda key: None,
     ) -> None:
         """`interval`: the batchers' READ_INTERVAL_MS, in seconds: they read on its beats;
         `lag`: seconds from a beat to when the replies of the records read on it are written;
         `phase`: the phase of the beats of the shard a key's record was put on (phased beats:
         the stream's `phase`); `overdue`: told once of a key this process put whose reply has
         not come within OVERDUE_BEATS intervals (OVERDUE_S at least) of its put (the stream's
-        `overdue`: its shard avoided for a while)."""
+        `Placement.slow`: its shard avoided for a while); `replied`: told of each key whose
+        reply came (`Placement.heard`: its shard is read)."""
         self.client, self.calls, self.table, self.metrics = client, calls, table, metrics
         self.ttl, self.interval, self.phase, self.overdue = ttl, interval, phase, overdue
+        self.replied = replied
         self.overdue_s = max(OVERDUE_S, OVERDUE_BEATS * interval)
         self.lags = beats.Times(lag, 0.0)
         """From a beat to when the replies of the records read on it can be read, as this process
@@ -222,6 +225,7 @@ class DynamoReplies:
             # client gone), swallowing the cancel, so that no one gave those values up.
             async with asyncio.timeout(timeout):
                 reply = await asyncio.shield(waiting.future)
+            self.replied(key)
             if traces.ON:  # on the wait's trace span: pushed, or read from the table
                 traces.delivered(waiting.via)
             return reply

@@ -49,7 +49,9 @@ SHARDS_EVERY_S = 300.0  # phased beats: an edge lists the open shards again this
 PLACED = 50_000  # phased beats: where this many of the latest records landed is kept
 AVOID_S = 10.0
 """Phased beats: how long puts go to the other shards once a record's reply is overdue
-(`Placement.slow`: its shard's batcher frozen, or dead and its lease not yet expired)."""
+(`Placement.slow`: its shard's batcher frozen, or dead and its lease not yet expired); then one
+put goes there, a probe, and the others keep away until a reply from it comes (`heard`) or it is
+overdue too (another AVOID_S) or AVOID_S passes with neither (another probe)."""
 PUT_GUARD_S = 0.002
 """Phased beats: a record is put on a shard read at least this long after its put is expected to
 return (the put's mean time and twice its mean deviation: `put_times`)."""
@@ -77,22 +79,35 @@ class Placement:
         self.avoided: dict[str, float] = {}  # hash key: monotonic time puts may go there again
         self.metrics = metrics or Metrics()
 
-    def choose(self, returns: float) -> tuple[str, float]:
+    def choose(self, returns: float, probe: bool = False) -> tuple[str, float]:
         """The hash key and phase of the shard read first after `returns` (Unix time), one not
-        avoided (`slow`) unless every one is."""
+        avoided (`slow`) unless every one is: a shard whose AVOID_S has passed may be chosen,
+        and when it is for a put (`probe`), that put is its probe and the others keep away
+        until the probe's reply says (`heard`, `slow`)."""
         avoided = self.avoided
-        if avoided:
-            now = time.monotonic()
-            for key in [key for key, until in avoided.items() if until <= now]:
-                del avoided[key]
-        return self.phases.choose(returns, avoided)
+        if not avoided:
+            return self.phases.choose(returns)
+        now = time.monotonic()
+        key, phase = self.phases.choose(returns, {k for k, until in avoided.items() if until > now})
+        if probe and key in avoided and avoided[key] <= now:
+            avoided[key] = now + AVOID_S
+        return key, phase
 
     def chosen(self, returns: float) -> str | None:
         """The hash key of the shard read first after `returns`, when a put begun now is
         expected to return (None before the shards are listed)."""
         if not self.phases:
             return None
-        return self.choose(returns)[0]
+        return self.choose(returns, probe=True)[0]
+
+    def heard(self, key: str) -> None:
+        """The reply of the record of reply key `key` came: its shard, if avoided, is read
+        again, and puts go there as before."""
+        if not self.avoided:
+            return
+        placed = self.placed.get(key)
+        if placed is not None and placed[0] is not None:
+            self.avoided.pop(placed[0], None)
 
     def slow(self, key: str, waited: float) -> None:
         """The reply of the record put under reply key `key` has not come in `waited` seconds
@@ -103,7 +118,7 @@ class Placement:
         if placed is None or placed[0] is None:
             return
         aim, now = placed[0], time.monotonic()
-        if self.avoided.get(aim, 0.0) <= now:
+        if aim not in self.avoided:  # not a probe's, nor told again: a shard newly avoided
             self.metrics.shards_avoided.inc()
             log.warning(
                 "no reply in %.1f s for a record on the shard at hash key %s: putting on the "
@@ -224,12 +239,6 @@ class KinesisStream:
         """The phase of the shard the record of reply key `key` landed on (0 when not phased, or
         not known)."""
         return self.placement.phase(key)
-
-    def overdue(self, key: str, waited: float) -> None:
-        """The reply of the record of reply key `key` has not come in `waited` seconds: on phased
-        beats its shard is avoided for a while (`Placement.slow`)."""
-        if self.phased:
-            self.placement.slow(key, waited)
 
     async def _list_open(self) -> None:
         """Phased: list the open shards, if not listed for SHARDS_EVERY_S. A listing that fails

@@ -71,6 +71,7 @@ def aws_ports(settings: Settings, metrics: Metrics, found: Clients | None = None
         interval=read_interval,
         lag=reply_lag(settings),
         phase=stream.phase,
-        overdue=stream.overdue,
+        overdue=stream.placement.slow,  # phased beats: a shard no one reads is passed over
+        replied=stream.placement.heard,
     )
     return AwsPorts(found, calls, stream, replies)

@@ -80,12 +80,13 @@ async def test_a_batcher_frozen_in_its_transaction_is_taken_over_and_fenced_out(
 async def test_the_edge_puts_past_the_shards_of_a_frozen_batcher_once_a_reply_is_overdue(
     aws_endpoint: str, settings: Settings, tmp_path: Path
 ) -> None:
-    """Phased beats, four shards, two batchers holding two each; one is frozen (SIGSTOP) and
-    its leases do not expire within the test (LEASE_TTL_S 60). A server edge's front frame goes
-    to the shard read next, whoever holds it: once a reply on a frozen shard is overdue
-    (OVERDUE_S) the edge puts on the other shards for AVOID_S, so within a few seconds every
-    request is answered again, not only once the leases expire. What was put on the frozen
-    shards meanwhile is answered 504 (REPLY_TIMEOUT_S 3), its values never handed out twice."""
+    """Phased beats, four shards, two batchers holding two each; one is frozen (SIGSTOP) for
+    16 s and its leases do not expire within the test (LEASE_TTL_S 60). A server edge's front
+    frame goes to the shard read next, whoever holds it: once a reply on a frozen shard is
+    overdue (OVERDUE_S) the edge puts on the other shards for AVOID_S, so within a few seconds
+    every request is answered again, not only once the leases expire; then one frame goes to
+    each avoided shard (a probe), whose requests alone wait out the freeze. What was put on the
+    frozen shards is answered 504 (REPLY_TIMEOUT_S 3), its values never handed out twice."""
     quick = settings.but(lease_ttl_s=60.0, reply_timeout_s=3.0)
     with resources(quick, shards=4) as (own, _):
         env = {k: v for k, v in own.to_env().items() if v}
@@ -107,7 +108,7 @@ async def test_the_edge_puts_past_the_shards_of_a_frozen_batcher_once_a_reply_is
                 frozen.process.send_signal(signal.SIGSTOP)
                 stopped = time.monotonic()
                 sent: list[tuple[float, asyncio.Task[tuple[int, Answer | None]]]] = []
-                while time.monotonic() - stopped < 7.0:
+                while time.monotonic() - stopped < 16.0:
                     sent.append(
                         (time.monotonic() - stopped, asyncio.create_task(take(client, "f")))
                     )
@@ -118,8 +119,8 @@ async def test_the_edge_puts_past_the_shards_of_a_frozen_batcher_once_a_reply_is
             frozen.process.send_signal(signal.SIGCONT)
             codes = [frozen.stop(), other.stop()]
     late = [(at, status, answer) for at, (status, answer) in done if at >= 3.0]
-    slow = [(round(at, 2), status) for at, status, answer in late if status != 200]
-    slow += [
+    failed = [(round(at, 2), status) for at, status, answer in late if status != 200]
+    slow = [
         (round(at, 2), round(answer.received - answer.sent, 2))
         for at, status, answer in late
         if answer is not None and answer.received - answer.sent > 1.5
@@ -128,7 +129,8 @@ async def test_the_edge_puts_past_the_shards_of_a_frozen_batcher_once_a_reply_is
     print(
         f"sent in the first 3 s: {len(early)}, {early.count(200)} answered 200; after: {len(late)}"
     )
-    assert late and not slow, slow
+    # the probes' frames (one a shard after AVOID_S, a request or two each) wait it out
+    assert late and len(failed) <= 4 and not slow, (failed, slow)
     assert avoided == 2, "each of the frozen batcher's two shards avoided once"
     got = [answer for _, answer in warm] + [answer for _, (_, answer) in done]
     # Unique and in order; not without holes: the values of the records on the frozen shards,

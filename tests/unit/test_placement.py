@@ -1,5 +1,5 @@
 """Where an edge's puts go on phased beats (infra/adapters/kinesis.py `Placement`): a shard
-whose replies are overdue is passed over for AVOID_S, then aimed at again."""
+whose replies are overdue is passed over for AVOID_S, then probed by one put."""
 
 from __future__ import annotations
 
@@ -21,9 +21,12 @@ def placement(metrics: Metrics) -> Placement:
     return found
 
 
-def test_a_shard_with_an_overdue_reply_is_avoided_for_avoid_s_then_aimed_at_again(
+def test_a_shard_with_an_overdue_reply_is_avoided_then_probed_by_one_put(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Avoided for AVOID_S; then one put goes there (a probe) and the others keep away until
+    the probe's reply comes (the shard is read again) or it is overdue too (avoided again,
+    not counted anew)."""
     clock = [100.0]
     monkeypatch.setattr(kinesis.time, "monotonic", lambda: clock[0])
     metrics = Metrics()
@@ -37,10 +40,23 @@ def test_a_shard_with_an_overdue_reply_is_avoided_for_avoid_s_then_aimed_at_agai
     places.slow("edge-1", 1.5)
     places.slow("edge-1", 1.7)  # told again while avoided: counted once
     assert places.chosen(T + 0.06) == str(3 * QUARTER)
+    assert places.choose(T + 0.06)[0] == str(3 * QUARTER), "a frame is timed as it is put"
     assert metrics.shards_avoided.value == 1
     clock[0] += kinesis.AVOID_S
-    assert places.chosen(T + 0.06) == aim, "aimed at again once AVOID_S has passed"
+    assert places.choose(T + 0.06)[0] == aim, "timing a frame for it probes nothing"
+    assert places.chosen(T + 0.06) == aim, "one put goes there: the probe"
+    places.landed("edge-3", aim, "shard-2", 0.1)
+    assert places.chosen(T + 0.06) == str(3 * QUARTER), "the others keep away meanwhile"
+    places.slow("edge-3", 1.1)  # the probe's reply is overdue too
+    assert metrics.shards_avoided.value == 1
+    clock[0] += kinesis.AVOID_S - 1
+    assert places.chosen(T + 0.06) == str(3 * QUARTER)
+    clock[0] += 1
+    assert places.chosen(T + 0.06) == aim, "the next probe"
+    places.landed("edge-4", aim, "shard-2", 0.1)
+    places.heard("edge-4")  # its reply came: the shard is read again
     assert places.avoided == {}
+    assert places.chosen(T + 0.06) == aim
 
 
 def test_a_reply_overdue_for_a_record_not_placed_here_avoids_nothing() -> None:

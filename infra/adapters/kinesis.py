@@ -77,6 +77,7 @@ class Placement:
         self.listed = -SHARDS_EVERY_S  # monotonic time the open shards were listed
         self.placed: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
         self.avoided: dict[str, float] = {}  # hash key: monotonic time puts may go there again
+        self.probing: set[str] = set()  # avoided shards a probe was put on
         self.metrics = metrics or Metrics()
 
     def choose(self, returns: float, probe: bool = False) -> tuple[str, float]:
@@ -91,6 +92,7 @@ class Placement:
         key, phase = self.phases.choose(returns, {k for k, until in avoided.items() if until > now})
         if probe and key in avoided and avoided[key] <= now:
             avoided[key] = now + AVOID_S
+            self.probing.add(key)
         return key, phase
 
     def chosen(self, returns: float) -> str | None:
@@ -108,6 +110,7 @@ class Placement:
         placed = self.placed.get(key)
         if placed is not None and placed[0] is not None:
             self.avoided.pop(placed[0], None)
+            self.probing.discard(placed[0])
 
     def slow(self, key: str, waited: float) -> None:
         """The reply of the record put under reply key `key` has not come in `waited` seconds
@@ -118,11 +121,22 @@ class Placement:
         if placed is None or placed[0] is None:
             return
         aim, now = placed[0], time.monotonic()
-        if aim not in self.avoided:  # not a probe's, nor told again: a shard newly avoided
+        if aim not in self.avoided:  # a shard newly avoided
             self.metrics.shards_avoided.inc()
             log.warning(
                 "no reply in %.1f s for a record on the shard at hash key %s: putting on the "
                 "other shards for %g s (is its batcher frozen, or gone with its lease held?)",
+                waited,
+                aim,
+                AVOID_S,
+            )
+        elif aim in self.probing:
+            # Its probe's: what was put there before it was avoided is overdue within
+            # OVERDUE_S of it, long before its probe goes.
+            self.probing.discard(aim)
+            log.warning(
+                "no reply in %.1f s for the probe of the shard at hash key %s either: "
+                "passing it over for another %g s",
                 waited,
                 aim,
                 AVOID_S,

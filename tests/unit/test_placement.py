@@ -3,6 +3,8 @@ whose replies are overdue is passed over for AVOID_S, then probed by one put."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from infra.adapters import kinesis
@@ -22,7 +24,7 @@ def placement(metrics: Metrics) -> Placement:
 
 
 def test_a_shard_with_an_overdue_reply_is_avoided_then_probed_by_one_put(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Avoided for AVOID_S; then one put goes there (a probe) and the others keep away until
     the probe's reply comes (the shard is read again) or it is overdue too (avoided again,
@@ -38,7 +40,9 @@ def test_a_shard_with_an_overdue_reply_is_avoided_then_probed_by_one_put(
     places.slow("edge-2", 1.5)
     assert places.chosen(T + 0.06) == aim, "a keyed record's shard is where its retries meet"
     places.slow("edge-1", 1.5)
-    places.slow("edge-1", 1.7)  # told again while avoided: counted once
+    with caplog.at_level(logging.WARNING, logger="numerator.kinesis"):
+        places.slow("edge-1", 1.7)  # told again while avoided: counted once, not a probe's
+    assert "probe" not in caplog.text
     assert places.chosen(T + 0.06) == str(3 * QUARTER)
     assert places.choose(T + 0.06)[0] == str(3 * QUARTER), "a frame is timed as it is put"
     assert metrics.shards_avoided.value == 1
@@ -47,8 +51,10 @@ def test_a_shard_with_an_overdue_reply_is_avoided_then_probed_by_one_put(
     assert places.chosen(T + 0.06) == aim, "one put goes there: the probe"
     places.landed("edge-3", aim, "shard-2", 0.1)
     assert places.chosen(T + 0.06) == str(3 * QUARTER), "the others keep away meanwhile"
-    places.slow("edge-3", 1.1)  # the probe's reply is overdue too
+    with caplog.at_level(logging.WARNING, logger="numerator.kinesis"):
+        places.slow("edge-3", 1.1)  # the probe's reply is overdue too
     assert metrics.shards_avoided.value == 1
+    assert "for the probe of the shard" in caplog.text
     clock[0] += kinesis.AVOID_S - 1
     assert places.chosen(T + 0.06) == str(3 * QUARTER)
     clock[0] += 1

@@ -317,8 +317,12 @@ class Applier:
         (`_still_ours`), else LeaseLost."""
         doomed = frame.drop(cutoff)
         if doomed and self.stream.durable:
-            if not await self._still_ours(lease):
+            if not await self._still_ours(lease) or self.shares.newer(lease):
                 raise LeaseLost(f"shard {lease.shard} has a newer owner than epoch {lease.epoch}")
+            # Kept before the cancels go (no await between the check and this): a republish by
+            # this batcher's newer loop of the shard leaves their replies out, or a reply with
+            # their values, read first, would be answered and then voided by the cancel.
+            self.shares.give_up(r.key for r in doomed)
             if not await self._cancel(doomed, lease.shard):
                 return doomed
         await self._unavailable(doomed, problem)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Collection
+from collections import OrderedDict
+from collections.abc import Collection, Iterable
 
 from batcher.allocation import decode_replies
 from batcher.shared import Shared
@@ -22,6 +23,8 @@ from infra.observe.metrics import Metrics
 from infra.ports import Frames, Lease, Leases, Replies, Stream
 
 log = logging.getLogger("numerator.batcher")
+
+GIVEN_UP = 50_000  # the records given up whose keys a batcher keeps (`Shares.given_up`)
 
 
 class Shares:
@@ -44,6 +47,9 @@ class Shares:
         self.share = math.inf  # how many shards it should hold: all, until it knows the others
         self.ended: set[str] = set()  # shards read to their end, by this batcher or another
         self._epochs: dict[str, int] = {}  # per shard: the lease epoch this batcher last held
+        self.given_up: OrderedDict[str, None] = OrderedDict()
+        """Reply keys of the latest GIVEN_UP records this batcher gave up (a cancel put, answered
+        'unavailable'): a republish leaves their replies out, as `_lost`'s does."""
 
     async def balance(self, shards: dict[str, tuple[str, ...]]) -> None:
         """Say this batcher is alive, and work out its share of the shards not yet ended."""
@@ -105,9 +111,11 @@ class Shares:
                 try:
                     lease = await self.leases.acquire(self.stream.name, shard, self.owner, self.ttl)
                     if lease is not None:
+                        # its epoch known before the republish: a loop of this batcher still
+                        # retrying the shard's frame under an older one gives nothing up now
+                        self._took(lease)
                         if self.stream.durable:
                             await self.republish(lease)
-                        self._took(lease)
                         return lease
                     log.debug("shard %s is held by another batcher; waiting", shard)
                 except Unavailable as exc:
@@ -145,13 +153,32 @@ class Shares:
         commit's answer was lost, their values are voided — a reply with them, read after the
         first, would be a value handed out and then void."""
         held = await self.frames.unpublished(lease.stream, lease.shard)
+        given_up = self.given_up
         for one in held:
-            replies = [r for r in decode_replies(one.replies) if r.key not in leaving]
+            replies = [
+                r
+                for r in decode_replies(one.replies)
+                if r.key not in leaving and r.key not in given_up
+            ]
             await self.replies.publish(replies)
             self.metrics.replies_republished.inc(len(replies))
         if held:
             log.warning("published again the replies of %d committed frame(s)", len(held))
             await self.frames.published([one.id for one in held])
+
+    def newer(self, lease: Lease) -> bool:
+        """Whether this batcher took the lease's shard again since, under a newer epoch (its
+        own lease expired in an outage, and another of its loops took the shard): the loop
+        that holds `lease` no longer owns the shard."""
+        return self._epochs.get(lease.shard, lease.epoch) > lease.epoch
+
+    def give_up(self, keys: Iterable[str]) -> None:
+        """Keep the reply keys of records given up (`given_up`), the latest GIVEN_UP."""
+        given_up = self.given_up
+        for key in keys:
+            given_up[key] = None
+        while len(given_up) > GIVEN_UP:
+            given_up.popitem(last=False)
 
     async def release(self, lease: Lease) -> None:
         """Give the shard up: a durable stream's lease expires now and keeps its checkpoint, for

@@ -78,7 +78,7 @@ async def test_a_batcher_frozen_in_its_transaction_is_taken_over_and_fenced_out(
 
 
 async def test_the_edge_puts_past_the_shards_of_a_frozen_batcher_once_a_reply_is_overdue(
-    aws_endpoint: str, settings: Settings, tmp_path: Path
+    aws_endpoint: str, settings: Settings, tmp_path: Path, name: str
 ) -> None:
     """Phased beats, four shards, two batchers holding two each; one is frozen (SIGSTOP) for
     16 s and its leases do not expire within the test (LEASE_TTL_S 60). A server edge's front
@@ -102,15 +102,15 @@ async def test_the_edge_puts_past_the_shards_of_a_frozen_batcher_once_a_reply_is
                 assert time.monotonic() < deadline, "the two batchers never held two shards each"
                 await asyncio.sleep(0.2)
             async with EdgeStack(own) as edge, asgi_client(edge.app(), timeout=30) as client:
-                assert (await client.post("/counters", json={"name": "f"})).is_success
-                warm = [await take(client, "f") for _ in range(5)]
+                assert (await client.post("/counters", json={"name": name})).is_success
+                warm = [await take(client, name) for _ in range(5)]
                 assert [status for status, _ in warm] == [200] * 5
                 frozen.process.send_signal(signal.SIGSTOP)
                 stopped = time.monotonic()
                 sent: list[tuple[float, asyncio.Task[tuple[int, Answer | None]]]] = []
                 while time.monotonic() - stopped < 16.0:
                     sent.append(
-                        (time.monotonic() - stopped, asyncio.create_task(take(client, "f")))
+                        (time.monotonic() - stopped, asyncio.create_task(take(client, name)))
                     )
                     await asyncio.sleep(0.05)
                 done = [(at, await task) for at, task in sent]

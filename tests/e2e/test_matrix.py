@@ -380,7 +380,8 @@ def test_cell(shape: Shape, kind: str, stacks: Stacks, kept: Path) -> None:
         print(f"  BROKEN {one}")
     if broken:
         dump(kept / f"{shape}-{kind}.json", client.history, records)
-        print(f"  the history and the records: {kept / f'{shape}-{kind}.json'}")
+        (kept / f"{shape}-{kind}.log").write_text(stack.service.said())  # what `up` said
+        print(f"  the history and the records: {kept / f'{shape}-{kind}.json'}, `up`'s log: .log")
     alive = stack.service.process.poll() is None
     assert not broken and alive, "\n".join(
         broken[:40] + ([] if alive else [f"`up` exited:\n{stack.service.said()[-3000:]}"])

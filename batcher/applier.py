@@ -106,6 +106,8 @@ class Applier:
         """Apply the frame until it commits, then publish (with the frames applying beside it:
         `token`, from `self.gather.applying()`): the lease moved past it; None when another
         batcher took the shard over."""
+        if self.shares.given_up:  # what this batcher gave up is never allocated after all
+            frame.forget(self.shares.given_up)
         self._observe(frame, lease)
         began = time.time()
         with traces.step("commit"):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from enum import Enum
 
 from infra.ports import Entry
 from infra.settings import Policy
-from infra.wire import Cancel, Demand, Reply
+from infra.wire import Cancel, Demand, Record, Reply
 
 
 class State(Enum):
@@ -85,6 +86,18 @@ class Frame:
             else:
                 kept.append(entry)
         self.entries = kept
+
+    def forget(self, keys: Collection[str]) -> None:
+        """Take out the records whose reply keys are in `keys`: records this batcher gave up
+        (a cancel put behind them, their clients answered 'unavailable'), read again by its
+        loop that took their shard over; allocated, their values would go to no one, or to a
+        client whose reply came first and then be voided by the cancel."""
+        self._require(State.OPEN, "drop records from")
+        self.entries = [
+            entry
+            for entry in self.entries
+            if not (isinstance(entry.record, Record) and entry.record.key in keys)
+        ]
 
     def take_through(self, sequence: str) -> list[Entry]:
         """Take out the entries up to `sequence`, inclusive (a try that committed them, taken

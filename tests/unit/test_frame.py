@@ -4,7 +4,7 @@ import pytest
 
 from batcher.frame import Frame, IllegalStep, State
 from infra.ports import Entry
-from infra.wire import Record
+from infra.wire import Cancel, Record
 
 
 def entry(seq: int, deadline: float = 0.0) -> Entry:
@@ -90,3 +90,12 @@ def test_take_through_splits_a_frame_at_a_committed_try() -> None:
     assert [e.sequence for e in frame.take_through("9")] == ["8", "9"]
     assert [e.sequence for e in frame.entries] == ["10", "11"]
     assert frame.last_sequence == "11" and frame.read_to == "11"
+
+
+def test_forget_takes_out_the_records_given_up_and_not_their_cancels() -> None:
+    """A record this batcher gave up, read again by its loop that took the shard over, is
+    never allocated: its cancel behind it would void values a client may have been answered."""
+    frame = Frame([entry(1), entry(2), Entry("s", "3", Cancel("k1", "c", None, ""))])
+    frame.forget({"k1"})
+    assert [e.sequence for e in frame.entries] == ["2", "3"]
+    assert frame.read_to == "3"

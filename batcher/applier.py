@@ -353,8 +353,9 @@ class Applier:
         return True
 
     async def _still_ours(self, lease: Lease) -> bool:
-        """Whether no other batcher has taken the shard over: the lease renewed now, or Postgres
-        cannot say within LEASE_CHECK_S (no batcher takes a shard over while it is away)."""
+        """Whether no other batcher has taken the shard over: the lease renewed now, through the
+        pool within LEASE_CHECK_S or else on a connection of its own; or Postgres cannot be
+        reached from here (no batcher takes a shard over while it is away)."""
         shares = self.shares
         try:
             async with asyncio.timeout(LEASE_CHECK_S):
@@ -362,7 +363,16 @@ class Applier:
                     lease.stream, lease.shard, shares.owner, shares.ttl
                 )
         except (TimeoutError, Unavailable, StoreError):
-            return True
+            # The pool may have no connection yet as Postgres comes back, when another
+            # batcher's has and takes the shard over: its answer decides (the fault matrix's
+            # server-1w-postgres cell: records given up here, allocated there, their clients
+            # answered 200 and their values then voided by the cancels put here).
+            try:
+                renewed = await shares.leases.acquire(
+                    lease.stream, lease.shard, shares.owner, shares.ttl, alone=True
+                )
+            except (Unavailable, StoreError):
+                return True  # Postgres is away from here: no batcher takes a shard over
         return renewed is not None and renewed.epoch == lease.epoch
 
     async def _unavailable(self, doomed: Sequence[Demand], problem: str) -> None:

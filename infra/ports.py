@@ -310,8 +310,11 @@ class Leases(Protocol):
     """Who reads which shard (fenced leases, batchers' and edges' liveness), and shards read to
     their end."""
 
-    async def acquire(self, stream: str, shard: str, owner: str, ttl: float) -> Lease | None:
-        """Take the shard's lease if it is free or expired (or ours); None when another holds it."""
+    async def acquire(
+        self, stream: str, shard: str, owner: str, ttl: float, alone: bool = False
+    ) -> Lease | None:
+        """Take the shard's lease if it is free or expired (or ours); None when another holds it.
+        `alone`: on a connection of its own, not the pool's."""
 
     async def members(self, stream: str, owner: str, ttl: float) -> list[str]:
         """Say that batcher `owner` is alive, and return the live batchers of `stream` (seen

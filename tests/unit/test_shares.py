@@ -53,7 +53,9 @@ class Replies:
 
 
 class Leases:
-    async def acquire(self, stream: str, shard: str, owner: str, ttl: float) -> Lease:
+    async def acquire(
+        self, stream: str, shard: str, owner: str, ttl: float, alone: bool = False
+    ) -> Lease:
         return Lease(stream, shard, owner, 2, None)
 
 

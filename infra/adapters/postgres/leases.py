@@ -17,8 +17,11 @@ class PostgresLeases:
     def __init__(self, db: Pool) -> None:
         self.db = db
 
-    async def acquire(self, stream: str, shard: str, owner: str, ttl: float) -> Lease | None:
-        rows = await self.db.fetch(
+    async def acquire(
+        self, stream: str, shard: str, owner: str, ttl: float, alone: bool = False
+    ) -> Lease | None:
+        fetch = self.db.fetch_alone if alone else self.db.fetch
+        rows = await fetch(
             "INSERT INTO leases AS l (stream, shard, owner, epoch, sequence, expires_at)"
             " VALUES (%s, %s, %s, 1, NULL, now() + make_interval(secs => %s))"
             " ON CONFLICT (stream, shard) DO UPDATE"

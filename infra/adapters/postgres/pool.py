@@ -275,3 +275,18 @@ class Pool:
         async with self.connection() as conn:
             cur = await conn.execute(sql, params)
             return await cur.fetchall()
+
+    async def fetch_alone(
+        self, sql: str | Composed, params: Sequence[Any] | Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """`fetch` on a connection of its own, not the pool's: an answer from Postgres when the
+        pool has none to give (its connections being made again after an outage, later than
+        another process's); StoreUnavailable when Postgres cannot be reached from here."""
+        if not self.url:
+            raise StoreUnavailable("no Postgres is configured here: set DATABASE_URL")
+        try:
+            async with self._own() as conn:
+                cur = await conn.execute(sql, params)
+                return await cur.fetchall()
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"Postgres is unavailable: {exc}") from exc

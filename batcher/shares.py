@@ -149,9 +149,11 @@ class Shares:
 
     async def republish(self, lease: Lease, leaving: Collection[str] = ()) -> None:
         """Publish the replies a crash left held: frames committed but not known published;
-        but not those of the records in `leaving` (their keys): answered 'unavailable' as the
-        commit's answer was lost, their values are voided — a reply with them, read after the
-        first, would be a value handed out and then void."""
+        but not those of the records in `leaving` (their keys), nor of any this batcher gave up
+        (`given_up`): answered 'unavailable' as the commit's answer was lost, their values are
+        voided — a reply with them, read after the first, would be a value handed out and then
+        void. `leaving` (`_lost`'s, the records of the try it found committed) is kept beside
+        `given_up`, which holds only the latest GIVEN_UP."""
         held = await self.frames.unpublished(lease.stream, lease.shard)
         given_up = self.given_up
         for one in held:

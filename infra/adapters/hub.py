@@ -111,7 +111,7 @@ class Messages(asyncio.Protocol):
         """Write one message; False when the connection is gone or (unless `always`) its buffer
         is full."""
         transport = self.transport
-        if transport is None or transport.is_closing():
+        if transport is None or self.gone:
             return False
         if not always and transport.get_write_buffer_size() > BUFFERED:
             return False
@@ -244,8 +244,9 @@ class HubStream:
     def _lose(self) -> None:
         """The batcher went away: refuse the puts it had not taken, time out every reply awaited
         (whether their records were applied no one here can tell), and, if any were, say so
-        (`lost`: the edge takes a new id). A connection that ends with nothing in doubt (the
-        dying batcher's listener took one last connection) costs nothing."""
+        (`lost`: the edge takes a new id). A connection that ends with nothing in doubt (a
+        batcher that answered, then went before anything was put) costs nothing; one whose
+        batcher never answered is not kept, and does not come here (`_answers`)."""
         taking = list(self._taking.values())
         untaken = {key for keys in self._keys.values() for key in keys}
         self._taking.clear()  # the same dict: `_expiring` finds the puts in it

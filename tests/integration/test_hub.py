@@ -80,6 +80,28 @@ async def worker_at(path: str, listening: bool = True) -> AsyncIterator[Worker]:
         await worker.stream.close()
 
 
+@asynccontextmanager
+async def mute_at(
+    path: str, held: list[asyncio.StreamWriter], answer: bool = False
+) -> AsyncIterator[None]:
+    """A listener on `path` that takes connections and never reads them (a dying batcher's
+    backlog; with `answer`, a batcher that answered the first PING and then froze)."""
+
+    async def taken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+        if answer:
+            writer.write(PONG_MESSAGE)
+
+    server = await asyncio.start_unix_server(taken, path)
+    try:
+        yield
+    finally:
+        server.close()
+        for writer in held:
+            writer.close()
+        await server.wait_closed()
+
+
 def ok(key: str, first: int = 1, last: int = 1) -> Reply:
     return Reply(key, "c", first, last, day=date.today())
 
@@ -309,29 +331,18 @@ async def test_a_frozen_batcher_counts_a_put_as_taken_and_turns_its_workers_unwe
     monkeypatch.setattr(hub_module, "SILENT_S", 0.3)
     path = str(tmp_path / "hub.sock")
     held: list[asyncio.StreamWriter] = []
-
-    async def frozen(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)  # answers the first PING, then never reads or answers again
-        writer.write(PONG_MESSAGE)
-
-    server = await asyncio.start_unix_server(frozen, path)
-    try:
-        async with worker_at(path) as worker:
-            assert worker.stream.unwell() is None
-            began = asyncio.get_running_loop().time()
-            await asyncio.wait_for(worker.stream.put([Record(worker.key(), "c")]), PATIENCE)
-            assert asyncio.get_running_loop().time() - began >= 0.2
-            await until(lambda: worker.stream.unwell() is not None, PATIENCE)
-            assert "has not answered" in str(worker.stream.unwell())
-            # Its buffer over BUFFERED (-1 here): a record is refused, a cancel still goes.
-            monkeypatch.setattr(hub_module, "BUFFERED", -1)
-            with pytest.raises(StreamFull):
-                await worker.stream.put([Record(worker.key(), "c")])
-            await worker.stream.put([Cancel(worker.key(), "c", None, "")])
-    finally:
-        for writer in held:
-            writer.close()
-        server.close()
+    async with mute_at(path, held, answer=True), worker_at(path) as worker:
+        assert worker.stream.unwell() is None
+        began = asyncio.get_running_loop().time()
+        await asyncio.wait_for(worker.stream.put([Record(worker.key(), "c")]), PATIENCE)
+        assert asyncio.get_running_loop().time() - began >= 0.2
+        await until(lambda: worker.stream.unwell() is not None, PATIENCE)
+        assert "has not answered" in str(worker.stream.unwell())
+        # Its buffer over BUFFERED (-1 here): a record is refused, a cancel still goes.
+        monkeypatch.setattr(hub_module, "BUFFERED", -1)
+        with pytest.raises(StreamFull):
+            await worker.stream.put([Record(worker.key(), "c")])
+        await worker.stream.put([Cancel(worker.key(), "c", None, "")])
 
 
 async def test_the_batchers_trouble_reaches_its_workers_health(tmp_path: Path) -> None:
@@ -361,28 +372,6 @@ async def test_a_connection_that_ends_with_nothing_in_doubt_is_no_loss(tmp_path:
         # met again, under the same edge: its HELLO names the edge it still is
         await until(lambda: hub.edges.get(worker.edge) not in (None, first), PATIENCE)
         assert worker.lost == []
-
-
-@asynccontextmanager
-async def mute_at(
-    path: str, held: list[asyncio.StreamWriter], answer: bool = False
-) -> AsyncIterator[None]:
-    """A listener on `path` that takes connections and never reads them (a dying batcher's
-    backlog; with `answer`, a batcher that answered the first PING and then froze)."""
-
-    async def taken(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        held.append(writer)
-        if answer:
-            writer.write(PONG_MESSAGE)
-
-    server = await asyncio.start_unix_server(taken, path)
-    try:
-        yield
-    finally:
-        server.close()
-        for writer in held:
-            writer.close()
-        await server.wait_closed()
 
 
 async def test_a_listener_that_never_answers_is_put_nothing_and_its_end_is_no_loss(

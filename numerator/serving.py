@@ -34,11 +34,12 @@ def settings_of(args: argparse.Namespace, **given: object) -> Settings:
 
 def listening(settings: Settings, host: str, port: int) -> None:
     """Refuse here if this process cannot listen on host:port, or its settings must not."""
-    from infra.run.server import cannot_listen
+    from infra.run.server import cannot_listen, claim
 
     problem = settings.open_to(host) or cannot_listen(host, port)
     if problem:
         raise Refused(problem)
+    claim(port)  # its batchers' /healthz ports are not this one
 
 
 def run_up(args: argparse.Namespace) -> None:

@@ -188,11 +188,28 @@ def running(pid: int) -> bool:
         return False
 
 
+# Ports this process handed out or means to listen on: a child given a port listens on it only
+# once it is up, and until then the kernel may offer the same port again — to the next child, or
+# to a batcher `up` starts before its edge listens on the port it was given (a batcher's /healthz
+# then answered the edge's requests).
+_claimed: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on loopback that nothing listens on now, and that this process has neither
+    handed out before nor claimed."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _claimed:
+            _claimed.add(port)
+            return port
+
+
+def claim(port: int) -> None:
+    """Keep free_port from handing out `port`: this process will listen on it."""
+    _claimed.add(port)
 
 
 def cannot_listen(host: str, port: int) -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from infra.run import server
-from infra.run.server import cannot_listen, own_folder
+from infra.run.server import cannot_listen, claim, free_port, own_folder
 
 
 def test_a_listening_port_is_refused() -> None:
@@ -24,6 +24,20 @@ def test_a_listening_port_is_refused() -> None:
         assert cannot_listen("127.0.0.1", port) == (
             f"127.0.0.1:{port} is in use (another numerator?); choose --port"
         )
+
+
+def test_free_port_hands_no_port_out_twice_nor_one_claimed() -> None:
+    """`up` starts its batchers, each on a port of free_port's, before its edge listens on its
+    own: the kernel's offers repeat (a thousand draws from its 28,000 ports all but surely do),
+    and a batcher given the edge's port answered the edge's requests with 404 (CI, the pooler
+    test's Lambda edge)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        mine = probe.getsockname()[1]
+    claim(mine)
+    drawn = [free_port() for _ in range(1000)]
+    assert len(set(drawn)) == len(drawn)
+    assert mine not in drawn
 
 
 def test_a_port_whose_connections_linger_in_time_wait_is_free() -> None:

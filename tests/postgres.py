@@ -11,7 +11,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -24,6 +23,7 @@ from typing import Any
 import psutil
 import pytest
 
+from infra.run.server import free_port
 from tests.tools import debian_tool
 
 # Where the servers' user can read them: as root, not under /root (mode 700).
@@ -86,12 +86,6 @@ def _missing(why: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(why)
     pytest.skip(why)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Cluster:

@@ -16,8 +16,9 @@ from collections.abc import Iterator
 import pytest
 
 from infra.adapters.postgres import versions
+from infra.run.server import free_port
 from numerator import cli
-from tests.postgres import cluster, free_port
+from tests.postgres import cluster
 
 pytestmark = pytest.mark.slow
 

@@ -51,7 +51,10 @@ AVOID_S = 10.0
 """Phased beats: how long puts go to the other shards once a record's reply is overdue
 (`Placement.slow`: its shard's batcher frozen, or dead and its lease not yet expired); then one
 put goes there, a probe, and the others keep away until a reply from it comes (`heard`) or it is
-overdue too (another AVOID_S) or AVOID_S passes with neither (another probe)."""
+overdue too (another AVOID_S) or AVOID_S passes with neither (another probe). Only while another
+shard has answered in time within the last AVOID_S: when none has (every reply is slow, or none
+came yet: a container's first request), the shard is no slower than the rest, and passing it
+over would put the same load on shards no faster."""
 PUT_GUARD_S = 0.002
 """Phased beats: a record is put on a shard read at least this long after its put is expected to
 return (the put's mean time and twice its mean deviation: `put_times`)."""
@@ -78,6 +81,7 @@ class Placement:
         self.placed: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
         self.avoided: dict[str, float] = {}  # hash key: monotonic time puts may go there again
         self.probing: set[str] = set()  # avoided shards a probe was put on
+        self.timely: dict[str, float] = {}  # hash key: monotonic time a reply from it came in time
         self.metrics = metrics or Metrics()
 
     def choose(self, returns: float, probe: bool = False) -> tuple[str, float]:
@@ -102,13 +106,15 @@ class Placement:
             return None
         return self.choose(returns, probe=True)[0]
 
-    def heard(self, key: str) -> None:
-        """The reply of the record of reply key `key` came: its shard, if avoided, is read
-        again, and puts go there as before."""
-        if not self.avoided:
-            return
+    def heard(self, key: str, timely: bool = True) -> None:
+        """The reply of the record of reply key `key` came (`timely`: before it was overdue):
+        its shard, if avoided, is read again, and puts go there as before."""
         placed = self.placed.get(key)
-        if placed is not None and placed[0] is not None:
+        if placed is None or placed[0] is None:
+            return
+        if timely:
+            self.timely[placed[0]] = time.monotonic()
+        if self.avoided:
             self.avoided.pop(placed[0], None)
             self.probing.discard(placed[0])
 
@@ -121,6 +127,8 @@ class Placement:
         if placed is None or placed[0] is None:
             return
         aim, now = placed[0], time.monotonic()
+        if aim not in self.avoided and not self._others_timely(aim, now):
+            return  # no slower than the others: every reply is late, or none came yet
         if aim not in self.avoided:  # a shard newly avoided
             self.metrics.shards_avoided.inc()
             log.warning(
@@ -142,6 +150,10 @@ class Placement:
                 AVOID_S,
             )
         self.avoided[aim] = now + AVOID_S
+
+    def _others_timely(self, aim: str, now: float) -> bool:
+        """Whether a shard other than `aim` answered in time within the last AVOID_S."""
+        return any(k != aim and now - at < AVOID_S for k, at in self.timely.items())
 
     def aim(self, record: Demand, chosen: str | None) -> str | None:
         """The hash key to put a record under: `chosen` for a Record without an Idempotency-Key

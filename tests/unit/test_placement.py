@@ -33,6 +33,7 @@ def test_a_shard_with_an_overdue_reply_is_avoided_then_probed_by_one_put(
     monkeypatch.setattr(kinesis.time, "monotonic", lambda: clock[0])
     metrics = Metrics()
     places = placement(metrics)
+    answered_in_time(places, "shard-3")
     aim = places.chosen(T + 0.06)
     assert aim == str(2 * QUARTER)
     places.landed("edge-1", aim, "shard-2", 0.1)
@@ -63,6 +64,44 @@ def test_a_shard_with_an_overdue_reply_is_avoided_then_probed_by_one_put(
     places.heard("edge-4")  # its reply came: the shard is read again
     assert places.avoided == {}
     assert places.chosen(T + 0.06) == aim
+
+
+def answered_in_time(places: Placement, shard: str) -> None:
+    """A record put on `shard` whose reply came before it was overdue."""
+    number = int(shard.rsplit("-", 1)[1])
+    places.landed(f"on-{shard}", str(number * QUARTER), shard, 0.1)
+    places.heard(f"on-{shard}", timely=True)
+
+
+def test_a_shard_no_slower_than_the_others_is_not_avoided(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An overdue reply avoids its shard only while another shard has answered in time within
+    the last AVOID_S: not for a container's first request (no reply came yet), nor when every
+    reply is late (a loaded machine, a slow Postgres: the others are no faster), nor on the word
+    of the same shard's own timely replies; a reply that came late is no such word."""
+    clock = [100.0]
+    monkeypatch.setattr(kinesis.time, "monotonic", lambda: clock[0])
+    metrics = Metrics()
+    places = placement(metrics)
+    aim = str(2 * QUARTER)
+    places.landed("first", aim, "shard-2", 0.1)
+    with caplog.at_level(logging.WARNING, logger="numerator.kinesis"):
+        places.slow("first", 1.5)  # nothing heard yet
+        places.landed("late", str(3 * QUARTER), "shard-3", 0.1)
+        places.heard("late", timely=False)
+        answered_in_time(places, "shard-2")  # its own
+        places.landed("second", aim, "shard-2", 0.1)
+        places.slow("second", 1.5)
+    assert (places.avoided, metrics.shards_avoided.value, caplog.text) == ({}, 0, "")
+    answered_in_time(places, "shard-1")
+    clock[0] += kinesis.AVOID_S
+    places.landed("third", aim, "shard-2", 0.1)
+    places.slow("third", 1.5)
+    assert places.avoided == {}, "the others' timely reply is older than AVOID_S"
+    answered_in_time(places, "shard-1")
+    places.slow("third", 1.5)
+    assert list(places.avoided) == [aim] and metrics.shards_avoided.value == 1
 
 
 def test_a_reply_overdue_for_a_record_not_placed_here_avoids_nothing() -> None:

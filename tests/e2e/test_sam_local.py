@@ -370,7 +370,8 @@ def test_a_lowered_function_timeout_is_answered_before_it_and_every_value_explai
         assert held.headers["content-type"] == "application/problem+json"
         # Held until just before the deadline, then answered by the handler: SAM's gateway adds
         # its own second or so to what the client sees, and says when a function timed out.
-        assert took > 7.0, f"answered after {took:.2f} s, long before the 8 s deadline"
+        # (the handler's wait ends LAMBDA_MARGIN_S, 1 s, before it: 7 s after the invocation began)
+        assert took > 6.5, f"answered after {took:.2f} s, long before the 8 s deadline"
         assert "timed out" not in (tmp_path / "sam.log").read_text()
         deadline = time.monotonic() + 60
         while True:

@@ -51,10 +51,13 @@ AVOID_S = 10.0
 """Phased beats: how long puts go to the other shards once a record's reply is overdue
 (`Placement.slow`: its shard's batcher frozen, or dead and its lease not yet expired); then one
 put goes there, a probe, and the others keep away until a reply from it comes (`heard`) or it is
-overdue too (another AVOID_S) or AVOID_S passes with neither (another probe). Only while another
-shard has answered in time within the last AVOID_S: when none has (every reply is slow, or none
-came yet: a container's first request), the shard is no slower than the rest, and passing it
-over would put the same load on shards no faster."""
+overdue too (another AVOID_S) or AVOID_S passes with neither (another probe). Only when another
+shard has answered a record in time since the overdue one was put, and its own shard has not:
+when none has (every shard stalls at once — a loaded machine, a slow Postgres, every batcher
+paused — or no reply came yet: a container's first request) the shard is no slower than the
+rest, and passing it over would move its load to shards no faster. An edge with one request in
+flight at a time has no such word: a frozen shard costs it a request now and then until the
+shard's lease expires."""
 PUT_GUARD_S = 0.002
 """Phased beats: a record is put on a shard read at least this long after its put is expected to
 return (the put's mean time and twice its mean deviation: `put_times`)."""
@@ -81,7 +84,7 @@ class Placement:
         self.placed: OrderedDict[str, tuple[str | None, float]] = OrderedDict()
         self.avoided: dict[str, float] = {}  # hash key: monotonic time puts may go there again
         self.probing: set[str] = set()  # avoided shards a probe was put on
-        self.timely: dict[str, float] = {}  # hash key: monotonic time a reply from it came in time
+        self.timely: dict[str, float] = {}  # hash key: monotonic time its last timely reply came
         self.metrics = metrics or Metrics()
 
     def choose(self, returns: float, probe: bool = False) -> tuple[str, float]:
@@ -127,8 +130,8 @@ class Placement:
         if placed is None or placed[0] is None:
             return
         aim, now = placed[0], time.monotonic()
-        if aim not in self.avoided and not self._others_timely(aim, now):
-            return  # no slower than the others: every reply is late, or none came yet
+        if aim not in self.avoided and not self._slower(aim, now - waited):
+            return  # no slower than the others: every shard stalls, or none answered yet
         if aim not in self.avoided:  # a shard newly avoided
             self.metrics.shards_avoided.inc()
             log.warning(
@@ -151,9 +154,13 @@ class Placement:
             )
         self.avoided[aim] = now + AVOID_S
 
-    def _others_timely(self, aim: str, now: float) -> bool:
-        """Whether a shard other than `aim` answered in time within the last AVOID_S."""
-        return any(k != aim and now - at < AVOID_S for k, at in self.timely.items())
+    def _slower(self, aim: str, since: float) -> bool:
+        """Whether, since `since` (when the overdue record was put), another shard has answered
+        a record in time and `aim`'s has not: a shard that stalls alone, not with the rest."""
+        timely = self.timely
+        if timely.get(aim, since) > since:
+            return False
+        return any(k != aim and at > since for k, at in timely.items())
 
     def aim(self, record: Demand, chosen: str | None) -> str | None:
         """The hash key to put a record under: `chosen` for a Record without an Idempotency-Key

@@ -76,31 +76,38 @@ def answered_in_time(places: Placement, shard: str) -> None:
 def test_a_shard_no_slower_than_the_others_is_not_avoided(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An overdue reply avoids its shard only while another shard has answered in time within
-    the last AVOID_S: not for a container's first request (no reply came yet), nor when every
-    reply is late (a loaded machine, a slow Postgres: the others are no faster), nor on the word
-    of the same shard's own timely replies; a reply that came late is no such word."""
+    """An overdue reply avoids its shard only when, since its record was put, another shard has
+    answered a record in time and its own has not: not for a container's first request (no
+    reply came yet), nor when every shard stalls at once (their timely replies all came before
+    the record was put: an outsider froze both batchers and saw all four shards passed over),
+    nor as they thaw (its own shard answers in time again), nor on a late reply's word."""
     clock = [100.0]
     monkeypatch.setattr(kinesis.time, "monotonic", lambda: clock[0])
     metrics = Metrics()
     places = placement(metrics)
     aim = str(2 * QUARTER)
-    places.landed("first", aim, "shard-2", 0.1)
     with caplog.at_level(logging.WARNING, logger="numerator.kinesis"):
+        places.landed("first", aim, "shard-2", 0.1)
         places.slow("first", 1.5)  # nothing heard yet
+        answered_in_time(places, "shard-1")
+        answered_in_time(places, "shard-3")
+        clock[0] += 0.1  # every shard stalls from here
+        places.landed("stalled", aim, "shard-2", 0.1)
+        clock[0] += 1.5
+        places.slow("stalled", 1.5)  # the others' timely replies came before it was put
         places.landed("late", str(3 * QUARTER), "shard-3", 0.1)
         places.heard("late", timely=False)
-        answered_in_time(places, "shard-2")  # its own
-        places.landed("second", aim, "shard-2", 0.1)
-        places.slow("second", 1.5)
+        places.slow("stalled", 1.5)  # a late reply is no word
+        answered_in_time(places, "shard-3")
+        answered_in_time(places, "shard-2")  # its own shard answers in time too: a thaw
+        places.slow("stalled", 1.6)
     assert (places.avoided, metrics.shards_avoided.value, caplog.text) == ({}, 0, "")
+    clock[0] += 0.5
+    places.landed("frozen", aim, "shard-2", 0.1)  # from here its shard alone stalls
+    clock[0] += 0.3
     answered_in_time(places, "shard-1")
-    clock[0] += kinesis.AVOID_S
-    places.landed("third", aim, "shard-2", 0.1)
-    places.slow("third", 1.5)
-    assert places.avoided == {}, "the others' timely reply is older than AVOID_S"
-    answered_in_time(places, "shard-1")
-    places.slow("third", 1.5)
+    clock[0] += 0.8
+    places.slow("frozen", 1.1)
     assert list(places.avoided) == [aim] and metrics.shards_avoided.value == 1
 
 

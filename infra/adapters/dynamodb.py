@@ -109,7 +109,7 @@ class DynamoReplies:
         lag: float = 0.05,
         phase: Callable[[str], float] = lambda key: 0.0,
         overdue: Callable[[str, float], None] = lambda key, waited: None,
-        replied: Callable[[str, bool], None] = lambda key, timely: None,
+        replied: Callable[[str, bool, float], None] = lambda key, timely, waited: None,
     ) -> None:
         """`interval`: the batchers' READ_INTERVAL_MS, in seconds: they read on its beats;
         `lag`: seconds from a beat to when the replies of the records read on it are written;
@@ -117,7 +117,8 @@ class DynamoReplies:
         the stream's `phase`); `overdue`: told once of a key this process put whose reply has
         not come within OVERDUE_BEATS intervals (OVERDUE_S at least) of its put (the stream's
         `Placement.slow`: its shard avoided for a while); `replied`: told of each key whose
-        reply came, and whether before it was overdue (`Placement.heard`: its shard is read)."""
+        reply came, whether before it was overdue, and how long after its put (`Placement.heard`:
+        its shard is read)."""
         self.client, self.calls, self.table, self.metrics = client, calls, table, metrics
         self.ttl, self.interval, self.phase, self.overdue = ttl, interval, phase, overdue
         self.replied = replied
@@ -226,7 +227,7 @@ class DynamoReplies:
             async with asyncio.timeout(timeout):
                 reply = await asyncio.shield(waiting.future)
             waited = time.time() - waiting.since if waiting.since else 0.0
-            self.replied(key, waited <= self.overdue_s)
+            self.replied(key, waited <= self.overdue_s, waited)
             if traces.ON:  # on the wait's trace span: pushed, or read from the table
                 traces.delivered(waiting.via)
             return reply

@@ -48,11 +48,15 @@ PUT_ATTEMPTS = 6
 SHARDS_EVERY_S = 300.0  # phased beats: an edge lists the open shards again this often
 PLACED = 50_000  # phased beats: where this many of the latest records landed is kept
 AVOID_S = 10.0
+EVIDENCE_S = 0.5
+"""Phased beats: how far back another shard's timely replies count as a word that a shard with an
+overdue reply stalls alone (`Placement._slower`)."""
 """Phased beats: how long puts go to the other shards once a record's reply is overdue
 (`Placement.slow`: its shard's batcher frozen, or dead and its lease not yet expired); then one
 put goes there, a probe, and the others keep away until a reply from it comes (`heard`) or it is
 overdue too (another AVOID_S) or AVOID_S passes with neither (another probe). Only when another
-shard has answered a record in time since the overdue one was put, and its own shard has not:
+shard has lately answered in time a record put after the overdue one, and its own shard has
+answered nothing in time since (`_slower`):
 when none has (every shard stalls at once — a loaded machine, a slow Postgres, every batcher
 paused — or no reply came yet: a container's first request) the shard is no slower than the
 rest, and passing it over would move its load to shards no faster. An edge with one request in
@@ -85,6 +89,9 @@ class Placement:
         self.avoided: dict[str, float] = {}  # hash key: monotonic time puts may go there again
         self.probing: set[str] = set()  # avoided shards a probe was put on
         self.timely: dict[str, float] = {}  # hash key: monotonic time its last timely reply came
+        # hash key: (came, put) of its timely replies within the last EVIDENCE_S, monotonic times
+        self.answers: dict[str, deque[tuple[float, float]]] = {}
+        self.beat = interval
         self.metrics = metrics or Metrics()
 
     def choose(self, returns: float, probe: bool = False) -> tuple[str, float]:
@@ -109,14 +116,20 @@ class Placement:
             return None
         return self.choose(returns, probe=True)[0]
 
-    def heard(self, key: str, timely: bool = True) -> None:
-        """The reply of the record of reply key `key` came (`timely`: before it was overdue):
-        its shard, if avoided, is read again, and puts go there as before."""
+    def heard(self, key: str, timely: bool = True, waited: float = 0.0) -> None:
+        """The reply of the record of reply key `key` came, `waited` seconds after its put
+        (`timely`: before it was overdue): its shard, if avoided, is read again, and puts go
+        there as before."""
         placed = self.placed.get(key)
         if placed is None or placed[0] is None:
             return
         if timely:
-            self.timely[placed[0]] = time.monotonic()
+            now = time.monotonic()
+            self.timely[placed[0]] = now
+            kept = self.answers.setdefault(placed[0], deque())
+            kept.append((now, now - waited))
+            while kept[0][0] < now - EVIDENCE_S:
+                kept.popleft()
         if self.avoided:
             self.avoided.pop(placed[0], None)
             self.probing.discard(placed[0])
@@ -130,7 +143,7 @@ class Placement:
         if placed is None or placed[0] is None:
             return
         aim, now = placed[0], time.monotonic()
-        if aim not in self.avoided and not self._slower(aim, now - waited):
+        if aim not in self.avoided and not self._slower(aim, now - waited, now):
             return  # no slower than the others: every shard stalls, or none answered yet
         if aim not in self.avoided:  # a shard newly avoided
             self.metrics.shards_avoided.inc()
@@ -154,13 +167,21 @@ class Placement:
             )
         self.avoided[aim] = now + AVOID_S
 
-    def _slower(self, aim: str, since: float) -> bool:
-        """Whether, since `since` (when the overdue record was put), another shard has answered
-        a record in time and `aim`'s has not: a shard that stalls alone, not with the rest."""
-        timely = self.timely
-        if timely.get(aim, since) > since:
+    def _slower(self, aim: str, since: float, now: float) -> bool:
+        """Whether `aim`'s shard stalls alone, not with the rest: it has answered nothing in time
+        since `since` (when the overdue record was put), and another shard has — a record put
+        after that one, its reply come lately (within EVIDENCE_S) but not within the last beat:
+        as every shard stops (all batchers paused) or starts again (their thaw), one shard's
+        beat comes before the next's, and for up to a beat one answers where the other would
+        have too."""
+        if self.timely.get(aim, since) > since:
             return False
-        return any(k != aim and at > since for k, at in timely.items())
+        return any(
+            since <= put and now - EVIDENCE_S <= came <= now - self.beat
+            for k, kept in self.answers.items()
+            if k != aim
+            for came, put in kept
+        )
 
     def aim(self, record: Demand, chosen: str | None) -> str | None:
         """The hash key to put a record under: `chosen` for a Record without an Idempotency-Key

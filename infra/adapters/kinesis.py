@@ -48,9 +48,6 @@ PUT_ATTEMPTS = 6
 SHARDS_EVERY_S = 300.0  # phased beats: an edge lists the open shards again this often
 PLACED = 50_000  # phased beats: where this many of the latest records landed is kept
 AVOID_S = 10.0
-EVIDENCE_S = 0.5
-"""Phased beats: how far back another shard's timely replies count as a word that a shard with an
-overdue reply stalls alone (`Placement._slower`)."""
 """Phased beats: how long puts go to the other shards once a record's reply is overdue
 (`Placement.slow`: its shard's batcher frozen, or dead and its lease not yet expired); then one
 put goes there, a probe, and the others keep away until a reply from it comes (`heard`) or it is
@@ -62,6 +59,9 @@ paused — or no reply came yet: a container's first request) the shard is no sl
 rest, and passing it over would move its load to shards no faster. An edge with one request in
 flight at a time has no such word: a frozen shard costs it a request now and then until the
 shard's lease expires."""
+EVIDENCE_S = 0.5
+"""Phased beats: how far back another shard's timely replies count as a word that a shard with an
+overdue reply stalls alone (`Placement._slower`)."""
 PUT_GUARD_S = 0.002
 """Phased beats: a record is put on a shard read at least this long after its put is expected to
 return (the put's mean time and twice its mean deviation: `put_times`)."""

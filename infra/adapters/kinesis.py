@@ -53,9 +53,10 @@ AVOID_S = 10.0
 put goes there, a probe, and the others keep away until a reply from it comes (`heard`) or it is
 overdue too (another AVOID_S) or AVOID_S passes with neither (another probe). Only when another
 shard has lately answered in time a record put after the overdue one, and its own shard has
-answered nothing in time since (`_slower`): when none has (every shard stalls at once — a loaded machine, a slow Postgres, every batcher
-paused — or no reply came yet: a container's first request) the shard is no slower than the
-rest, and passing it over would move its load to shards no faster. An edge with one request in
+answered nothing in time since (`_slower`): when none has (every shard stalls at once — a
+loaded machine, a slow Postgres, every batcher paused — or no reply came yet: a container's
+first request) the shard is no slower than the rest, and passing it over would move its load to
+shards no faster. An edge with one request in
 flight at a time has no such word: a frozen shard costs it a request now and then until the
 shard's lease expires."""
 EVIDENCE_S = 0.5

@@ -56,9 +56,8 @@ shard has lately answered in time a record put after the overdue one, and its ow
 answered nothing in time since (`_slower`): when none has (every shard stalls at once — a
 loaded machine, a slow Postgres, every batcher paused — or no reply came yet: a container's
 first request) the shard is no slower than the rest, and passing it over would move its load to
-shards no faster. An edge with one request in
-flight at a time has no such word: a frozen shard costs it a request now and then until the
-shard's lease expires."""
+shards no faster. An edge with one request in flight at a time (a Lambda container) has no such
+word: a frozen shard costs it a request now and then until the shard's lease expires."""
 EVIDENCE_S = 0.5
 """Phased beats: how far back another shard's timely replies count as a word that a shard with an
 overdue reply stalls alone (`Placement._slower`)."""
@@ -91,7 +90,6 @@ class Placement:
         self.timely: dict[str, float] = {}  # hash key: monotonic time its last timely reply came
         # hash key: (came, put) of its timely replies within the last EVIDENCE_S, monotonic times
         self.answers: dict[str, deque[tuple[float, float]]] = {}
-        self.beat = interval
         self.metrics = metrics or Metrics()
 
     def choose(self, returns: float, probe: bool = False) -> tuple[str, float]:
@@ -143,9 +141,9 @@ class Placement:
         if placed is None or placed[0] is None:
             return
         aim, now = placed[0], time.monotonic()
-        if aim not in self.avoided and not self._slower(aim, now - waited, now):
-            return  # no slower than the others: every shard stalls, or none answered yet
         if aim not in self.avoided:  # a shard newly avoided
+            if not self._slower(aim, now - waited, now):
+                return  # no slower than the others: every shard stalls, or none answered yet
             self.metrics.shards_avoided.inc()
             log.warning(
                 "no reply in %.1f s for a record on the shard at hash key %s: putting on the "
@@ -177,7 +175,7 @@ class Placement:
         if self.timely.get(aim, since) > since:
             return False
         return any(
-            since <= put and now - EVIDENCE_S <= came <= now - self.beat
+            since <= put and now - EVIDENCE_S <= came <= now - self.phases.interval
             for k, kept in self.answers.items()
             if k != aim
             for came, put in kept

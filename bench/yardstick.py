@@ -12,6 +12,11 @@ the CPU time (user and system, from /proc through psutil) of the driven service'
 of Postgres's, divided by the requests wrk saw answered. Then per connection count, /next ÷ bare:
 service µs a request, service + Postgres µs a request (the bare app's own, which uses no
 Postgres, as the divisor), and rate — each round's ratio, and their median and range.
+
+`--floor` drives a third app: the bare app's `/batched` (bench/trivial.py), a request that waits
+for a shared frame closed on the loop's next turn and does nothing else — what any service that
+answers from frames pays in Python on this server before it does any work. It prints floor ÷ bare
+and /next ÷ floor beside /next ÷ bare.
 """
 
 from __future__ import annotations
@@ -33,11 +38,20 @@ import psutil
 from bench import local, wrk
 
 APPS = ("bare", "next")
-PATHS = {"bare": "/", "next": "/counters/hot/next", "before": "/counters/hot/next"}
+PATHS = {
+    "bare": "/",
+    "next": "/counters/hot/next",
+    "before": "/counters/hot/next",
+    "floor": "/batched",
+}
 RATIOS = (
     ("service", "service µs/request"),
     ("total", "service+Postgres µs/request"),
     ("rate", "rate"),
+)
+FLOOR_TABLES = (
+    ("floor_over_bare", "floor (/batched) ÷ bare (--floor)"),
+    ("over_floor", "/next ÷ floor (/batched)"),
 )
 
 
@@ -130,6 +144,21 @@ def summary(samples: Sequence[Sample]) -> dict[int, dict[str, Any]]:
             found[connections]["against"] = {
                 key: Spread.of(r[key] for r in versus) for key, _ in RATIOS
             }
+        if all("floor" in pair for pair in whole):
+            floor = [pair["floor"] for pair in whole]
+            over_bare = [ratios(pair["bare"], pair["floor"]) for pair in whole]
+            beyond = [against(pair["floor"], pair["next"]) for pair in whole]
+            found[connections]["floor"] = {
+                "rate": Spread.of(s.rate for s in floor),
+                "service_us": Spread.of(s.service_us for s in floor),
+                "postgres_us": Spread.of(s.postgres_us for s in floor),
+            }
+            found[connections]["floor_over_bare"] = {
+                key: Spread.of(r[key] for r in over_bare) for key, _ in RATIOS
+            }
+            found[connections]["over_floor"] = {
+                key: Spread.of(r[key] for r in beyond) for key, _ in RATIOS
+            }
     return found
 
 
@@ -147,9 +176,19 @@ def table(found: dict[int, dict[str, Any]]) -> str:
     for connections, row in found.items():
         cells = "  ".join(f"{shown(row['ratios'][key]):<28}" for key, _ in RATIOS)
         lines.append(f"{connections:>6} {row['rounds']:>6}  {cells}".rstrip())
+    for part, title in FLOOR_TABLES:
+        rows = {c: row[part] for c, row in found.items() if part in row}
+        if rows:
+            lines += ["", f"{title}, median (range) over rounds"]
+            for connections, spreads in rows.items():
+                cells = "  ".join(f"{shown(spreads[key]):<28}" for key, _ in RATIOS)
+                rounds = found[connections]["rounds"]
+                lines.append(f"{connections:>6} {rounds:>6}  {cells}".rstrip())
     lines += ["", f"{'conns':>6} {'app':>5}  {'rps':<24}{'service µs/req':<22}Postgres µs/req"]
     for connections, row in found.items():
-        for app in APPS:
+        for app in (*APPS, "floor"):
+            if app not in row:
+                continue
             figures = row[app]
             lines.append(
                 f"{connections:>6} {app:>5}  {shown(figures['rate'], 0):<24}"
@@ -188,7 +227,7 @@ def plain(row: dict[str, Any]) -> dict[str, Any]:
         "rounds": row["rounds"],
         **{
             part: {key: asdict(spread) for key, spread in row[part].items()}
-            for part in ("ratios", *APPS, "against")
+            for part in ("ratios", *APPS, "against", "floor", "floor_over_bare", "over_floor")
             if part in row
         },
     }
@@ -245,6 +284,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--against", metavar="TREE", help="also drive the numerator checked out in TREE"
     )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also drive the bare app's /batched: a request that waits for a shared frame",
+    )
     return parser
 
 
@@ -264,6 +308,8 @@ def measured(
             served["before"] = stack.enter_context(
                 local.serve("numerator", databases["before"], 1, {}, tree=args.against)
             )
+        if args.floor:  # the bare app's own process, on another path
+            served["floor"], databases["floor"] = served["bare"], db
         for app in ("next", "before"):
             if app in served:
                 local.create_counters(served[app].url, ["hot"])

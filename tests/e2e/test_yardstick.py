@@ -21,6 +21,7 @@ def test_one_round_prints_the_ratios_and_writes_the_record(tmp_path: Path) -> No
     debian_tool("wrk", "wrk")
     kept = tmp_path / "yardstick.json"
     command = ["--rounds", "1", "--duration", "1", "--connections", "16", "--json", str(kept)]
+    command.append("--floor")
     done = subprocess.run(
         [sys.executable, "-m", "bench.yardstick", *command],
         capture_output=True,
@@ -32,10 +33,12 @@ def test_one_round_prints_the_ratios_and_writes_the_record(tmp_path: Path) -> No
     assert re.search(rf"^\s+16\s+1\s+{figure}\s+{figure}\s+{figure}$", done.stdout, re.M), (
         done.stdout
     )
-    for app in ("bare", "next"):
+    for app in ("bare", "next", "floor"):
         assert re.search(rf"^\s+1\s+16\s+{app}\s+[\d,]+\s+[\d.]+\s+[\d.]+$", done.stdout, re.M)
     made = json.loads(kept.read_text())
     ratios = made["summary"]["16"]["ratios"]
     assert set(ratios) == {"service", "total", "rate"}
     assert all(spread["median"] > 0 for spread in ratios.values())
-    assert {s["app"] for s in made["samples"]} == {"bare", "next"}
+    assert {s["app"] for s in made["samples"]} == {"bare", "next", "floor"}
+    assert "/next ÷ floor (/batched)" in done.stdout
+    assert made["summary"]["16"]["over_floor"]["service"]["median"] > 0

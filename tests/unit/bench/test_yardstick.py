@@ -134,6 +134,53 @@ def test_against_another_commit_its_next_divides_this_ones() -> None:
     assert kept["rate"]["high"] == pytest.approx(2.0)
 
 
+def test_the_floor_app_answers_a_frames_requests_each_the_next_number() -> None:
+    """/batched: requests that came within one turn of the loop share one frame, and each
+    gets its own number, in the order they came."""
+    sent: dict[int, list[dict[str, Any]]] = {}
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def one(i: int) -> None:
+        async def send(message: dict[str, Any]) -> None:
+            sent.setdefault(i, []).append(message)
+
+        scope = {"type": "http", "method": "POST", "path": "/batched", "headers": []}
+        await trivial.app(scope, receive, send)
+
+    async def run() -> None:
+        trivial.FRAME.last = 0
+        await asyncio.gather(*(one(i) for i in range(3)))
+        await one(3)  # a frame of its own, after the first closed
+
+    asyncio.run(run())
+    bodies = [json.loads(sent[i][1]["body"]) for i in range(4)]
+    assert bodies == [{"counter": "hot", "value": v} for v in (1, 2, 3, 4)]
+    assert sent[0][0]["status"] == 200
+
+
+def test_with_the_floor_next_and_the_floor_are_each_held_against_what_lies_under() -> None:
+    made = [
+        *SAMPLES[:6],
+        sample(1, 64, "floor", 40_000, 25.0, 0.0),
+        sample(2, 64, "floor", 30_000, 30.0, 0.0),
+        sample(3, 64, "floor", 36_000, 40.0, 0.0),
+    ]
+    found = summary(made)
+    # floor ÷ bare, service: 1.25, 1.2, 2.0; /next ÷ floor, service: 2.0, 2.0, 1.0
+    assert astuple(found[64]["floor_over_bare"]["service"]) == pytest.approx((1.25, 1.2, 2.0))
+    assert astuple(found[64]["over_floor"]["service"]) == pytest.approx((2.0, 1.0, 2.0))
+    assert astuple(found[64]["over_floor"]["rate"]) == pytest.approx((0.5, 0.5, 0.5))
+    assert found[64]["floor"]["rate"] == Spread(36_000, 30_000, 40_000)
+    assert "floor_over_bare" not in summary(SAMPLES)[64]
+    shown = table(found)
+    assert "floor (/batched) ÷ bare (--floor), median (range) over rounds" in shown
+    assert any(line.split()[:3] == ["64", "floor", "36,000"] for line in shown.splitlines())
+    kept = json.loads(json.dumps(record(made, {})))["summary"]["64"]
+    assert kept["over_floor"]["service"]["median"] == pytest.approx(2.0)
+
+
 def test_gcpause_reads_wrk_s_latency_distribution() -> None:
     from bench.gcpause import latency
 

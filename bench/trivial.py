@@ -21,7 +21,7 @@ HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"11")]
 TYPED = [(b"content-type", b"application/json")]
 
 
-class Frame:
+class Gathering:
     """The open frame of `/batched`: its requests' futures, and the counter's last number."""
 
     def __init__(self) -> None:
@@ -43,7 +43,7 @@ class Frame:
             future.set_result(self.last)
 
 
-FRAME = Frame()
+FRAME = Gathering()
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:

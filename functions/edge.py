@@ -80,6 +80,9 @@ class Edge:
     front: Front | None = None
     """Front frames (the AWS path's long-running edge): /next without an Idempotency-Key goes
     through them, one record per counter per frame."""
+    lane: bool = False
+    """The lane (functions/lane.py; an embedded worker's edge): plain /next requests gathered per
+    counter over one turn of the event loop, one record for them."""
     guard: Guard | None = field(default=None, init=False)
     """API keys (AUTH=keys): who may do what."""
     key_rate: KeyRate = field(init=False)

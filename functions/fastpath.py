@@ -23,6 +23,7 @@ from functions import validation
 from functions.auth import address, pages_refused
 from functions.edge import Edge
 from functions.headers import Headers, read
+from functions.lane import Lane
 from functions.operations import Table
 from functions.problems import (
     REPLY_PROBLEMS,
@@ -32,9 +33,9 @@ from functions.problems import (
     invalid,
     unavailable,
 )
-from functions.requestlog import logged
+from functions.requestlog import judged, logged
 from functions.watch import ClientLeft, Watch
-from infra.counters import template
+from infra.counters import NAME, template
 from infra.errors import AwsRefused, ReplyTimeout, StreamFull, Unavailable
 from infra.observe import traces
 from infra.settings import loopback
@@ -243,6 +244,22 @@ class FastPath:
         self.table = table
         self.edge = edge
         self.watch = Watch()
+        self.lane: Lane | None = None
+        self.lane_known = (
+            False  # whether `lane` was made (or found not wanted): at the first request
+        )
+
+    def made_lane(self) -> None:
+        """The lane of the edge, once it is known (a server's app gets it in its lifespan)."""
+        edge = self.edge or getattr(self.app.state, "edge", None)
+        if edge is None:
+            return
+        self.edge, self.lane_known = edge, True
+        if edge.lane:
+            abandon = edge.abandon
+            self.lane = Lane(
+                functools.partial(put_and_wait, edge), edge.timeout, edge.budget, abandon
+            )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -251,7 +268,116 @@ class FastPath:
         if traces.ON:  # the one test a request pays when this process does not trace
             await traces.request(functools.partial(logged, self.serve), scope, receive, send)
             return
+        if not self.lane_known:
+            self.made_lane()
+        if self.lane is not None and not scope["query_string"]:
+            counter = self.table.next_counter(scope["method"], scope["path"])
+            if counter is not None:
+                heads = read(scope)
+                if self.plain(scope, heads, counter):
+                    await self.lane_next(scope, receive, send, counter, heads)
+                    return
         await logged(self.serve, scope, receive, send)
+
+    def plain(self, scope: Scope, heads: Headers, counter: str) -> bool:
+        """Whether the lane may take this /next: one value, no Idempotency-Key, no body, a
+        valid name, headers within their limit, and, where loopback clients are trusted
+        without a key, none of the marks of a web page (AUTH=keys: the guard looks). Any other
+        `serve` answers (or refuses) in full."""
+        edge = self.edge
+        assert edge is not None
+        if (
+            heads.idempotency_key is not None
+            or heads.length
+            or heads.chunked
+            or heads.repeated is not None
+            or heads.size > edge.settings.edge.max_header_bytes
+            or NAME.fullmatch(counter) is None
+        ):
+            return False
+        return (
+            heads.plain
+            or edge.guard is not None
+            or not (edge.settings.trusts_loopback and loopback(address(scope)))
+        )
+
+    async def lane_next(
+        self, scope: Scope, receive: Receive, send: Send, counter: str, heads: Headers
+    ) -> None:
+        """Answer a plain POST /counters/{name}/next through the lane, as `serve` and `next`
+        would: admitted, held (edge.flight) until its answer is handed to the server, logged if
+        it failed or was slow."""
+        began = time.perf_counter()
+        edge = self.edge
+        assert edge is not None
+        if edge.guard is None:
+            who = address(scope)
+        else:
+            try:
+                needed = self.table.need(scope["method"], scope["path"], counter)
+                who = await edge.guard.admit(scope, needed, heads)
+            except Problem as problem:
+                await problem.response(scope["path"])(scope, receive, send)
+                judged(scope, problem.status, time.perf_counter() - began)
+                return
+        status = 0
+        epoch = edge.flight.begin()
+        try:
+            status = await self.laned(edge, scope, receive, send, counter, who)
+        finally:
+            edge.flight.end(epoch)
+            judged(scope, status, time.perf_counter() - began)
+
+    async def laned(
+        self, edge: Edge, scope: Scope, receive: Receive, send: Send, counter: str, who: str
+    ) -> int:
+        """A value of `counter` from the lane, answered; the status it was answered with (0:
+        none, its client gone)."""
+        lane, watch, metrics = self.lane, self.watch, edge.metrics
+        assert lane is not None
+        this = asyncio.current_task(watch.loop or watch.start())
+        assert this is not None
+        metrics.next_requests.inc()
+        sent = time.time()
+        future = lane.take(counter, who)
+        try:
+            watch.add(this, receive)
+            try:
+                reply, value = await future
+            finally:
+                watch.done(this)
+                metrics.reply_wait_seconds.observe(time.time() - sent)
+            if reply.error is not None:
+                raise answer_problem(reply, edge.settings.edge.retry_after_s)
+            if watch.left(this):  # its client left as its value came
+                lane.gone(counter, future, who)
+                metrics.clients_gone.inc()
+                return 0
+            assert reply.day is not None
+            formatted = template(reply.template).render(value, reply.day)
+            body = orjson.dumps({"counter": counter, "value": value, "formatted": formatted})
+            metrics.responses.inc("200")
+            await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
+            await send({"type": "http.response.body", "body": body})
+            return 200
+        except asyncio.CancelledError:
+            lane.gone(counter, future, who)
+            if this not in watch.gone:
+                raise
+            watch.gone.discard(this)
+            this.uncancel()
+            metrics.clients_gone.inc()  # the client went away: its value is never taken, or void
+            return 0
+        except (*FAILURES, Problem) as exc:
+            said = (
+                exc if isinstance(exc, Problem) else failed(exc, edge.settings.edge.retry_after_s)
+            )
+            metrics.responses.inc(str(said.status))
+        except Exception:
+            log.exception("unexpected error in /next")
+            said = Problem(Kind.INTERNAL, "an unexpected error; it has been logged")
+        await said.response(scope["path"])(scope, receive, send)
+        return said.status
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         edge: Edge = self.edge or self.app.state.edge

@@ -73,19 +73,24 @@ async def logged(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> No
     try:
         await app(scope, receive, sending)
     finally:
-        spent = time.perf_counter() - began
-        if status >= 500 or status == 0 or spent >= SLOW_S:
-            may, held = budget.take(time.monotonic())
-            if held:
-                log.error("%d more failed or slow answers were not logged (%d a second at most)",
-                          held, budget.per_s)  # fmt: skip
-            if may:
-                say = log.error if status >= 500 or status == 0 else log.warning
-                say(
-                    "%s %s answered %s in %.0f ms (request id %s)",
-                    scope["method"],
-                    scope["path"],
-                    status or "nothing",
-                    spent * 1000,
-                    request_id(scope),
-                )
+        judged(scope, status, time.perf_counter() - began)
+
+
+def judged(scope: Scope, status: int, spent: float) -> None:
+    """Log a request answered `status` (0: nothing) after `spent` seconds if it failed on the
+    server's side or was slow (within the line budget)."""
+    if status >= 500 or status == 0 or spent >= SLOW_S:
+        may, held = budget.take(time.monotonic())
+        if held:
+            log.error("%d more failed or slow answers were not logged (%d a second at most)",
+                      held, budget.per_s)  # fmt: skip
+        if may:
+            say = log.error if status >= 500 or status == 0 else log.warning
+            say(
+                "%s %s answered %s in %.0f ms (request id %s)",
+                scope["method"],
+                scope["path"],
+                status or "nothing",
+                spent * 1000,
+                request_id(scope),
+            )

@@ -178,6 +178,7 @@ class EmbeddedStack(BatcherStack):
             clock=clock,
             health=self.health,
             observe=lambda: self.metrics.stream_depth_records.set(len(self.memory)),
+            lane=settings.edge.front_frame_ms > 0,  # FRONT_FRAME_MS=0: a record a request
         )
 
     def ports(self) -> tuple[Stream, Replies]:

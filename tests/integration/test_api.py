@@ -347,8 +347,11 @@ async def test_metrics_count_requests_values_and_frames(
     }
     assert values["numerator_next_requests_total"] == 41
     assert values["numerator_values_allocated_total"] == 50
-    assert values["numerator_records_in_total"] == 41
-    assert values["numerator_records_out_total"] == 41
+    # the lane: concurrent plain requests share a record (one a counter a turn of the loop);
+    # the request for 10 values is a record of its own
+    assert 2 <= values["numerator_records_in_total"] < 41
+    assert values["numerator_records_out_total"] == values["numerator_records_in_total"]
+    assert values["numerator_records_put_total"] == values["numerator_records_in_total"]
     # 40 concurrent requests share frames: fewer transactions than requests
     assert 2 <= values["numerator_frames_committed_total"] < 41
     assert (

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import pytest
+
 from functions.app import create_app
 from functions.edge import Edge
 from infra.adapters.memory import MemoryReplies, MemoryStream
@@ -15,20 +17,34 @@ from numerator.stack import EmbeddedStack
 from tests.asgi import asgi_client
 
 
-async def test_saturated_stream_answers_503_with_retry_after(settings: Settings, name: str) -> None:
+@pytest.mark.parametrize("how", ["records", "lane"])
+async def test_saturated_stream_answers_503_with_retry_after(
+    settings: Settings, name: str, how: str
+) -> None:
+    """A stream of 5 records at most: 60 requests at once, each a record of its own (`?count=1`
+    takes the full path) or through the lane over 12 counters (a record a counter a turn of
+    the loop): some are refused 503, and those refused left no gap."""
     tight = settings.but(stream_capacity=5, back_frame_ms=50, retry_after_s=3)
+    names = [name] if how == "records" else [f"{name}-{i}" for i in range(12)]
+    params = {"count": 1} if how == "records" else None
     async with EmbeddedStack(tight) as stack, asgi_client(stack.app()) as client:
-        await client.post("/counters", json={"name": name})
+        for each in names:
+            await client.post("/counters", json={"name": each})
         responses = await asyncio.gather(
-            *(client.post(f"/counters/{name}/next") for _ in range(60))
+            *(
+                client.post(f"/counters/{names[i % len(names)]}/next", params=params)
+                for i in range(60)
+            )
         )
     statuses = Counter(r.status_code for r in responses)
     assert set(statuses) == {200, 503}, statuses
     refused = next(r for r in responses if r.status_code == 503)
     assert refused.headers["retry-after"] == "3"
     assert refused.json()["type"] == "urn:numerator:problem:unavailable"
-    values = [r.json()["value"] for r in responses if r.status_code == 200]
-    assert sorted(values) == list(range(1, len(values) + 1)), "refused requests left no gaps"
+    for each in names:
+        values = [r.json()["value"] for r in responses if r.status_code == 200 and
+                  r.json()["counter"] == each]  # fmt: skip
+        assert sorted(values) == list(range(1, len(values) + 1)), "refused requests left no gaps"
 
 
 async def test_no_reply_in_time_is_504(settings: Settings, database_url: str) -> None:

@@ -344,15 +344,16 @@ class FastPath:
             watch.add(this, receive)
             try:
                 reply, value = await future
+                left = watch.left(this)  # asked before `done` ends the watch
             finally:
                 watch.done(this)
                 metrics.reply_wait_seconds.observe(time.time() - sent)
-            if reply.error is not None:
-                raise answer_problem(reply, edge.settings.edge.retry_after_s)
-            if watch.left(this):  # its client left as its value came
+            if left:  # its client left as its value came: not sent to a closed connection
                 lane.gone(counter, future, who)
                 metrics.clients_gone.inc()
                 return 0
+            if reply.error is not None:
+                raise answer_problem(reply, edge.settings.edge.retry_after_s)
             assert reply.day is not None
             formatted = template(reply.template).render(value, reply.day)
             body = orjson.dumps({"counter": counter, "value": value, "formatted": formatted})

@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import asyncio
 from datetime import date
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from starlette.types import Message
 
+from functions.app import create_app
+from functions.edge import Edge
 from functions.lane import Lane, runs
+from infra.adapters.memory import MemoryReplies, MemoryStream
 from infra.errors import ReplyTimeout
-from infra.wire import Record, Reply, ReplyError
+from infra.observe.metrics import Metrics
+from infra.settings import Settings
+from infra.wire import Record, Reply, ReplyError, Void
 
 DAY = date(2026, 12, 5)
 
@@ -163,3 +170,52 @@ def test_runs_say_who_asked_in_the_order_values_are_handed_out() -> None:
         assert runs(takers) == [[2, "a"], [1, "b"], [1, "a"]]
     finally:
         loop.close()
+
+
+async def test_through_the_edge_a_client_known_gone_as_its_value_comes_gets_it_voided() -> None:
+    """granian completes receive()'s future as it reads a client's leaving and runs the watch's
+    callback (which cancels the request) a turn of the loop later: a value that comes in
+    between is voided, not sent to a closed connection — the watch is asked before the
+    request stops being watched."""
+    stream, replies, metrics = MemoryStream(), MemoryReplies(), Metrics()
+    store: Any = SimpleNamespace(ping=None)  # the edge asks nothing of its store here
+    edge = Edge(stream, replies, store, Settings.from_env({"AUTH": "none"}), metrics, lane=True)
+    fast = create_app(edge)
+    leaving: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+    sent: list[Message] = []
+
+    def receive() -> asyncio.Future[Message]:  # granian's receive() returns a future
+        return leaving
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/counters/inv/next",
+        "query_string": b"",
+        "headers": [(b"host", b"127.0.0.1")],
+        "client": ("127.0.0.1", 5000),
+    }
+    request = asyncio.create_task(fast(scope, receive, send))
+    [entry] = await stream.read(stream.shard, None, 10, 5.0)
+    assert isinstance(entry.record, Record) and entry.record.count == 1
+    fast.watch.sweep()  # young → old
+    fast.watch.sweep()  # old: watched, its callback on `leaving`
+    lane = fast.lane
+    assert lane is not None
+    handing = lane._hand_out
+
+    def hand_out(reply: Reply, takers: Any) -> None:  # the client leaves as its value comes
+        handing(reply, takers)
+        leaving.set_result({"type": "http.disconnect"})
+
+    lane._hand_out = hand_out  # type: ignore[method-assign]
+    await replies.publish([Reply(entry.record.key, "inv", 7, 7, "{value}", DAY)])
+    await request
+    assert sent == [], "nothing is sent to a client that is gone"
+    [void] = await stream.read(stream.shard, entry.sequence, 10, 5.0)
+    assert isinstance(void.record, Void)
+    assert (void.record.first, void.record.last, void.record.who) == (7, 7, "127.0.0.1")
+    assert metrics.clients_gone.value == 1

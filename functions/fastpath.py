@@ -196,6 +196,12 @@ def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
     return {"counter": reply.counter, "first": reply.first, "last": reply.last, "values": values}
 
 
+async def bodied(receive: Receive) -> bool:
+    """Whether the request's first message carries a body, or says more is coming."""
+    message = await receive()
+    return bool(message.get("body")) or bool(message.get("more_body"))
+
+
 def parameters(raw: bytes) -> dict[str, str]:
     """A query string's parameters, each given once (a 422 names one given more often: which
     of two `count`s counts is no one's guess)."""
@@ -294,6 +300,8 @@ class FastPath:
             or heads.size > edge.settings.edge.max_header_bytes
             or NAME.fullmatch(counter) is None
         ):
+            return False
+        if scope.get("http_version") == "2":  # a body may come without a length: `next` reads
             return False
         return (
             heads.plain
@@ -421,7 +429,10 @@ class FastPath:
         try:
             if heads.length > edge.settings.edge.max_body_bytes:
                 raise Problem(Kind.BODY_TOO_LARGE, "/next takes no body")
-            if heads.length or heads.chunked:  # {"count": 5} would have been one value
+            # {"count": 5} would have been one value. HTTP/2 frames a body without saying its
+            # length in a header: its first message is read to tell.
+            framed = scope.get("http_version") == "2" and await bodied(receive)
+            if heads.length or heads.chunked or framed:
                 raise Problem(
                     Kind.INVALID_REQUEST,
                     "/next takes no body: ask for several values with ?count=N",

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 
+import orjson
 import pytest
+from starlette.types import Message
 
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
@@ -38,3 +40,45 @@ async def test_concurrent_plain_requests_share_records_and_each_has_its_value(
         assert put < 32, "plain requests of one turn share a record"
     else:
         assert put == 32, "a record a request"
+
+
+async def test_an_http2_body_on_next_is_refused_though_no_header_says_its_length(
+    settings: Settings, name: str
+) -> None:
+    """HTTP/2 frames a body without a Content-Length (granian serves h2c): the lane leaves such
+    a request to the full path, which reads its first message — 422, nothing taken; without a
+    body, its value."""
+    async with EmbeddedStack(settings) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": name})
+        app = stack.app()
+
+        async def post(body: bytes) -> list[Message]:
+            sent: list[Message] = []
+
+            async def receive() -> Message:
+                return {"type": "http.request", "body": body, "more_body": False}
+
+            async def send(message: Message) -> None:
+                sent.append(message)
+
+            scope = {
+                "type": "http",
+                "http_version": "2",
+                "method": "POST",
+                "path": f"/counters/{name}/next",
+                "raw_path": f"/counters/{name}/next".encode(),
+                "query_string": b"",
+                "headers": [(b"host", b"127.0.0.1")],
+                "client": ("127.0.0.1", 5000),
+                "server": ("127.0.0.1", 8080),
+                "scheme": "http",
+            }
+            await app(scope, receive, send)
+            return sent
+
+        refused = await post(b'{"count": 5}')
+        assert refused[0]["status"] == 422
+        assert b'"field":"body"' in refused[1]["body"]
+        taken = await post(b"")
+        assert taken[0]["status"] == 200
+        assert orjson.loads(taken[1]["body"])["value"] == 1, "nothing was taken before"

@@ -9,19 +9,23 @@ from dataclasses import replace
 from typing import Any
 
 from infra.counters import ConfirmMode
-from numerator.client import DEFAULT_URL, Call, Calls, Client, T
+from numerator.client import DEFAULT_URL, TIMEOUT_S, Call, Calls, Client, T
 from numerator.client.calls import as_sent
 
 CLI_DEADLINE_S = 5.0
 """A person waits this long for a command, retries included (the library's calls wait 60 s)."""
+TRAIL_DEADLINE_S = 120.0
+"""A command that reads or checks a whole audit trail (`audit verify`, `audit export`) waits
+this long: /audit/verify over a few thousand rows took 10 s on a busy server, and 5 s said
+'cannot reach' of a service that was answering."""
 
 
-def service(args: argparse.Namespace) -> Client:
+def service(args: argparse.Namespace, deadline: float = CLI_DEADLINE_S) -> Client:
     """The client a command talks through: its --url and --key, else $NUMERATOR_URL and
-    $NUMERATOR_KEY."""
+    $NUMERATOR_KEY; one try may take the whole `deadline` when it is the longer."""
     url = args.url or os.environ.get("NUMERATOR_URL") or DEFAULT_URL
     key = args.key or os.environ.get("NUMERATOR_KEY") or None
-    return Client(url, key, deadline=CLI_DEADLINE_S)
+    return Client(url, key, deadline=deadline, timeout=max(deadline, TIMEOUT_S))
 
 
 def raw(call: Call[T]) -> Call[Any]:

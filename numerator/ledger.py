@@ -103,7 +103,7 @@ def report_csv(found: dict[str, Any]) -> str:
 
 def run_verify(args: argparse.Namespace) -> None:
     params = {"counter": args.name} if args.name else {}
-    talk = console.service(args)
+    talk = console.service(args, console.TRAIL_DEADLINE_S)
     if args.heads is None:
         found = console.call(talk, "GET", "/audit/verify", params=params, ok=(409,))
     else:
@@ -239,7 +239,7 @@ def run_heads(args: argparse.Namespace) -> None:
 
 def run_export(args: argparse.Namespace) -> None:
     params = {**period_params(args), "format": "csv" if args.csv else "json"}
-    talk = console.service(args)
+    talk = console.service(args, console.TRAIL_DEADLINE_S)
     text = console.call(talk, "GET", f"/counters/{args.name}/audit", params=params, text=True)
     if not args.csv:
         text = json.dumps(json.loads(text), indent=2) + "\n"

@@ -14,6 +14,7 @@ cancel put, as for a record of its own), fails every request of it alike.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import date
@@ -150,13 +151,7 @@ class Lane:
 def runs(takers: list[Taker]) -> list[list[Any]]:
     """Who asked, run by run, for the audit trail: [[count, who], ...] in the order the record's
     range is handed out (as a front frame's record says it)."""
-    out: list[list[Any]] = []
-    for _, who in takers:
-        if out and out[-1][1] == who:
-            out[-1][0] += 1
-        else:
-            out.append([1, who])
-    return out
+    return [[len(list(run)), who] for who, run in itertools.groupby(who for _, who in takers)]
 
 
 def _fail(takers: list[Taker], exc: BaseException) -> None:

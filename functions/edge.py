@@ -37,9 +37,10 @@ ALIVE_EVERY_S): if it dies, the values issued to it after that moment are listed
 this bounds them to a few tenths of a second of its traffic."""
 LAMBDA_MARGIN_S = 1.0
 """A request in Lambda is answered this long before the invocation's own time runs out: its
-cancel's put (CANCEL_PUT_S) and the answer's way out within it. 0.5 s left 0.1 s for the way out,
-and a CPU-starved container (sam local on a busy 2-core machine, CI) missed it: the function
-timed out, its client answered 502 by the gateway instead of the handler's 504."""
+cancel's put (CANCEL_PUT_S) and the answer's way out within it. Raised from 0.5 s for the 502s
+sam local's test met under load; those turned out to be the moto stand-in's (a frozen batcher's
+half-sent request held its lock, numerator/motoserver.py): measured under load, the handler
+answered with 922-994 ms left, its cancel's put at most 73 ms."""
 CANCEL_PUT_S = 0.4  # a Lambda invocation's cancel is put within this, inside LAMBDA_MARGIN_S
 TELL_S = 10.0
 """A long-running edge's cancel is put within this (the batcher allows CANCEL_MARGIN_S for it to

@@ -15,6 +15,7 @@ turn, and it holds the GIL anyway.
 from __future__ import annotations
 
 import argparse
+import io
 import logging
 import os
 import signal
@@ -29,6 +30,7 @@ from moto.moto_server.werkzeug_app import (
     create_backend_app,
 )
 from werkzeug.serving import BaseWSGIServer, make_server
+from werkzeug.wsgi import get_input_stream
 
 
 class OneAtATime:
@@ -38,6 +40,11 @@ class OneAtATime:
         self.app, self.lock = app, threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        # The body is read before the lock: a client that sent its headers but not yet its body
+        # (urllib3 2 sends them apart; a batcher SIGSTOPped between the two) would hold it, and
+        # every other client's call would wait for it.
+        body = get_input_stream(environ).read()
+        environ["wsgi.input"], environ["CONTENT_LENGTH"] = io.BytesIO(body), str(len(body))
         with self.lock:
             return list(self.app(environ, start_response))  # the body is made inside the lock
 

@@ -300,6 +300,8 @@ class HubEdgeStack(FrontStack):
         self.hub = HubStream(settings.local.hub, replies, self.lost)
         checks = {"store": responds(self.store.ping), "batcher": self.hub_check}
         self.serving(self.hub, replies, Health(checks))
+        # plain /next through the lane, as one worker's: its front frames take the rest
+        self.edge.lane = settings.edge.front_frame_ms > 0
 
     def framing(self) -> dict[str, Any]:
         # A frame a put: the next closes once the batcher has taken the last one, on the loop's

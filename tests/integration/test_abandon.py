@@ -15,7 +15,7 @@ import pytest
 from infra.settings import Settings
 from infra.wire import Record, reply_key
 from numerator.stack import BatcherStack, EdgeStack, EmbeddedStack
-from tests.asgi import asgi_client
+from tests.asgi import asgi_client, next_scope
 from tests.checks import until
 
 
@@ -42,19 +42,7 @@ async def leave_after(app: Any, path: str, seconds: float) -> list[dict[str, Any
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "headers": [(b"host", b"127.0.0.1")],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 8080),
-        "scheme": "http",
-        "http_version": "1.1",
-        "asgi": {"version": "3.0"},
-    }
+    scope = next_scope(path)
     await app(scope, receive, send)
     return sent
 

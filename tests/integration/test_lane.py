@@ -12,7 +12,7 @@ from starlette.types import Message
 
 from infra.settings import Settings
 from numerator.stack import EmbeddedStack
-from tests.asgi import asgi_client
+from tests.asgi import asgi_client, next_scope
 
 
 @pytest.mark.parametrize("front_frame_ms", [20.0, 0.0])
@@ -61,18 +61,7 @@ async def test_an_http2_body_on_next_is_refused_though_no_header_says_its_length
             async def send(message: Message) -> None:
                 sent.append(message)
 
-            scope = {
-                "type": "http",
-                "http_version": "2",
-                "method": "POST",
-                "path": f"/counters/{name}/next",
-                "raw_path": f"/counters/{name}/next".encode(),
-                "query_string": b"",
-                "headers": [(b"host", b"127.0.0.1")],
-                "client": ("127.0.0.1", 5000),
-                "server": ("127.0.0.1", 8080),
-                "scheme": "http",
-            }
+            scope = next_scope(f"/counters/{name}/next", http_version="2")
             await app(scope, receive, send)
             return sent
 

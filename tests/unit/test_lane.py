@@ -20,6 +20,7 @@ from infra.errors import ReplyTimeout
 from infra.observe.metrics import Metrics
 from infra.settings import Settings
 from infra.wire import Record, Reply, ReplyError, Void
+from tests.asgi import next_scope
 
 DAY = date(2026, 12, 5)
 
@@ -190,14 +191,7 @@ async def test_through_the_edge_a_client_known_gone_as_its_value_comes_gets_it_v
     async def send(message: Message) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "method": "POST",
-        "path": "/counters/inv/next",
-        "query_string": b"",
-        "headers": [(b"host", b"127.0.0.1")],
-        "client": ("127.0.0.1", 5000),
-    }
+    scope = next_scope("/counters/inv/next")
     request = asyncio.create_task(fast(scope, receive, send))
     [entry] = await stream.read(stream.shard, None, 10, 5.0)
     assert isinstance(entry.record, Record) and entry.record.count == 1

@@ -114,13 +114,14 @@ def test_the_bare_app_answers_200_and_its_body_through_an_asgi_call() -> None:
     assert int(dict(sent[0]["headers"])[b"content-length"]) == len(sent[1]["body"])
 
 
+def with_third(app: str, *rounds: tuple[int, float, float]) -> list[Sample]:
+    """SAMPLES' three rounds at 64 connections, and a third app's drive in each: (rate,
+    service µs, Postgres µs) a round."""
+    return [*SAMPLES[:6], *(sample(r, 64, app, *row) for r, row in enumerate(rounds, 1))]
+
+
 def test_against_another_commit_its_next_divides_this_ones() -> None:
-    made = [
-        *SAMPLES[:6],
-        sample(1, 64, "before", 10_000, 100.0, 20.0),
-        sample(2, 64, "before", 12_000, 60.0, 12.0),
-        sample(3, 64, "before", 20_000, 50.0, 10.0),
-    ]
+    made = with_third("before", (10_000, 100.0, 20.0), (12_000, 60.0, 12.0), (20_000, 50.0, 10.0))
     found = summary(made)
     # rounds: service 0.5, 1.0, 0.8; service + Postgres 0.5, 1.0, 0.8; rate 2.0, 1.25, 0.9
     assert astuple(found[64]["against"]["service"]) == pytest.approx((0.8, 0.5, 1.0))
@@ -161,12 +162,7 @@ def test_the_floor_app_answers_a_frames_requests_each_the_next_number() -> None:
 
 
 def test_with_the_floor_next_and_the_floor_are_each_held_against_what_lies_under() -> None:
-    made = [
-        *SAMPLES[:6],
-        sample(1, 64, "floor", 40_000, 25.0, 0.0),
-        sample(2, 64, "floor", 30_000, 30.0, 0.0),
-        sample(3, 64, "floor", 36_000, 40.0, 0.0),
-    ]
+    made = with_third("floor", (40_000, 25.0, 0.0), (30_000, 30.0, 0.0), (36_000, 40.0, 0.0))
     found = summary(made)
     # floor ÷ bare, service: 1.25, 1.2, 2.0; /next ÷ floor, service: 2.0, 2.0, 1.0
     assert astuple(found[64]["floor_over_bare"]["service"]) == pytest.approx((1.25, 1.2, 2.0))

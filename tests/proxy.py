@@ -58,15 +58,25 @@ class Proxy:
 
         with suppress(asyncio.CancelledError):
             self.loop.run_until_complete(serve())
+        # The connections cancelled at `stop` close before the loop does: a StreamWriter
+        # collected later, its loop closed, warned ('loop is closed') in whichever test ran then.
+        left = asyncio.all_tasks(self.loop)
+        if left:
+            self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
     def next_requests(self) -> list[Seen]:
         return [s for s in self.seen if s.path.split("?")[0].endswith("/next")]
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            await self._relay(reader, writer)
+        finally:
+            writer.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
             head = await reader.readuntil(b"\r\n\r\n")
         except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
             return
         lines = head.decode("latin-1").split("\r\n")
         path = lines[0].split(" ")[1]
@@ -87,19 +97,19 @@ class Proxy:
                 + UNAVAILABLE
             )
             await writer.drain()
-            writer.close()
             return
         kept = [line for line in lines[1:] if line and not line.lower().startswith("connection:")]
         request = "\r\n".join([lines[0], *kept, "connection: close", "", ""]).encode() + body
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
-        up_writer.write(request)
-        await up_writer.drain()
-        answer = await up_reader.read()  # to EOF: the service closes after its whole answer
-        up_writer.close()
+        try:
+            up_writer.write(request)
+            await up_writer.drain()
+            answer = await up_reader.read()  # to EOF: the service closes after its whole answer
+        finally:
+            up_writer.close()
         if action != "drop":
             writer.write(answer)
             await writer.drain()
-        writer.close()
 
     def start(self) -> Proxy:
         self.thread.start()

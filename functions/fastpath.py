@@ -12,6 +12,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from datetime import date
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
@@ -183,17 +184,24 @@ def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:
     if reply.error is not None:
         raise answer_problem(reply, retry_after)
     assert reply.day is not None
-    render = template(reply.template).render
     if count == 1 and reply.first == reply.last:
-        return {
-            "counter": reply.counter,
-            "value": reply.first,
-            "formatted": render(reply.first, reply.day),
-        }
+        return one_value(reply.counter, reply.first, reply.template, reply.day)
+    render = template(reply.template).render
     values = [
         {"value": v, "formatted": render(v, reply.day)} for v in range(reply.first, reply.last + 1)
     ]
     return {"counter": reply.counter, "first": reply.first, "last": reply.last, "values": values}
+
+
+def one_value(counter: str, value: int, text: str, day: date) -> dict[str, Any]:
+    """The body of an answer of one value, rendered by the counter's template `text`."""
+    return {"counter": counter, "value": value, "formatted": template(text).render(value, day)}
+
+
+def unexpected() -> Problem:
+    """The 500 for an error no one expected in /next, logged with its traceback."""
+    log.exception("unexpected error in /next")
+    return Problem(Kind.INTERNAL, "an unexpected error; it has been logged")
 
 
 async def bodied(receive: Receive) -> bool:
@@ -363,18 +371,15 @@ class FastPath:
             if reply.error is not None:
                 raise answer_problem(reply, edge.settings.edge.retry_after_s)
             assert reply.day is not None
-            formatted = template(reply.template).render(value, reply.day)
-            body = orjson.dumps({"counter": counter, "value": value, "formatted": formatted})
+            body = orjson.dumps(one_value(counter, value, reply.template, reply.day))
             metrics.responses.inc("200")
             await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
             await send({"type": "http.response.body", "body": body})
             return 200
         except asyncio.CancelledError:
             lane.gone(counter, future, who)
-            if this not in watch.gone:
+            if not watch.quieted(this):
                 raise
-            watch.gone.discard(this)
-            this.uncancel()
             metrics.clients_gone.inc()  # the client went away: its value is never taken, or void
             return 0
         except (*FAILURES, Problem) as exc:
@@ -383,8 +388,7 @@ class FastPath:
             )
             metrics.responses.inc(str(said.status))
         except Exception:
-            log.exception("unexpected error in /next")
-            said = Problem(Kind.INTERNAL, "an unexpected error; it has been logged")
+            said = unexpected()
         await said.response(scope["path"])(scope, receive, send)
         return said.status
 
@@ -450,19 +454,15 @@ class FastPath:
             edge.metrics.clients_gone.inc()
             return
         except asyncio.CancelledError:
-            if this not in watch.gone:
+            if not watch.quieted(this):
                 raise
-            watch.gone.discard(this)
-            this.uncancel()
             edge.metrics.clients_gone.inc()  # the client went away: its record is cancelled
             return
         except Problem as problem:
             await problem.response(path)(scope, receive, send)
             return
         except Exception:
-            log.exception("unexpected error in /next")
-            internal = Problem(Kind.INTERNAL, "an unexpected error; it has been logged")
-            await internal.response(path)(scope, receive, send)
+            await unexpected().response(path)(scope, receive, send)
             return
         await send({"type": "http.response.start", "status": 200, "headers": JSON_HEADERS})
         await send({"type": "http.response.body", "body": orjson.dumps(body)})

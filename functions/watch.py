@@ -78,6 +78,15 @@ class Watch:
         left = watcher.result()["type"] == "http.disconnect"
         return bool(left)
 
+    def quieted(self, task: asyncio.Task[Any]) -> bool:
+        """Whether `task`'s cancel was its client leaving (`_gone`): then it is taken back, for
+        the request to end without an answer; any other cancel the caller raises on."""
+        if task not in self.gone:
+            return False
+        self.gone.discard(task)
+        task.uncancel()
+        return True
+
     def sweep(self) -> None:
         self.timer = None
         loop = self.loop

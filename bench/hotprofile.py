@@ -97,6 +97,13 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--top", type=int, default=25, help="frames shown of each kind")
     parser.add_argument("--raw", metavar="FILE", help="keep py-spy's raw stacks here")
     parser.add_argument("--svg", metavar="FILE", help="also record a 5 s flame graph here")
+    parser.add_argument(
+        "--gil",
+        action="store_true",
+        help="only samples of a thread holding the GIL: Python running, not a thread waiting "
+        "in a system call (py-spy counts one preempted in it, say a send that woke Postgres on "
+        "busy cores, as busy)",
+    )
     return parser
 
 
@@ -110,7 +117,7 @@ def sample(url: str, pid: int, args: argparse.Namespace, raw: Path) -> float:
         drive = ["wrk", "-t1", f"-c{args.connections}", f"-d{seconds:g}s", "-s", script.name, url]
         load = subprocess.Popen(drive, stdout=subprocess.PIPE, text=True)
         time.sleep(2)
-        spy = ["py-spy", "record", "--pid", str(pid), "--nonblocking"]
+        spy = ["py-spy", "record", "--pid", str(pid), "--nonblocking", *(["--gil"] * args.gil)]
         timing = ["--duration", f"{args.duration:g}", "--rate", str(args.rate)]
         subprocess.run(
             [*spy, *timing, "--format", "raw", "-o", str(raw)], check=True, capture_output=True

@@ -144,22 +144,10 @@ async def put_and_wait(
     its client is known gone (`left`) as the reply comes."""
     began = time.monotonic()
     edge.replies.expect(record.key)
-    # A put to a durable stream runs to its end in a thread, even when its request is cancelled
-    # meanwhile (its client gone): the cancel is put only after it, or it could overtake the
-    # record on the stream and find nothing to cancel. A memory stream's put never waits.
-    putting = asyncio.ensure_future(edge.stream.put((record,))) if edge.stream.durable else None
-    try:
-        await (edge.stream.put((record,)) if putting is None else asyncio.shield(putting))
-    except (Unavailable, AwsRefused):
-        edge.replies.forget(record.key)
-        raise
-    except asyncio.CancelledError:  # the client went away while the record was being put
-        if isinstance(record, Record):
-            edge.give_up_later(record, putting)
-        raise
+    durable = await put_within(edge, record, timeout)
     edge.metrics.records_put.inc()
     put = time.monotonic()
-    if putting is not None:  # on the AWS path: the hops a request takes (numerator_hop_seconds)
+    if durable:  # on the AWS path: the hops a request takes (numerator_hop_seconds)
         edge.metrics.hop_seconds.observe("put", put - began)
     try:
         reply = await edge.replies.wait(record.key, max(0.0, timeout - put + began))
@@ -171,12 +159,42 @@ async def put_and_wait(
         if isinstance(record, Record):
             edge.give_up_later(record)
         raise
-    if putting is not None:
+    if durable:
         edge.metrics.hop_seconds.observe("reply", time.monotonic() - put)
     if isinstance(record, Record) and left():
         edge.give_up_later(record)
         raise ClientLeft
     return reply
+
+
+async def put_within(edge: Edge, record: Record | Void | Confirm, timeout: float) -> bool:
+    """Put a request's record, on a durable stream within `timeout` seconds (one that does not
+    answer is a ReplyTimeout, as a reply that does not come: a 504 before a Lambda invocation
+    ends, not a hang); whether the stream was durable."""
+    # A put to a durable stream runs to its end in a thread, even when its request is cancelled
+    # meanwhile (its client gone) or stops waiting for it: the cancel is put only after it, or
+    # it could overtake the record on the stream and find nothing to cancel. A memory stream's
+    # put never waits; the machine's batcher's (hub) is held to TAKEN_S.
+    putting = asyncio.ensure_future(edge.stream.put((record,))) if edge.stream.durable else None
+    try:
+        if putting is None:
+            await edge.stream.put((record,))
+        else:
+            async with asyncio.timeout(timeout):
+                await asyncio.shield(putting)
+    except (Unavailable, AwsRefused):
+        edge.replies.forget(record.key)
+        raise
+    except TimeoutError:  # the put goes on: its record, if it lands, is given up after it
+        edge.replies.forget(record.key)
+        if isinstance(record, Record):
+            edge.give_up_later(record, putting)
+        raise ReplyTimeout(f"the stream did not take the record within {timeout:g}s") from None
+    except asyncio.CancelledError:  # the client went away while the record was being put
+        if isinstance(record, Record):
+            edge.give_up_later(record, putting)
+        raise
+    return putting is not None
 
 
 def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:

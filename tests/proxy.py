@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -134,3 +135,30 @@ def proxy(upstream_port: int) -> Iterator[Proxy]:
         yield running
     finally:
         running.stop()
+
+
+@contextmanager
+def silent() -> Iterator[str]:
+    """The URL of an endpoint that takes every connection and reads what comes but never
+    answers (a stream's endpoint that hangs); its connections are closed at the end."""
+    listener = socket.create_server(("127.0.0.1", free_port()))
+    taken: list[socket.socket] = []
+    stopping = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stopping.is_set():
+            with suppress(TimeoutError):
+                connection, _ = listener.accept()
+                taken.append(connection)  # read by no one: the client's request waits
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stopping.set()
+        thread.join(5)
+        for connection in taken:
+            connection.close()
+        listener.close()

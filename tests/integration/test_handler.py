@@ -23,6 +23,7 @@ from infra.errors import SettingsError
 from infra.settings import Settings
 from numerator.lambdaedge import Context
 from tests.lambdas import EVENTS, Container, batcher_on, body, environment, event, retire
+from tests.proxy import silent
 
 
 def test_every_event_file_through_the_handler(
@@ -126,6 +127,24 @@ def test_a_request_is_answered_504_before_lambda_times_out(
     took = time.monotonic() - began
     assert answer["statusCode"] == 504, answer
     assert took < 1.2, f"answered after {took:.2f}s, past the invocation's 1.2s"
+
+
+def test_a_put_to_a_stream_that_never_answers_is_a_504_before_lambda_times_out(
+    aws: tuple[Settings, Any], containers: list[Container], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Kinesis endpoint that takes the connection and never answers: the record's put is held
+    to the invocation's time as its reply's wait is, so the client gets a 504 problem, not the
+    invocation's own end (API Gateway's 502), and the record is given up after its put."""
+    with silent() as url:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", url)  # what boto3 reads as Lambda's would
+        lam = Container(environment(aws[0]))
+        containers.append(lam)
+        began = time.monotonic()
+        answer = lam(event("http-api-next.json", "hung-stream"), timeout=2.0)
+        took = time.monotonic() - began
+    assert answer["statusCode"] == 504, answer
+    assert body(answer)["type"] == "urn:numerator:problem:reply-timeout", body(answer)
+    assert took < 2.0, f"answered after {took:.2f}s, past the invocation's 2s"
 
 
 def test_counter_crud_without_a_database_is_a_clear_503(

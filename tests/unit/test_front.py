@@ -18,6 +18,7 @@ from functions.fastpath import put_and_wait
 from functions.front import Front
 from functions.watch import ClientLeft
 from infra.adapters.memory import MemoryReplies, MemoryStream
+from infra.errors import ReplyTimeout
 from infra.observe.metrics import Metrics
 from infra.settings import Settings
 from infra.wire import Cancel, Record, Reply, reply_key
@@ -83,6 +84,38 @@ async def test_a_record_whose_client_is_known_gone_as_its_reply_comes_is_cancell
     [cancel] = await stream.read(stream.shard, entry.sequence, 10, 5.0)
     assert isinstance(cancel.record, Cancel)
     assert (cancel.record.key, cancel.record.idempotency_key) == (record.key, "key-1")
+
+
+class SlowStream(MemoryStream):
+    """A durable stream whose puts return only when `through` is set (a stream that hangs)."""
+
+    durable = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.through = asyncio.Event()
+
+    async def put(self, records: Any, shard: str | None = None) -> None:
+        await self.through.wait()
+        await super().put(records, shard)
+
+
+async def test_a_put_that_takes_the_whole_wait_is_a_timeout_and_its_record_is_cancelled() -> None:
+    """A put to a stream that does not answer is held to the request's wait as its reply is
+    (in Lambda: before the invocation ends); the record, if the put lands after all, is
+    cancelled after it, so that the batcher never hands its values out to no one."""
+    stream, replies, metrics = SlowStream(), MemoryReplies(), Metrics()
+    store: Any = SimpleNamespace(ping=None)
+    edge = Edge(stream, replies, store, Settings.from_env({"AUTH": "none"}), metrics)
+    record = Record(reply_key(), "inv", 1, None, time.time() + 5, time.time(), "me")
+    began = time.monotonic()
+    with pytest.raises(ReplyTimeout, match=r"did not take the record within 0\.2s"):
+        await asyncio.wait_for(put_and_wait(edge, record, 0.2), 5.0)  # not a hang
+    assert time.monotonic() - began < 1.0
+    stream.through.set()  # the put lands after all
+    [entry, cancel] = await stream.read(stream.shard, None, 10, 5.0)
+    assert entry.record == record
+    assert isinstance(cancel.record, Cancel) and cancel.record.key == record.key
 
 
 async def test_beats_front_frames_close_on_reads_at_most_one_frame_a_front_frame_ms() -> None:

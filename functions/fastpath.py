@@ -449,6 +449,9 @@ class FastPath:
         this = asyncio.current_task(watch.loop or watch.start())
         assert this is not None
         try:
+            for name in query:  # `?cout=5` would have been one value
+                if name != "count":
+                    raise invalid(name[:80], f"/next takes no query parameter {name[:80]!r}")
             if heads.length > edge.settings.edge.max_body_bytes:
                 raise Problem(Kind.BODY_TOO_LARGE, "/next takes no body")
             # {"count": 5} would have been one value. HTTP/2 frames a body without saying its

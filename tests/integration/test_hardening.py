@@ -127,6 +127,22 @@ async def test_a_query_parameter_given_twice_is_refused(clients: Clients) -> Non
     assert (await own.post("/counters/q/next?count=2")).json()["last"] == 2
 
 
+async def test_a_query_parameter_next_does_not_take_is_refused_not_ignored(
+    clients: Clients,
+) -> None:
+    """`?cout=5` (a typo of `count`) was one value, the typo unseen: 422 naming it, nothing
+    taken; `count` alone and no query at all still serve."""
+    own = clients()
+    assert (await own.post("/counters", json={"name": "t"})).status_code == 201
+    body = problem(await own.post("/counters/t/next?cout=5"), 422, "invalid-request")
+    assert body["field"] == "cout" and "cout" in body["detail"]
+    body = problem(await own.post("/counters/t/next?count=2&dry=1"), 422, "invalid-request")
+    assert body["field"] == "dry"
+    assert (await own.get("/counters/t")).json()["value"] is None, "nothing was taken"
+    assert (await own.post("/counters/t/next?count=2")).json()["last"] == 2
+    assert (await own.post("/counters/t/next")).json()["value"] == 3
+
+
 async def test_a_body_on_next_is_refused_not_ignored(clients: Clients) -> None:
     """Issue 51, item 7: `{"count": 5}` in /next's body returned one value; a chunked body was
     taken too. /next takes no body: 422 naming it, nothing taken."""

@@ -244,8 +244,9 @@ class FrontStack:
             pooled=settings.database.pooled,
         )
 
-    def serving(self, stream: Stream, replies: Replies, health: Health) -> None:
-        """The edge on `stream` and `replies`, its front frames as the subclass says."""
+    def serving(self, stream: Stream, replies: Replies, health: Health, lane: bool = False) -> None:
+        """The edge on `stream` and `replies`, its front frames as the subclass says; `lane`:
+        plain /next through the lane (functions/lane.py) beside them."""
         self.edge = Edge(
             stream=stream,
             replies=replies,
@@ -254,6 +255,7 @@ class FrontStack:
             metrics=self.metrics,
             clock=self.clock,
             health=health,
+            lane=lane,
         )
         if self.settings.edge.front_frame_ms > 0:
             self.edge.front = Front(
@@ -299,9 +301,8 @@ class HubEdgeStack(FrontStack):
         replies = MemoryReplies(self.metrics)
         self.hub = HubStream(settings.local.hub, replies, self.lost)
         checks = {"store": responds(self.store.ping), "batcher": self.hub_check}
-        self.serving(self.hub, replies, Health(checks))
         # plain /next through the lane, as one worker's: its front frames take the rest
-        self.edge.lane = settings.edge.front_frame_ms > 0
+        self.serving(self.hub, replies, Health(checks), lane=settings.edge.front_frame_ms > 0)
 
     def framing(self) -> dict[str, Any]:
         # A frame a put: the next closes once the batcher has taken the last one, on the loop's

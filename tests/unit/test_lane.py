@@ -213,3 +213,18 @@ async def test_through_the_edge_a_client_known_gone_as_its_value_comes_gets_it_v
     assert isinstance(void.record, Void)
     assert (void.record.first, void.record.last, void.record.who) == (7, 7, "127.0.0.1")
     assert metrics.clients_gone.value == 1
+
+
+@pytest.mark.parametrize("front_frame_ms", [0.0, 20.0])
+def test_the_lane_is_an_embedded_and_a_two_tier_worker_edges_unless_front_frames_are_off(
+    front_frame_ms: float,
+) -> None:
+    """One worker (EmbeddedStack) and two tiers' workers (HubEdgeStack) take plain /next through
+    the lane; FRONT_FRAME_MS=0 turns it off for both (a record a request)."""
+    from numerator.stack import EmbeddedStack, HubEdgeStack
+
+    settings = Settings.from_env(
+        {"HUB": "/tmp/numerator-test.sock", "DATABASE_URL": "postgresql://nobody@localhost/none"}
+    ).but(front_frame_ms=front_frame_ms)
+    for stack in (EmbeddedStack, HubEdgeStack):
+        assert stack(settings).edge.lane is (front_frame_ms > 0), stack.__name__

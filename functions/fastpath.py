@@ -151,9 +151,11 @@ async def put_and_wait(
         edge.metrics.hop_seconds.observe("put", put - began)
     try:
         reply = await edge.replies.wait(record.key, max(0.0, timeout - put + began))
-    except (ReplyTimeout, AwsRefused):  # no one will read what comes
+    except (ReplyTimeout, AwsRefused) as exc:  # no one will read what comes
         if isinstance(record, Record):
             await edge.give_up(record)
+        if isinstance(exc, ReplyTimeout):  # the whole wait, not what the put left of it
+            raise ReplyTimeout(f"no reply within {timeout:g}s") from None
         raise
     except asyncio.CancelledError:  # the client went away
         if isinstance(record, Record):

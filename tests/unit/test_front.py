@@ -118,6 +118,17 @@ async def test_a_put_that_takes_the_whole_wait_is_a_timeout_and_its_record_is_ca
     assert isinstance(cancel.record, Cancel) and cancel.record.key == record.key
 
 
+async def test_a_reply_timeout_names_the_whole_wait_not_what_the_put_left_of_it() -> None:
+    """A client that waited 5 s was told "no reply within 0.199288s": the wait left after its
+    record's put (an outsider's run with moto stopped). The detail names the whole wait."""
+    stream, replies, metrics = MemoryStream(), MemoryReplies(), Metrics()
+    store: Any = SimpleNamespace(ping=None)
+    edge = Edge(stream, replies, store, Settings.from_env({"AUTH": "none"}), metrics)
+    record = Record(reply_key(), "inv", 1, None, time.time() + 5, time.time(), "me")
+    with pytest.raises(ReplyTimeout, match=r"^no reply within 0\.2s$"):
+        await put_and_wait(edge, record, 0.2)  # no batcher: no reply comes
+
+
 async def test_beats_front_frames_close_on_reads_at_most_one_frame_a_front_frame_ms() -> None:
     """FRONT_FRAME_POLICY=beats on phased beats of many shards (a read every 5 ms here): a frame
     closes at the last moment before a read, but never sooner than FRONT_FRAME_MS (20 ms) after

@@ -144,9 +144,10 @@ async def put_and_wait(
     its client is known gone (`left`) as the reply comes."""
     began = time.monotonic()
     edge.replies.expect(record.key)
-    durable = await put_within(edge, record, timeout)
+    await put_within(edge, record, timeout)
     edge.metrics.records_put.inc()
     put = time.monotonic()
+    durable = edge.stream.durable
     if durable:  # on the AWS path: the hops a request takes (numerator_hop_seconds)
         edge.metrics.hop_seconds.observe("put", put - began)
     try:
@@ -169,10 +170,10 @@ async def put_and_wait(
     return reply
 
 
-async def put_within(edge: Edge, record: Record | Void | Confirm, timeout: float) -> bool:
+async def put_within(edge: Edge, record: Record | Void | Confirm, timeout: float) -> None:
     """Put a request's record, on a durable stream within `timeout` seconds (one that does not
     answer is a ReplyTimeout, as a reply that does not come: a 504 before a Lambda invocation
-    ends, not a hang); whether the stream was durable."""
+    ends, not a hang)."""
     # A put to a durable stream runs to its end in a thread, even when its request is cancelled
     # meanwhile (its client gone) or stops waiting for it: the cancel is put only after it, or
     # it could overtake the record on the stream and find nothing to cancel. A memory stream's
@@ -196,7 +197,6 @@ async def put_within(edge: Edge, record: Record | Void | Confirm, timeout: float
         if isinstance(record, Record):
             edge.give_up_later(record, putting)
         raise
-    return putting is not None
 
 
 def answer(reply: Reply, count: int, retry_after: int) -> dict[str, Any]:

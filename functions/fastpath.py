@@ -20,7 +20,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.types import Receive, Scope, Send
 
-from functions import validation
+from functions import bodies, validation
 from functions.auth import address, pages_refused
 from functions.edge import Edge
 from functions.headers import Headers, read
@@ -110,6 +110,8 @@ def checked(edge: Edge, name: str, raw_count: str | None, key: str | None, who: 
 
 
 FAILURES = (Unavailable, AwsRefused, ReplyTimeout, BadReply)
+NEXT_QUERY = frozenset(bodies.NextQuery.__struct_fields__)
+"""The query parameters /next takes: its model's (the OpenAPI document's), and no other."""
 """What awaiting a reply may raise: `failed` says which problem each stands for."""
 
 
@@ -452,7 +454,7 @@ class FastPath:
         assert this is not None
         try:
             for name in query:  # `?cout=5` would have been one value
-                if name != "count":
+                if name not in NEXT_QUERY:
                     raise invalid(name[:80], f"/next takes no query parameter {name[:80]!r}")
             if heads.length > edge.settings.edge.max_body_bytes:
                 raise Problem(Kind.BODY_TOO_LARGE, "/next takes no body")

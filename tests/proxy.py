@@ -141,7 +141,7 @@ def proxy(upstream_port: int) -> Iterator[Proxy]:
 def silent() -> Iterator[str]:
     """The URL of an endpoint that takes every connection and reads what comes but never
     answers (a stream's endpoint that hangs); its connections are closed at the end."""
-    listener = socket.create_server(("127.0.0.1", free_port()))
+    listener = socket.create_server(("127.0.0.1", 0))
     taken: list[socket.socket] = []
     stopping = threading.Event()
 

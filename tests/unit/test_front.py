@@ -24,6 +24,17 @@ from infra.settings import Settings
 from infra.wire import Cancel, Record, Reply, reply_key
 
 
+def edge_on(stream: MemoryStream, replies: MemoryReplies, metrics: Metrics) -> Edge:
+    """An edge on these, for put_and_wait: it asks nothing of its store here."""
+    store: Any = SimpleNamespace(ping=None)
+    return Edge(stream, replies, store, Settings.from_env({"AUTH": "none"}), metrics)
+
+
+def one_value(counter: str) -> Record:
+    """A record for one value of `counter`, without a key, due in 5 s."""
+    return Record(reply_key(), counter, 1, None, time.time() + 5, time.time(), "me")
+
+
 async def test_an_answer_that_comes_as_its_client_leaves_is_abandoned() -> None:
     """The cancel of a request (its client gone, seen by the watch) lands in the same turn of
     the loop as its answer: the request must end cancelled and its values be abandoned. With
@@ -73,8 +84,7 @@ async def test_a_record_whose_client_is_known_gone_as_its_reply_comes_is_cancell
     """The same for a request with a record of its own (an Idempotency-Key): its record is
     cancelled on the stream (the batcher voids its values while it holds its key)."""
     stream, replies, metrics = MemoryStream(), MemoryReplies(), Metrics()
-    store: Any = SimpleNamespace(ping=None)  # the edge asks nothing of its store here
-    edge = Edge(stream, replies, store, Settings.from_env({"AUTH": "none"}), metrics)
+    edge = edge_on(stream, replies, metrics)
     record = Record(reply_key(), "inv", 1, "key-1", time.time() + 5, time.time(), "me")
     task = asyncio.create_task(put_and_wait(edge, record, 5.0, left=lambda: True))
     [entry] = await stream.read(stream.shard, None, 10, 5.0)
@@ -105,9 +115,8 @@ async def test_a_put_that_takes_the_whole_wait_is_a_timeout_and_its_record_is_ca
     (in Lambda: before the invocation ends); the record, if the put lands after all, is
     cancelled after it, so that the batcher never hands its values out to no one."""
     stream, replies, metrics = SlowStream(), MemoryReplies(), Metrics()
-    store: Any = SimpleNamespace(ping=None)
-    edge = Edge(stream, replies, store, Settings.from_env({"AUTH": "none"}), metrics)
-    record = Record(reply_key(), "inv", 1, None, time.time() + 5, time.time(), "me")
+    edge = edge_on(stream, replies, metrics)
+    record = one_value("inv")
     began = time.monotonic()
     with pytest.raises(ReplyTimeout, match=r"did not take the record within 0\.2s"):
         await asyncio.wait_for(put_and_wait(edge, record, 0.2), 5.0)  # not a hang
@@ -122,9 +131,8 @@ async def test_a_reply_timeout_names_the_whole_wait_not_what_the_put_left_of_it(
     """A client that waited 5 s was told "no reply within 0.199288s": the wait left after its
     record's put (an outsider's run with moto stopped). The detail names the whole wait."""
     stream, replies, metrics = MemoryStream(), MemoryReplies(), Metrics()
-    store: Any = SimpleNamespace(ping=None)
-    edge = Edge(stream, replies, store, Settings.from_env({"AUTH": "none"}), metrics)
-    record = Record(reply_key(), "inv", 1, None, time.time() + 5, time.time(), "me")
+    edge = edge_on(stream, replies, metrics)
+    record = one_value("inv")
     with pytest.raises(ReplyTimeout, match=r"^no reply within 0\.2s$"):
         await put_and_wait(edge, record, 0.2)  # no batcher: no reply comes
 

@@ -34,9 +34,9 @@ from infra.faults import Faults
 from infra.ledger import VoidReason
 from infra.observe import traces
 from infra.observe.metrics import Metrics
-from infra.ports import Frames, Lease, Replies, Stream
+from infra.ports import Claim, Frames, Holder, Lease, Replies, Stream
 from infra.settings import ReadBeats, Settings
-from infra.spans import Span
+from infra.spans import Span, outside
 from infra.wire import Cancel, Demand, Record, Reply, ReplyError, Void, reply_key
 
 log = logging.getLogger("numerator.batcher")
@@ -257,9 +257,10 @@ class Applier:
         up to `tried`, had in fact committed (Postgres went away as it committed, and its
         answer with it): if so, its records are taken out of the frame and made whole. On a
         durable stream their replies were held in its transaction: published now. Else no one
-        has their values: they become void, abandoned (on this shard's own stream), and the
-        records are answered 'unavailable', for their clients to ask again — a second try would
-        allocate again and leave the first values issued to no one. The records of that try
+        has their values: they become void, abandoned (on this shard's own stream; a keyed
+        record's through its cancel, as a retry may hold them), and the records are answered
+        'unavailable', for their clients to ask again — a second try would allocate again and
+        leave the first values issued to no one. The records of that try
         given up on since (`given_up`) were answered 'unavailable': their values go to no one,
         and are voided, abandoned (a cancel each, on this shard's own stream; found in a
         failover, a primary killed as its synchronous standby confirmed the commit). What the
@@ -282,21 +283,32 @@ class Applier:
                     [Cancel(r.key, r.counter, r.idempotency_key, "") for r in gone], lease.shard
                 )
             return past
+        # A keyed record's values are its claim's, kept for retries: a retry taken into this
+        # frame, or read by another batcher, may be answered them before these voids are
+        # applied. Only its cancel frees them, voided if no retry holds them by then.
+        records = [e.record for e in through if isinstance(e.record, Record)]
+        keyed = [r for r in [*gone, *records] if r.idempotency_key is not None]
+        claimed = await self.frames.taken(
+            [Holder(r.counter, r.idempotency_key, r.key) for r in keyed if r.idempotency_key]
+        )
         voids: list[Demand] = [
             Void(reply_key(), name, first, last, VoidReason.ABANDONED, period, "")
-            for name, period, first, last in spans
+            for name, period, first, last in outside(spans, self._spans(claimed))
         ]
-        # A keyed record's claim holds its values for retries: its cancel frees it.
-        records = [e.record for e in through if isinstance(e.record, Record)]
-        frees = [
-            Cancel(r.key, r.counter, r.idempotency_key, "")
-            for r in [*gone, *records]
-            if r.idempotency_key is not None
-        ]
+        frees = [Cancel(r.key, r.counter, r.idempotency_key, "") for r in keyed]
         await self.stream.put([*voids, *frees])
         problem = "the frame's commit was cut off by a Postgres outage; ask again"
         await self._unavailable(records, problem)
         return past
+
+    def _spans(self, claims: Sequence[Claim]) -> list[Span]:
+        """The spans of `claims` (their periods by their counters' resets)."""
+        counters = self.known.counters
+        return [
+            Span(c.counter, counters[c.counter].reset.period(c.day), c.first, c.last)
+            for c in claims
+            if c.counter in counters
+        ]
 
     def _past(self, lease: Lease, sequence: str | None, committed: str | None) -> Lease:
         """`lease` read on after `sequence`; `committed`: the checkpoint a transaction of it

@@ -411,6 +411,10 @@ class Frames(Protocol):
         `sequence` (its checkpoint there, under its epoch), or None: whether a commit whose
         answer was lost (Postgres went away as it committed) took effect."""
 
+    async def taken(self, holders: Sequence[Holder]) -> list[Claim]:
+        """The Idempotency-Keys' answers that `holders`' records took, each still held under its
+        key (no cancel has freed it): what of a lost commit is a key's, for its cancels to free."""
+
     async def unpublished(self, stream: str, shard: str) -> list[HeldReplies]:
         """Held replies of the shard's committed frames not known to be published, oldest first."""
 

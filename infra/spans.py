@@ -3,6 +3,7 @@ them. Both are written into the hashed audit rows as JSON arrays, in these field
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 
@@ -14,6 +15,23 @@ class Span(NamedTuple):
     period: str
     first: int
     last: int
+
+
+def outside(spans: Iterable[Span], holes: Iterable[Span]) -> list[Span]:
+    """The parts of `spans` that no span of `holes` (of the same counter and period) covers."""
+    cut = sorted(holes)
+    parts: list[Span] = []
+    for span in spans:
+        first = span.first
+        for hole in cut:
+            if hole[:2] != span[:2] or hole.last < first or hole.first > span.last:
+                continue
+            if hole.first > first:
+                parts.append(span._replace(first=first, last=hole.first - 1))
+            first = hole.last + 1
+        if first <= span.last:
+            parts.append(span._replace(first=first))
+    return parts
 
 
 class Run(NamedTuple):

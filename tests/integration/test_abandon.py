@@ -482,3 +482,47 @@ async def test_a_record_given_up_then_replayed_by_the_shards_next_owner_is_void(
     assert heir.metrics.values_allocated.value == 1, "the given-up record took no value"
     assert after.json()["value"] == 1, after.text
     assert found["issued"] == 1 and found["voided"] == {}, found
+
+
+async def test_a_keyed_retry_answered_from_a_lost_commit_keeps_its_values(
+    settings: Settings, name: str, monkeypatch: Any
+) -> None:
+    """A keyed frame commits as Postgres goes away (its answer lost), and a retry of its
+    Idempotency-Key is put while the frame is retried. The batcher finds the commit took effect
+    and answers the first request 503; the retry, taken into the frame, finds the key's claim
+    and is answered its values. Voiding the whole committed range made those delivered values
+    void, abandoned (tests/e2e/test_failover.py, a primary killed as its synchronous standby
+    confirmed the commit; `audit verify`: "the key was freed then"). A keyed record's values
+    are its claim's: only the cancels free them, and not while a retry holds them."""
+    from contextlib import asynccontextmanager
+
+    from infra.adapters.postgres import PostgresStore
+    from infra.errors import StoreUnavailable
+
+    real = PostgresStore.frame
+    retry: list[asyncio.Task[httpx.Response]] = []
+    headers = {"Idempotency-Key": "order-7"}
+
+    @asynccontextmanager
+    async def committed_then_lost(self: PostgresStore) -> Any:
+        async with real(self) as tx:
+            yield tx
+        if not retry:  # the retry is put as the first's commit's answer is lost
+            path = f"/counters/{name}/next"
+            retry.append(asyncio.create_task(client.post(path, headers=headers)))
+            await asyncio.sleep(0.1)
+            raise StoreUnavailable("Postgres is unavailable: the connection was closed")
+
+    monkeypatch.setattr(PostgresStore, "frame", committed_then_lost)
+    async with EmbeddedStack(settings) as stack, asgi_client(stack.app()) as client:
+        await client.post("/counters", json={"name": name})
+        first = await client.post(f"/counters/{name}/next", headers=headers)
+        second = await retry[0]
+        await client.post(f"/counters/{name}/next")  # a frame after the cancel's
+        await asyncio.sleep(0.2)
+        found = await report(client, name)
+        verified = (await client.get("/audit/verify", params={"counter": name})).json()
+    assert first.status_code == 503, first.text
+    assert second.status_code == 200 and second.json()["value"] == 1, second.text
+    assert found["voided"] == {} and found["delivered"] == 2, found
+    assert verified["ok"], verified

@@ -15,7 +15,7 @@ from infra.adapters.postgres.frame import PostgresFrame
 from infra.adapters.postgres.pool import Pool, objects
 from infra.adapters.postgres.statements import chained, lost
 from infra.faults import Faults
-from infra.ports import Audit, HeldReplies, Lease, PlainDemand, Pruned
+from infra.ports import Audit, Claim, HeldReplies, Holder, Lease, PlainDemand, Pruned
 from infra.spans import Span
 from infra.trail import Start
 
@@ -79,6 +79,18 @@ class PostgresFrames:
         if not rows:
             return None
         return [Span(c, p, int(f), int(t)) for found in rows for c, p, f, t in found[0]]
+
+    async def taken(self, holders: Sequence[Holder]) -> list[Claim]:
+        if not holders:
+            return []
+        rows = await self.db.fetch(
+            "SELECT i.counter, i.key, i.count, i.first, i.last, i.day, i.holder"
+            " FROM idempotency_keys i JOIN json_to_recordset(%s::json)"
+            " AS h(counter text, key text, reply text)"
+            " ON i.counter = h.counter AND i.key = h.key AND i.holder = h.reply",
+            (objects(h._asdict() for h in holders),),
+        )
+        return [Claim(*row) for row in rows]
 
     async def unpublished(self, stream: str, shard: str) -> list[HeldReplies]:
         rows = await self.db.fetch(

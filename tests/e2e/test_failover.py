@@ -85,8 +85,12 @@ class Failover:
 
 
 def up(path: str, url: str, running: contextlib.ExitStack) -> Service:
+    """`numerator up` on `url`: embedded ("embedded-2w": two workers, a retry of a key may
+    reach the other one's batcher), or on moto with the edge `path`."""
     args = ["--database-url", url]
-    if path != "embedded":
+    if path == "embedded-2w":
+        args += ["--workers", "2"]
+    elif path != "embedded":
         moto = running.enter_context(local.moto_server())
         args += ["--aws", moto.url, "--edge", path]
     service = Service(*args)
@@ -126,7 +130,7 @@ async def fail_over(
     return done
 
 
-@pytest.mark.parametrize("path", ["embedded", "server"])
+@pytest.mark.parametrize("path", ["embedded", "embedded-2w", "server"])
 def test_failover_to_a_synchronous_standby(path: str) -> None:
     counters = ["fo-a", "fo-b"]
     with pair(synchronous=True) as (primary, standby), contextlib.ExitStack() as running:

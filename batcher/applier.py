@@ -260,11 +260,11 @@ class Applier:
         has their values: they become void, abandoned (on this shard's own stream; a keyed
         record's through its cancel, as a retry may hold them), and the records are answered
         'unavailable', for their clients to ask again — a second try would allocate again and
-        leave the first values issued to no one. The records of that try
-        given up on since (`given_up`) were answered 'unavailable': their values go to no one,
-        and are voided, abandoned (a cancel each, on this shard's own stream; found in a
-        failover, a primary killed as its synchronous standby confirmed the commit). What the
-        frame took in after that try is tried on its own."""
+        leave the first values issued to no one. The records of that try given up on since
+        (`given_up`) were answered 'unavailable': their values go to no one, and are voided,
+        abandoned (a cancel each, on this shard's own stream; found in a failover, a primary
+        killed as its synchronous standby confirmed the commit). What the frame took in after
+        that try is tried on its own."""
         spans = await self.frames.committed(lease, tried)
         if spans is None:
             return lease
@@ -287,15 +287,17 @@ class Applier:
         # frame, or read by another batcher, may be answered them before these voids are
         # applied. Only its cancel frees them, voided if no retry holds them by then.
         records = [e.record for e in through if isinstance(e.record, Record)]
-        keyed = [r for r in [*gone, *records] if r.idempotency_key is not None]
-        claimed = await self.frames.taken(
-            [Holder(r.counter, r.idempotency_key, r.key) for r in keyed if r.idempotency_key]
-        )
+        keyed = [
+            Holder(r.counter, r.idempotency_key, r.key)
+            for r in [*gone, *records]
+            if r.idempotency_key is not None
+        ]
+        claimed = self._spans(await self.frames.taken(keyed))
         voids: list[Demand] = [
             Void(reply_key(), name, first, last, VoidReason.ABANDONED, period, "")
-            for name, period, first, last in outside(spans, self._spans(claimed))
+            for name, period, first, last in outside(spans, claimed)
         ]
-        frees = [Cancel(r.key, r.counter, r.idempotency_key, "") for r in keyed]
+        frees = [Cancel(h.reply, h.counter, h.key, "") for h in keyed]
         await self.stream.put([*voids, *frees])
         problem = "the frame's commit was cut off by a Postgres outage; ask again"
         await self._unavailable(records, problem)

@@ -110,9 +110,9 @@ def checked(edge: Edge, name: str, raw_count: str | None, key: str | None, who: 
 
 
 FAILURES = (Unavailable, AwsRefused, ReplyTimeout, BadReply)
+"""What awaiting a reply may raise: `failed` says which problem each stands for."""
 NEXT_QUERY = frozenset(bodies.NextQuery.__struct_fields__)
 """The query parameters /next takes: its model's (the OpenAPI document's), and no other."""
-"""What awaiting a reply may raise: `failed` says which problem each stands for."""
 
 
 def failed(exc: Exception, retry_after: int) -> Problem:

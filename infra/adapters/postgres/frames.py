@@ -83,14 +83,11 @@ class PostgresFrames:
     async def taken(self, holders: Sequence[Holder]) -> list[Claim]:
         if not holders:
             return []
-        rows = await self.db.fetch(
-            "SELECT i.counter, i.key, i.count, i.first, i.last, i.day, i.holder"
-            " FROM idempotency_keys i JOIN json_to_recordset(%s::json)"
-            " AS h(counter text, key text, reply text)"
-            " ON i.counter = h.counter AND i.key = h.key AND i.holder = h.reply",
-            (objects(h._asdict() for h in holders),),
-        )
-        return [Claim(*row) for row in rows]
+        # the keys' live answers (frame.sql: `claims`), those their own records took
+        keys = objects({"counter": h.counter, "key": h.key} for h in holders)
+        found = [Claim(*row) for row in await self.db.fetch(statements.CLAIMS, {"keys": keys})]
+        mine = set(holders)
+        return [c for c in found if Holder(c.counter, c.key, c.holder) in mine]
 
     async def unpublished(self, stream: str, shard: str) -> list[HeldReplies]:
         rows = await self.db.fetch(
